@@ -1,0 +1,107 @@
+//! `compactd plan` and `compactd summarize`: what compaction would do to a file of messages,
+//! without a daemon.
+
+use super::read_input;
+use crate::compaction::{
+    CompactionConfig, CompactionPlan, FileLists, LazyEstimator, PlanInput, estimate_each,
+};
+use crate::compactor::compact;
+use crate::message::{Message, parse_message_list};
+use crate::summarize::extractive::Extractive;
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// The inputs both commands share.
+pub struct OfflineInput {
+    pub messages: Vec<Message>,
+    pub prior_summary: Option<String>,
+    pub focus: Option<String>,
+    pub context_limit: usize,
+    pub config: CompactionConfig,
+}
+
+impl OfflineInput {
+    /// Loads the message file and the optional prior summary, validating every message.
+    pub fn load(
+        input: &Path,
+        prior_summary: Option<&Path>,
+        focus: Option<String>,
+        context_limit: usize,
+        config: CompactionConfig,
+    ) -> Result<OfflineInput> {
+        let text = read_input(input)?;
+        let messages = parse_message_list(&text)
+            .with_context(|| format!("{} is not a valid message list", input.display()))?;
+        for (i, m) in messages.iter().enumerate() {
+            m.validate()
+                .with_context(|| format!("{}: message {i} is invalid", input.display()))?;
+        }
+        let prior_summary = prior_summary.map(read_input).transpose()?;
+        Ok(OfflineInput {
+            messages,
+            prior_summary,
+            focus,
+            context_limit,
+            config,
+        })
+    }
+}
+
+/// `compactd plan`: the engine's decisions as JSON.
+pub fn plan(input: &OfflineInput) -> Value {
+    let estimator = LazyEstimator::default();
+    let tokens = estimate_each(&input.messages, &estimator);
+    let no_files = FileLists::default();
+    let plan_input = plan_input(input, &tokens, &no_files, estimator);
+    let plan = CompactionPlan::new(&plan_input);
+    json!({
+        "should_compact": plan.trigger.is_some(),
+        "reason": plan.trigger.map(|t| t.as_str()),
+        "pre_tokens": plan.pre_tokens,
+        "boundary": plan.boundary.index,
+        "preserved_tokens": plan.boundary.preserved_tokens,
+        "prompt": plan.prompt(&plan_input),
+        "read_files": plan.files.read,
+        "modified_files": plan.files.modified,
+    })
+}
+
+/// `compactd summarize`: a full compaction with the extractive summarizer.
+pub async fn summarize(input: &OfflineInput) -> Result<Value> {
+    let estimator = LazyEstimator::default();
+    let tokens = estimate_each(&input.messages, &estimator);
+    let no_files = FileLists::default();
+    let plan_input = plan_input(input, &tokens, &no_files, estimator);
+    let compaction_num = if input.prior_summary.is_some() { 2 } else { 1 };
+    match compact(&plan_input, &Extractive, compaction_num).await? {
+        Some(done) => {
+            let mut out = serde_json::to_value(&done.result)?;
+            out["compacted"] = json!(true);
+            out["boundary"] = json!(done.boundary.index);
+            Ok(out)
+        }
+        None => Ok(json!({
+            "compacted": false,
+            "reason": "nothing to compact: every message fits in the preserved tail",
+        })),
+    }
+}
+
+fn plan_input<'a>(
+    input: &'a OfflineInput,
+    tokens: &'a [usize],
+    prior_files: &'a FileLists,
+    estimator: LazyEstimator,
+) -> PlanInput<'a> {
+    PlanInput {
+        messages: &input.messages,
+        tokens,
+        prior_summary: input.prior_summary.as_deref(),
+        prior_files,
+        focus: input.focus.as_deref(),
+        context_limit: input.context_limit,
+        config: &input.config,
+        estimator,
+    }
+}

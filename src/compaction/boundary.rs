@@ -1,0 +1,241 @@
+//! FindPreserveBoundary (SPEC.md 5.5): where the verbatim tail starts.
+//!
+//! Walking from the newest message to the oldest, the tail takes messages while their tokens
+//! fit the budget (and, our addition, while it holds at most `max_tail_messages`). Then the
+//! pair rule of DESIGN.md: a tool result is never kept without its call, because every model
+//! API rejects a conversation with an orphaned result. Rather than overspend the budget to pull
+//! a call in, the boundary moves *forward* past the results, so the tail stays within budget.
+//!
+//! One exception overspends: when the newest assistant message still waits for results (the
+//! agent is running the tools right now), that message is always kept, or its results would
+//! arrive after a compaction had swallowed their call.
+
+use crate::message::{Message, Role};
+use std::collections::{HashMap, HashSet};
+
+/// The preserve boundary: messages before `index` are compacted, `index..` stay verbatim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boundary {
+    pub index: usize,
+    pub preserved_tokens: usize,
+}
+
+/// Finds the preserve boundary of `messages`, whose token estimates are `tokens` (same length).
+pub fn find_preserve_boundary(
+    messages: &[Message],
+    tokens: &[usize],
+    budget: usize,
+    max_tail_messages: usize,
+) -> Boundary {
+    assert_eq!(
+        messages.len(),
+        tokens.len(),
+        "one token estimate per message"
+    );
+    let n = messages.len();
+    let earliest_ref = earliest_referenced_call(messages);
+
+    // Greedy walk from the newest message.
+    let mut index = n;
+    let mut spent = 0;
+    while index > 0 && n - index < max_tail_messages && spent + tokens[index - 1] <= budget {
+        spent += tokens[index - 1];
+        index -= 1;
+    }
+    // Pair rule: move forward until no kept result points before the boundary.
+    while earliest_ref[index] < index {
+        index += 1;
+    }
+    // Pending calls: keep the waiting assistant message, then pull in what its tail needs.
+    if let Some(pending) = pending_assistant(messages).filter(|&p| p < index) {
+        index = pending;
+        while earliest_ref[index] < index {
+            index = earliest_ref[index];
+        }
+    }
+    Boundary {
+        index,
+        preserved_tokens: tokens[index..].iter().sum(),
+    }
+}
+
+/// `earliest[b]` is the index of the oldest message holding a call answered by a result in
+/// `messages[b..]` (or `b` itself if none is older). A boundary at `b` orphans a result exactly
+/// when `earliest[b] < b`. The slice has `n + 1` entries; `earliest[n] == n`.
+pub(crate) fn earliest_referenced_call(messages: &[Message]) -> Vec<usize> {
+    let mut call_at: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        for id in m.tool_call_ids() {
+            call_at.entry(id).or_insert(i);
+        }
+    }
+    let n = messages.len();
+    let mut earliest = vec![n; n + 1];
+    for i in (0..n).rev() {
+        let own = messages[i]
+            .tool_result_ids()
+            .filter_map(|id| call_at.get(id).copied())
+            .filter(|&c| c < i)
+            .min()
+            .unwrap_or(i);
+        earliest[i] = own.min(earliest[i + 1]);
+    }
+    earliest
+}
+
+/// The newest assistant message, if some of its tool calls have no result yet.
+fn pending_assistant(messages: &[Message]) -> Option<usize> {
+    let last = messages.iter().rposition(|m| m.role == Role::Assistant)?;
+    let answered: HashSet<&str> = messages[last + 1..]
+        .iter()
+        .flat_map(|m| m.tool_result_ids())
+        .collect();
+    messages[last]
+        .tool_call_ids()
+        .any(|id| !answered.contains(id))
+        .then_some(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Part;
+    use serde_json::json;
+
+    fn text(role: Role) -> Message {
+        Message::text(role, "x")
+    }
+    fn calls(ids: &[&str]) -> Message {
+        Message {
+            role: Role::Assistant,
+            parts: ids
+                .iter()
+                .map(|id| Part::ToolCall {
+                    id: id.to_string(),
+                    name: "bash".into(),
+                    args: json!({}),
+                })
+                .collect(),
+        }
+    }
+    fn results(role: Role, ids: &[&str]) -> Message {
+        Message {
+            role,
+            parts: ids
+                .iter()
+                .map(|id| Part::ToolResult {
+                    call_id: id.to_string(),
+                    name: None,
+                    output: "o".into(),
+                    is_error: false,
+                })
+                .collect(),
+        }
+    }
+    fn boundary(messages: &[Message], tokens: &[usize], budget: usize) -> usize {
+        find_preserve_boundary(messages, tokens, budget, usize::MAX).index
+    }
+
+    #[test]
+    fn empty_session_has_nothing_to_compact() {
+        assert_eq!(
+            find_preserve_boundary(&[], &[], 2000, 40),
+            Boundary {
+                index: 0,
+                preserved_tokens: 0
+            }
+        );
+    }
+
+    #[test]
+    fn takes_newest_messages_while_they_fit() {
+        let m = vec![text(Role::User); 5];
+        assert_eq!(boundary(&m, &[10, 10, 10, 10, 10], 30), 2);
+        assert_eq!(boundary(&m, &[10, 10, 10, 10, 10], 29), 3);
+        assert_eq!(boundary(&m, &[10, 10, 10, 10, 10], 100), 0);
+    }
+
+    #[test]
+    fn one_message_larger_than_the_budget_is_compacted() {
+        let m = vec![text(Role::User), text(Role::Assistant)];
+        let b = find_preserve_boundary(&m, &[10, 20_000], 15_000, 40);
+        assert_eq!(b.index, 2);
+        assert_eq!(b.preserved_tokens, 0);
+    }
+
+    #[test]
+    fn the_tail_never_holds_more_than_max_tail_messages() {
+        let m = vec![text(Role::User); 10];
+        assert_eq!(find_preserve_boundary(&m, &[1; 10], 1000, 4).index, 6);
+    }
+
+    #[test]
+    fn openai_placement_boundary_between_call_and_result_moves_forward() {
+        // user, assistant(call a), tool(a), assistant
+        let m = vec![
+            text(Role::User),
+            calls(&["a"]),
+            results(Role::Tool, &["a"]),
+            text(Role::Assistant),
+        ];
+        // Budget covers the result and the answer but not the call.
+        assert_eq!(boundary(&m, &[1, 50, 10, 10], 25), 3);
+        // Budget covers the pair: both kept.
+        assert_eq!(boundary(&m, &[1, 5, 10, 10], 25), 1);
+    }
+
+    #[test]
+    fn anthropic_placement_results_in_a_user_message() {
+        let m = vec![
+            text(Role::User),
+            calls(&["a"]),
+            results(Role::User, &["a"]),
+            text(Role::Assistant),
+        ];
+        assert_eq!(boundary(&m, &[1, 50, 10, 10], 25), 3);
+        assert_eq!(boundary(&m, &[1, 5, 10, 10], 25), 1);
+    }
+
+    #[test]
+    fn parallel_calls_answered_by_several_messages_stay_together() {
+        // assistant calls a, b, c; three tool messages answer them; budget fits only two results.
+        let m = vec![
+            text(Role::User),
+            calls(&["a", "b", "c"]),
+            results(Role::Tool, &["a"]),
+            results(Role::Tool, &["b"]),
+            results(Role::Tool, &["c"]),
+            text(Role::Assistant),
+        ];
+        let tokens = [1, 10, 10, 10, 10, 10];
+        assert_eq!(boundary(&m, &tokens, 30), 5);
+        assert_eq!(boundary(&m, &tokens, 50), 1);
+    }
+
+    #[test]
+    fn a_waiting_call_is_kept_even_over_budget() {
+        let m = vec![text(Role::User), text(Role::Assistant), calls(&["a"])];
+        let b = find_preserve_boundary(&m, &[1, 1, 500], 100, 40);
+        assert_eq!(b.index, 2);
+        assert_eq!(b.preserved_tokens, 500);
+        // Partly answered parallel calls also wait: the answered result comes along.
+        let m = vec![
+            text(Role::User),
+            calls(&["a", "b"]),
+            results(Role::Tool, &["a"]),
+        ];
+        assert_eq!(boundary(&m, &[1, 500, 1], 100), 1);
+    }
+
+    #[test]
+    fn an_abandoned_call_does_not_pin_the_tail() {
+        // The call was never answered but the assistant moved on: nothing is waiting.
+        let m = vec![
+            text(Role::User),
+            calls(&["a"]),
+            text(Role::Assistant),
+            text(Role::User),
+        ];
+        assert_eq!(boundary(&m, &[1, 500, 1, 1], 10), 2);
+    }
+}

@@ -1,0 +1,131 @@
+//! [`CompactionConfig`]: the spec's knobs (SPEC.md 5.1) plus the two DESIGN.md adds
+//! (reserve and breaker threshold), and the arithmetic derived from them.
+
+use super::constants::*;
+use serde::{Deserialize, Serialize};
+
+/// How a session is compacted. Every field defaults to the spec's constant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// Replace all but the newest tool outputs with a marker in the compaction prompt.
+    pub mask_observations: bool,
+    /// Floor of the preserve budget, in tokens.
+    pub min_preserve: usize,
+    /// Ceiling of the preserve budget, in tokens.
+    pub max_preserve: usize,
+    /// Compact when the active message count exceeds this.
+    pub max_messages: usize,
+    /// Tokens kept free below the context limit; `None` means min(20000, context_limit / 5).
+    pub reserve_tokens: Option<usize>,
+    /// Automatic compaction attempts per user turn before the breaker opens.
+    pub breaker_threshold: u32,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            mask_observations: true,
+            min_preserve: MIN_PRESERVE_RECENT_TOKENS,
+            max_preserve: MAX_PRESERVE_RECENT_TOKENS,
+            max_messages: DEFAULT_MAX_MESSAGES,
+            reserve_tokens: None,
+            breaker_threshold: COMPACTION_CIRCUIT_BREAKER_THRESHOLD,
+        }
+    }
+}
+
+impl CompactionConfig {
+    /// Tokens kept free for the model's answer and the agent's next message.
+    pub fn reserve(&self, context_limit: usize) -> usize {
+        let reserve = self
+            .reserve_tokens
+            .unwrap_or_else(|| MAX_RESERVE_TOKENS.min(context_limit / RESERVE_DIVISOR));
+        reserve.min(context_limit)
+    }
+
+    /// The token count at which a session compacts: `context_limit - reserve`.
+    pub fn token_threshold(&self, context_limit: usize) -> usize {
+        context_limit - self.reserve(context_limit)
+    }
+
+    /// The preserve boundary's budget: a quarter of the usable context, clamped to
+    /// [min_preserve, max_preserve].
+    pub fn preserve_budget(&self, context_limit: usize) -> usize {
+        let quarter = self.token_threshold(context_limit) / PRESERVE_DIVISOR;
+        quarter.clamp(self.min_preserve, self.max_preserve.max(self.min_preserve))
+    }
+
+    /// At most this many messages stay verbatim, so a compaction triggered by message count
+    /// always brings the count back under `max_messages` (the spec bounds the tail by tokens
+    /// only; a tail of 100 tiny messages would re-trigger forever).
+    pub fn max_tail_messages(&self) -> usize {
+        (self.max_messages / 2).max(1)
+    }
+
+    /// How long a summary may be: it and the tail together stay under half the threshold, so a
+    /// compaction always leaves room to work (never less than `min_preserve`).
+    pub fn summary_budget(&self, context_limit: usize) -> usize {
+        (self.token_threshold(context_limit) / 2)
+            .saturating_sub(self.preserve_budget(context_limit))
+            .max(self.min_preserve)
+    }
+
+    /// Checks values that would make compaction meaningless.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_messages == 0 {
+            return Err("max_messages must be at least 1".into());
+        }
+        if self.min_preserve > self.max_preserve {
+            return Err(format!(
+                "min_preserve ({}) must not exceed max_preserve ({})",
+                self.min_preserve, self.max_preserve
+            ));
+        }
+        if self.breaker_threshold == 0 {
+            return Err("breaker_threshold must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_is_the_smaller_of_20000_and_a_fifth() {
+        let c = CompactionConfig::default();
+        assert_eq!(c.reserve(200_000), 20_000);
+        assert_eq!(c.reserve(32_000), 6_400);
+        assert_eq!(c.token_threshold(32_000), 25_600);
+        let fixed = CompactionConfig {
+            reserve_tokens: Some(1_000),
+            ..c
+        };
+        assert_eq!(fixed.token_threshold(32_000), 31_000);
+    }
+
+    #[test]
+    fn preserve_budget_is_clamped_to_the_spec_range() {
+        let c = CompactionConfig::default();
+        assert_eq!(c.preserve_budget(4_000), MIN_PRESERVE_RECENT_TOKENS);
+        assert_eq!(c.preserve_budget(32_000), 6_400);
+        assert_eq!(c.preserve_budget(1_000_000), MAX_PRESERVE_RECENT_TOKENS);
+    }
+
+    #[test]
+    fn nonsense_values_are_rejected() {
+        let c = CompactionConfig {
+            min_preserve: 10,
+            max_preserve: 5,
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().contains("min_preserve"));
+        let c = CompactionConfig {
+            max_messages: 0,
+            ..Default::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,39 @@
+//! The spec's constants (SPEC.md 5.1), under their spec names in Rust's constant case.
+//!
+//! | spec name                           | here                                  |
+//! |-------------------------------------|---------------------------------------|
+//! | MinPreserveRecentTokens             | [`MIN_PRESERVE_RECENT_TOKENS`]        |
+//! | MaxPreserveRecentTokens             | [`MAX_PRESERVE_RECENT_TOKENS`]        |
+//! | defaultMaxMessages                  | [`DEFAULT_MAX_MESSAGES`]              |
+//! | compactionCircuitBreakerThreshold   | [`COMPACTION_CIRCUIT_BREAKER_THRESHOLD`] |
+//! | maxTextChars                        | [`MAX_TEXT_CHARS`]                    |
+//! | maxToolArgsChars                    | [`MAX_TOOL_ARGS_CHARS`]               |
+//! | maxToolOutputChars                  | [`MAX_TOOL_OUTPUT_CHARS`]             |
+//! | preserveRecentOutputs               | [`PRESERVE_RECENT_OUTPUTS`]           |
+
+/// Floor for the preserve boundary's token budget.
+pub const MIN_PRESERVE_RECENT_TOKENS: usize = 2_000;
+/// Ceiling for the preserve boundary's token budget.
+pub const MAX_PRESERVE_RECENT_TOKENS: usize = 15_000;
+/// Compaction triggers when a session's active message count exceeds this.
+pub const DEFAULT_MAX_MESSAGES: usize = 80;
+/// Automatic compaction attempts allowed per user turn before giving up.
+pub const COMPACTION_CIRCUIT_BREAKER_THRESHOLD: u32 = 3;
+/// Text and reasoning parts are cut to this many characters in the compaction prompt.
+pub const MAX_TEXT_CHARS: usize = 2_000;
+/// Tool call arguments are cut to this many characters in the compaction prompt.
+pub const MAX_TOOL_ARGS_CHARS: usize = 500;
+/// Tool outputs are cut to this many characters in the compaction prompt.
+pub const MAX_TOOL_OUTPUT_CHARS: usize = 2_000;
+/// Tool results kept verbatim when observations are masked.
+pub const PRESERVE_RECENT_OUTPUTS: usize = 5;
+/// What a masked tool output reads in the compaction prompt.
+pub const MASKED_OUTPUT: &str = "[output masked for compaction]";
+/// The LazyEstimator's default: about four characters per token.
+pub const DEFAULT_TOKENS_PER_CHAR: f64 = 0.25;
+/// The reserve kept free below the context limit is at most this many tokens...
+pub const MAX_RESERVE_TOKENS: usize = 20_000;
+/// ...and at most this fraction (1/5) of the context limit.
+pub const RESERVE_DIVISOR: usize = 5;
+/// The preserve budget is this fraction (1/4) of the usable context, before clamping.
+pub const PRESERVE_DIVISOR: usize = 4;

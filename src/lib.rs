@@ -1,0 +1,12 @@
+//! compactd keeps long-running LLM agent sessions inside their context window.
+//!
+//! The library holds everything; `main.rs` only parses arguments. Start reading at
+//! [`compaction`] (the pure engine that implements SPEC.md), then [`compactor`] (one compaction
+//! end to end), then the daemon layers.
+
+pub mod cli;
+pub mod compaction;
+pub mod compactor;
+pub mod message;
+pub mod summarize;
+pub mod synthetic;

@@ -1,0 +1,344 @@
+//! The data model every layer shares: a [`Message`] has a [`Role`] and a list of [`Part`]s.
+//!
+//! The wire shape is `{"role": "...", "parts": [...]}`. As a convenience for clients that only
+//! send text, `{"role": "user", "content": "hello"}` is accepted and becomes one text part.
+//!
+//! Tool results may arrive in two places, because the two big API families disagree:
+//! OpenAI-style agents send them in `role:"tool"` messages, Anthropic-style agents inside
+//! `role:"user"` messages. Both are accepted and treated the same; [`Message::validate`] only
+//! rejects combinations no model API accepts (a tool call from the user, a result from the
+//! assistant).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "system" => Some(Role::System),
+            "tool" => Some(Role::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// One piece of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    /// Plain text written by the user, the assistant or the system.
+    Text { text: String },
+    /// The model's visible reasoning ("thinking").
+    Reasoning { text: String },
+    /// A call the assistant makes; `args` is the tool's JSON arguments.
+    ToolCall {
+        id: String,
+        name: String,
+        #[serde(default)]
+        args: Value,
+    },
+    /// What a tool returned to the call with id `call_id`.
+    ToolResult {
+        call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        output: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        is_error: bool,
+    },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "WireMessage")]
+pub struct Message {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+/// What clients may send: `parts`, or `content` as a shorthand for one text part.
+#[derive(Deserialize)]
+struct WireMessage {
+    role: Role,
+    #[serde(default)]
+    parts: Option<Vec<Part>>,
+    #[serde(default)]
+    content: Option<String>,
+}
+
+impl TryFrom<WireMessage> for Message {
+    type Error = String;
+
+    fn try_from(wire: WireMessage) -> Result<Self, Self::Error> {
+        let parts = match (wire.parts, wire.content) {
+            (Some(parts), None) => parts,
+            (None, Some(text)) => vec![Part::Text { text }],
+            (Some(_), Some(_)) => {
+                return Err("a message has either `parts` or `content`, not both".into());
+            }
+            (None, None) => return Err("a message needs `parts` (or `content`)".into()),
+        };
+        Ok(Message {
+            role: wire.role,
+            parts,
+        })
+    }
+}
+
+/// Why a message cannot be accepted, whatever the session holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    #[error("a message needs at least one part")]
+    NoParts,
+    #[error("a {role} message cannot carry a tool_call (only assistant messages call tools)")]
+    ToolCallOutsideAssistant { role: &'static str },
+    #[error("a {role} message cannot carry a tool_result (results come in user or tool messages)")]
+    ToolResultMisplaced { role: &'static str },
+    #[error("a tool message carries only tool_result parts")]
+    ToolMessageWithoutResults,
+    #[error("a tool_call needs a non-empty id and name")]
+    EmptyToolCall,
+    #[error("a tool_result needs a non-empty call_id")]
+    EmptyCallId,
+    #[error("tool_call id `{0}` appears twice")]
+    DuplicateCallId(String),
+}
+
+impl Message {
+    /// A message holding one text part.
+    pub fn text(role: Role, text: impl Into<String>) -> Message {
+        Message {
+            role,
+            parts: vec![Part::Text { text: text.into() }],
+        }
+    }
+
+    /// Checks the rules that hold for a message on its own (the session-level rule, that a
+    /// result's call exists, is the store's).
+    pub fn validate(&self) -> Result<(), MessageError> {
+        if self.parts.is_empty() {
+            return Err(MessageError::NoParts);
+        }
+        let role = self.role.as_str();
+        let mut ids = std::collections::HashSet::new();
+        for part in &self.parts {
+            match part {
+                Part::ToolCall { id, name, .. } => {
+                    if self.role != Role::Assistant {
+                        return Err(MessageError::ToolCallOutsideAssistant { role });
+                    }
+                    if id.is_empty() || name.is_empty() {
+                        return Err(MessageError::EmptyToolCall);
+                    }
+                    if !ids.insert(id.as_str()) {
+                        return Err(MessageError::DuplicateCallId(id.clone()));
+                    }
+                }
+                Part::ToolResult { call_id, .. } => {
+                    if !matches!(self.role, Role::User | Role::Tool) {
+                        return Err(MessageError::ToolResultMisplaced { role });
+                    }
+                    if call_id.is_empty() {
+                        return Err(MessageError::EmptyCallId);
+                    }
+                }
+                Part::Text { .. } | Part::Reasoning { .. } => {
+                    if self.role == Role::Tool {
+                        return Err(MessageError::ToolMessageWithoutResults);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The message's text parts joined by newlines (reasoning excluded).
+    pub fn joined_text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            if let Part::Text { text } = part {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(text);
+            }
+        }
+        out
+    }
+
+    /// True for a message a person typed: a user message with non-blank text. Tool results
+    /// that travel in user messages (Anthropic style) do not count.
+    pub fn is_user_text(&self) -> bool {
+        self.role == Role::User
+            && self
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::Text { text } if !text.trim().is_empty()))
+    }
+
+    /// The ids of the tool calls this message makes.
+    pub fn tool_call_ids(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::ToolCall { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The call ids this message answers.
+    pub fn tool_result_ids(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// Reads a list of messages from JSON: either an array of messages or `{"messages": [...]}`.
+pub fn parse_message_list(json: &str) -> Result<Vec<Message>, serde_json::Error> {
+    match serde_json::from_str::<Value>(json)? {
+        Value::Object(mut map) if map.contains_key("messages") => {
+            serde_json::from_value(map.remove("messages").unwrap_or_default())
+        }
+        other => serde_json::from_value(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_every_part_type_and_round_trips() {
+        let v = json!({"role": "assistant", "parts": [
+            {"type": "text", "text": "hi"},
+            {"type": "reasoning", "text": "think"},
+            {"type": "tool_call", "id": "c1", "name": "read", "args": {"file_path": "/a"}},
+        ]});
+        let m: Message = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(m.parts.len(), 3);
+        assert_eq!(serde_json::to_value(&m).unwrap(), v);
+    }
+
+    #[test]
+    fn content_shorthand_becomes_one_text_part() {
+        let m: Message =
+            serde_json::from_value(json!({"role": "user", "content": "hello"})).unwrap();
+        assert_eq!(m, Message::text(Role::User, "hello"));
+    }
+
+    #[test]
+    fn unknown_role_and_part_type_are_named_in_the_error() {
+        let e = serde_json::from_value::<Message>(json!({"role": "robot", "content": "x"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("robot"), "{e}");
+        let e = serde_json::from_value::<Message>(
+            json!({"role": "user", "parts": [{"type": "image", "url": "x"}]}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("image"), "{e}");
+    }
+
+    #[test]
+    fn tool_results_are_accepted_in_tool_and_user_messages() {
+        for role in ["tool", "user"] {
+            let m: Message = serde_json::from_value(json!({"role": role, "parts": [
+                {"type": "tool_result", "call_id": "c1", "output": "ok"}]}))
+            .unwrap();
+            assert_eq!(m.validate(), Ok(()));
+            assert_eq!(m.tool_result_ids().collect::<Vec<_>>(), ["c1"]);
+            assert!(!m.is_user_text());
+        }
+    }
+
+    #[test]
+    fn misplaced_parts_are_rejected() {
+        let call = Part::ToolCall {
+            id: "c".into(),
+            name: "bash".into(),
+            args: json!({}),
+        };
+        let user_call = Message {
+            role: Role::User,
+            parts: vec![call.clone()],
+        };
+        assert!(matches!(
+            user_call.validate(),
+            Err(MessageError::ToolCallOutsideAssistant { .. })
+        ));
+        let result = Part::ToolResult {
+            call_id: "c".into(),
+            name: None,
+            output: "x".into(),
+            is_error: false,
+        };
+        let assistant_result = Message {
+            role: Role::Assistant,
+            parts: vec![result],
+        };
+        assert!(matches!(
+            assistant_result.validate(),
+            Err(MessageError::ToolResultMisplaced { .. })
+        ));
+        let tool_text = Message::text(Role::Tool, "x");
+        assert_eq!(
+            tool_text.validate(),
+            Err(MessageError::ToolMessageWithoutResults)
+        );
+        let dup = Message {
+            role: Role::Assistant,
+            parts: vec![call.clone(), call],
+        };
+        assert_eq!(
+            dup.validate(),
+            Err(MessageError::DuplicateCallId("c".into()))
+        );
+        let empty = Message {
+            role: Role::User,
+            parts: vec![],
+        };
+        assert_eq!(empty.validate(), Err(MessageError::NoParts));
+    }
+
+    #[test]
+    fn message_lists_come_bare_or_wrapped() {
+        let bare = r#"[{"role":"user","content":"a"}]"#;
+        let wrapped = r#"{"messages":[{"role":"user","content":"a"}]}"#;
+        assert_eq!(parse_message_list(bare).unwrap().len(), 1);
+        assert_eq!(parse_message_list(wrapped).unwrap().len(), 1);
+        let bad = r#"{"messages":[{"role":"user","parts":[{"type":"video"}]}]}"#;
+        assert!(
+            parse_message_list(bad)
+                .unwrap_err()
+                .to_string()
+                .contains("video")
+        );
+    }
+}
