@@ -5,8 +5,16 @@
 //! end to end), then the daemon layers.
 
 pub mod cli;
+pub mod client;
 pub mod compaction;
 pub mod compactor;
+pub mod config;
+pub mod config_watch;
+pub mod daemon;
 pub mod message;
+pub mod paths;
+pub mod server;
+pub mod service;
+pub mod store;
 pub mod summarize;
 pub mod synthetic;

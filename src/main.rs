@@ -17,6 +17,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the daemon (socket activation aware; logs to stderr, level from COMPACTD_LOG).
+    Serve {
+        /// Socket path [default: $XDG_RUNTIME_DIR/compactd/compactd.sock]
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Database path [default: $XDG_DATA_HOME/compactd/compactd.db]
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Config file [default: $XDG_CONFIG_HOME/compactd/config.toml]
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Show what compaction would do to a file of messages (offline, JSON).
     Plan {
         #[command(flatten)]
@@ -71,6 +83,11 @@ async fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Serve { socket, db, config } => {
+            init_logging();
+            let options = compactd::daemon::DaemonOptions { socket, db, config };
+            compactd::daemon::run(options, compactd::daemon::shutdown_signal()).await?;
+        }
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;
             println!("{}", serde_json::to_string_pretty(&offline::plan(&input))?);
@@ -84,4 +101,14 @@ async fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("COMPACTD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }

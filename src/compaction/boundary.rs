@@ -63,22 +63,24 @@ pub fn find_preserve_boundary(
 /// `messages[b..]` (or `b` itself if none is older). A boundary at `b` orphans a result exactly
 /// when `earliest[b] < b`. The slice has `n + 1` entries; `earliest[n] == n`.
 pub(crate) fn earliest_referenced_call(messages: &[Message]) -> Vec<usize> {
-    let mut call_at: HashMap<&str, usize> = HashMap::new();
-    for (i, m) in messages.iter().enumerate() {
-        for id in m.tool_call_ids() {
-            call_at.entry(id).or_insert(i);
-        }
-    }
     let n = messages.len();
-    let mut earliest = vec![n; n + 1];
-    for i in (0..n).rev() {
-        let own = messages[i]
+    // A result answers the most recent earlier call with its id (some agents reuse ids).
+    let mut latest_call: HashMap<&str, usize> = HashMap::new();
+    let mut own = Vec::with_capacity(n);
+    for (i, m) in messages.iter().enumerate() {
+        let oldest = m
             .tool_result_ids()
-            .filter_map(|id| call_at.get(id).copied())
-            .filter(|&c| c < i)
+            .filter_map(|id| latest_call.get(id).copied())
             .min()
             .unwrap_or(i);
-        earliest[i] = own.min(earliest[i + 1]);
+        own.push(oldest);
+        for id in m.tool_call_ids() {
+            latest_call.insert(id, i);
+        }
+    }
+    let mut earliest = vec![n; n + 1];
+    for i in (0..n).rev() {
+        earliest[i] = own[i].min(earliest[i + 1]);
     }
     earliest
 }
@@ -225,6 +227,18 @@ mod tests {
             results(Role::Tool, &["a"]),
         ];
         assert_eq!(boundary(&m, &[1, 500, 1], 100), 1);
+    }
+
+    #[test]
+    fn a_reused_call_id_pairs_with_its_latest_call() {
+        // Both rounds use id "a"; the second result belongs to the second call.
+        let m = vec![
+            calls(&["a"]),
+            results(Role::Tool, &["a"]),
+            calls(&["a"]),
+            results(Role::Tool, &["a"]),
+        ];
+        assert_eq!(boundary(&m, &[100, 100, 10, 10], 25), 2);
     }
 
     #[test]

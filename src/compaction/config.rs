@@ -20,6 +20,8 @@ pub struct CompactionConfig {
     pub reserve_tokens: Option<usize>,
     /// Automatic compaction attempts per user turn before the breaker opens.
     pub breaker_threshold: u32,
+    /// The context limit of a session created without one.
+    pub default_context_limit: usize,
 }
 
 impl Default for CompactionConfig {
@@ -31,6 +33,7 @@ impl Default for CompactionConfig {
             max_messages: DEFAULT_MAX_MESSAGES,
             reserve_tokens: None,
             breaker_threshold: COMPACTION_CIRCUIT_BREAKER_THRESHOLD,
+            default_context_limit: DEFAULT_CONTEXT_LIMIT,
         }
     }
 }
@@ -80,6 +83,11 @@ impl CompactionConfig {
             return Err(format!(
                 "min_preserve ({}) must not exceed max_preserve ({})",
                 self.min_preserve, self.max_preserve
+            ));
+        }
+        if self.default_context_limit < MIN_CONTEXT_LIMIT {
+            return Err(format!(
+                "default_context_limit must be at least {MIN_CONTEXT_LIMIT}"
             ));
         }
         if self.breaker_threshold == 0 {

@@ -37,3 +37,7 @@ pub const MAX_RESERVE_TOKENS: usize = 20_000;
 pub const RESERVE_DIVISOR: usize = 5;
 /// The preserve budget is this fraction (1/4) of the usable context, before clamping.
 pub const PRESERVE_DIVISOR: usize = 4;
+/// The context limit of a session that does not name one (a common window for current models).
+pub const DEFAULT_CONTEXT_LIMIT: usize = 128_000;
+/// Smaller windows leave no room for a summary and a tail.
+pub const MIN_CONTEXT_LIMIT: usize = 1_000;

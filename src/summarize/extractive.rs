@@ -25,6 +25,8 @@ const FILES_SHOWN: usize = 50;
 const ERRORS_KEPT: usize = 12;
 /// Assistant notes kept in section 5, newest last.
 const NOTES_KEPT: usize = 10;
+/// Characters of the first user message quoted as the primary request.
+const PRIMARY_REQUEST_CHARS: usize = 600;
 /// Section 6 entries that are never shortened to meet the summary budget.
 const RECENT_USER_MESSAGES_KEPT_WHOLE: usize = 10;
 
@@ -109,7 +111,8 @@ fn primary_request(prior: Option<&str>, messages: &[Message], focus: Option<&str
         None => messages
             .iter()
             .find(|m| m.is_user_text())
-            .map(|m| truncate_chars(&m.joined_text(), MAX_TEXT_CHARS).into_owned())
+            // Section 6 holds it whole; here its opening says what the session is for.
+            .map(|m| truncate_chars(m.joined_text().trim(), PRIMARY_REQUEST_CHARS).into_owned())
             .unwrap_or_default(),
     };
     if let Some(focus) = focus.map(str::trim).filter(|f| !f.is_empty()) {

@@ -66,3 +66,16 @@ pub trait Summarizer: Send + Sync {
     /// Writes the summary.
     async fn summarize(&self, request: &SummaryRequest) -> Result<String, SummarizeError>;
 }
+
+/// Builds the summarizer the config names.
+pub fn from_config(
+    config: &crate::config::SummarizerConfig,
+) -> Result<std::sync::Arc<dyn Summarizer>, SummarizeError> {
+    use crate::config::SummarizerKind;
+    match config.kind {
+        SummarizerKind::Extractive => Ok(std::sync::Arc::new(extractive::Extractive)),
+        other => Err(SummarizeError::Config(format!(
+            "summarizer kind {other:?} is not available"
+        ))),
+    }
+}

@@ -1,0 +1,218 @@
+//! A small HTTP/1.1 client over the daemon's Unix socket, for the CLI (and tests): one
+//! connection per request, JSON in and out, API errors turned into [`ClientError::Api`].
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use tokio::net::UnixStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "no compactd is answering on {socket} ({reason}); start one with `compactd serve` or `systemctl --user start compactd.socket`"
+    )]
+    NotRunning { socket: PathBuf, reason: String },
+    #[error("{message} (HTTP {status}, {code})")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("talking to compactd on {socket}: {reason}")]
+    Transport { socket: PathBuf, reason: String },
+}
+
+/// A client of the daemon at one socket path.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+}
+
+/// A raw answer: status and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+impl Client {
+    pub fn new(socket: impl Into<PathBuf>) -> Client {
+        Client {
+            socket: socket.into(),
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, ClientError> {
+        let stream =
+            UnixStream::connect(&self.socket)
+                .await
+                .map_err(|e| ClientError::NotRunning {
+                    socket: self.socket.clone(),
+                    reason: e.to_string(),
+                })?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.transport(e))?;
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+
+    fn transport(&self, e: impl std::fmt::Display) -> ClientError {
+        ClientError::Transport {
+            socket: self.socket.clone(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// Sends a request and returns the response head with its streaming body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
+        let mut sender = self.connect().await?;
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "compactd")
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .map_err(|e| self.transport(e))?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.transport(e))
+    }
+
+    /// Sends a request and reads the whole answer, whatever its status.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Bytes>,
+    ) -> Result<Answer, ClientError> {
+        let response = self.send(method, path, body.into()).await?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.transport(e))?
+            .to_bytes();
+        Ok(Answer { status, body })
+    }
+
+    /// Sends JSON (or nothing) and returns the JSON answer; an error status becomes `Api`.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        let answer = self.raw(method, path, bytes).await?;
+        let json = answer.json();
+        if answer.status.is_success() {
+            return Ok(json);
+        }
+        let error = &json["error"];
+        Err(ClientError::Api {
+            status: answer.status.as_u16(),
+            code: error["code"].as_str().unwrap_or("unknown").to_string(),
+            message: error["message"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).into_owned()),
+        })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    /// Subscribes to `GET /events`. Once this returns, the daemon is sending this
+    /// subscriber every event that happens.
+    pub async fn events(&self) -> Result<EventStream, ClientError> {
+        let response = self.send(Method::GET, "/events", Bytes::new()).await?;
+        if !response.status().is_success() {
+            return Err(ClientError::Api {
+                status: response.status().as_u16(),
+                code: "events".into(),
+                message: "cannot subscribe to events".into(),
+            });
+        }
+        Ok(EventStream {
+            body: response.into_body(),
+            buffer: String::new(),
+            socket: self.socket.clone(),
+        })
+    }
+}
+
+/// Server-sent events from the daemon.
+pub struct EventStream {
+    body: Incoming,
+    buffer: String,
+    socket: PathBuf,
+}
+
+impl EventStream {
+    /// The next event as (name, data); `None` when the daemon closed the stream.
+    pub async fn next(&mut self) -> Option<Result<(String, Value), ClientError>> {
+        let (mut name, mut data) = (String::new(), String::new());
+        loop {
+            while let Some(end) = self.buffer.find('\n') {
+                let line: String = self.buffer.drain(..=end).collect();
+                let line = line.trim_end_matches(['\r', '\n']);
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                } else if line.is_empty() && !data.is_empty() {
+                    let value = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                    return Some(Ok((name, value)));
+                }
+            }
+            let frame = match self.body.frame().await? {
+                Ok(frame) => frame,
+                Err(e) => {
+                    return Some(Err(ClientError::Transport {
+                        socket: self.socket.clone(),
+                        reason: e.to_string(),
+                    }));
+                }
+            };
+            if let Some(chunk) = frame.data_ref() {
+                self.buffer.push_str(&String::from_utf8_lossy(chunk));
+            }
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The daemon's configuration: `config.toml`, every key optional, defaults = the spec's constants.
+//!
+//! ```toml
+//! [compaction]   # the engine (CompactionConfig), also overridable per session
+//! [summarizer]   # which summarizer writes summaries
+//! [server]       # socket and request limits
+//! [store]        # database path and durability
+//! ```
+//! Unknown keys and bad values are errors that name the key. Hot reload lives in
+//! [`crate::config_watch`]; per-session overrides are merged by [`compaction_with_overrides`].
+
+use crate::compaction::CompactionConfig;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub compaction: CompactionConfig,
+    pub summarizer: SummarizerConfig,
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+}
+
+/// Which summarizer writes summaries, and how to reach it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SummarizerConfig {
+    pub kind: SummarizerKind,
+    /// API root: `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`, `https://api.anthropic.com`.
+    pub base_url: Option<String>,
+    /// The compaction model (not the agent's).
+    pub model: Option<String>,
+    /// The environment variable holding the API key (the key itself is never in the config).
+    pub api_key_env: Option<String>,
+    /// Connect and total timeout of one call, seconds.
+    pub timeout_s: u64,
+    /// Retries on connection errors, 5xx and 429.
+    pub max_retries: u32,
+    /// The summarizer's own context window, tokens; prompts larger than
+    /// `context_window - max_output_tokens` are compacted in chunks.
+    pub context_window: Option<usize>,
+    pub max_output_tokens: usize,
+    /// For `kind = "command"`: argv (`["llm", "-m", "x"]`) or a shell line. Prompt on stdin,
+    /// summary on stdout.
+    pub command: Option<CommandLine>,
+    /// What to do when the summarizer fails: `"extractive"` compacts with the built-in one.
+    pub fallback: Option<Fallback>,
+}
+
+impl Default for SummarizerConfig {
+    fn default() -> Self {
+        SummarizerConfig {
+            kind: SummarizerKind::Extractive,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            timeout_s: 120,
+            max_retries: 3,
+            context_window: None,
+            max_output_tokens: 4_096,
+            command: None,
+            fallback: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SummarizerKind {
+    Extractive,
+    Openai,
+    Anthropic,
+    Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    Extractive,
+}
+
+/// A command as argv, or as one line for `sh -c`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CommandLine {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The socket path (default: `$XDG_RUNTIME_DIR/compactd/compactd.sock`).
+    pub socket: Option<PathBuf>,
+    /// Requests with larger bodies are refused with 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            socket: None,
+            max_body_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The database path (default: `$XDG_DATA_HOME/compactd/compactd.db`).
+    pub path: Option<PathBuf>,
+    pub synchronous: Synchronous,
+}
+
+/// SQLite's `synchronous` setting. `full` (default) makes every acknowledged append survive
+/// power loss; `normal` survives a crash of compactd but may lose the last appends on power loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    #[default]
+    Full,
+    Normal,
+}
+
+impl Synchronous {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Why a config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// Loads `path`; a missing file is the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses and validates TOML; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        config.validate().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Checks values that parse but cannot work, naming the key.
+    pub fn validate(&self) -> Result<(), String> {
+        self.compaction
+            .validate()
+            .map_err(|e| format!("[compaction] {e}"))?;
+        let s = &self.summarizer;
+        let needs = |what: bool, key: &str| {
+            if what {
+                Ok(())
+            } else {
+                Err(format!(
+                    "[summarizer] {key} is required for kind = \"{}\"",
+                    kind_name(s.kind)
+                ))
+            }
+        };
+        match s.kind {
+            SummarizerKind::Extractive => {}
+            SummarizerKind::Openai | SummarizerKind::Anthropic => {
+                needs(s.model.is_some(), "model")?;
+            }
+            SummarizerKind::Command => needs(s.command.is_some(), "command")?,
+        }
+        if s.timeout_s == 0 {
+            return Err("[summarizer] timeout_s must be at least 1".into());
+        }
+        if s.max_output_tokens == 0 {
+            return Err("[summarizer] max_output_tokens must be at least 1".into());
+        }
+        if let Some(window) = s.context_window.filter(|&w| w <= s.max_output_tokens) {
+            return Err(format!(
+                "[summarizer] context_window ({window}) must exceed max_output_tokens ({})",
+                s.max_output_tokens
+            ));
+        }
+        if self.server.max_body_bytes < 1024 {
+            return Err("[server] max_body_bytes must be at least 1024".into());
+        }
+        Ok(())
+    }
+}
+
+fn kind_name(kind: SummarizerKind) -> &'static str {
+    match kind {
+        SummarizerKind::Extractive => "extractive",
+        SummarizerKind::Openai => "openai",
+        SummarizerKind::Anthropic => "anthropic",
+        SummarizerKind::Command => "command",
+    }
+}
+
+/// The compaction config of a session: the global one with the session's overrides (a JSON
+/// object of `[compaction]` keys) on top. Unknown keys and bad values are errors naming the key.
+pub fn compaction_with_overrides(
+    global: &CompactionConfig,
+    overrides: &Value,
+) -> Result<CompactionConfig, String> {
+    let Value::Object(overrides) = overrides else {
+        return Err("config overrides must be a JSON object".into());
+    };
+    let mut merged = serde_json::to_value(global).map_err(|e| e.to_string())?;
+    if let Value::Object(map) = &mut merged {
+        for (key, value) in overrides {
+            map.insert(key.clone(), value.clone());
+        }
+    }
+    let config: CompactionConfig =
+        serde_json::from_value(merged).map_err(|e| format!("config: {e}"))?;
+    config.validate()?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_is_the_spec_defaults() {
+        let c = Config::parse("", Path::new("c.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.compaction.max_messages, 80);
+        assert_eq!(c.compaction.min_preserve, 2_000);
+        assert_eq!(c.compaction.max_preserve, 15_000);
+        assert!(c.compaction.mask_observations);
+        assert_eq!(c.summarizer.kind, SummarizerKind::Extractive);
+        assert_eq!(c.store.synchronous, Synchronous::Full);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let e = Config::parse("[compaction]\nmax_mesages = 3\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_mesages") && e.contains("c.toml"), "{e}");
+        let e = Config::parse(
+            "[compaction]\nmax_messages = \"many\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("max_messages"), "{e}");
+        let e = Config::parse("[summarizer]\nkind = \"openai\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model"), "{e}");
+        let e = Config::parse(
+            "[store]\nsynchronous = \"sometimes\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sometimes"), "{e}");
+    }
+
+    #[test]
+    fn session_overrides_merge_and_are_validated() {
+        let global = CompactionConfig::default();
+        let c =
+            compaction_with_overrides(&global, &serde_json::json!({"max_messages": 10})).unwrap();
+        assert_eq!(c.max_messages, 10);
+        assert_eq!(c.min_preserve, global.min_preserve);
+        let e = compaction_with_overrides(&global, &serde_json::json!({"bogus": 1})).unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+        let e = compaction_with_overrides(&global, &serde_json::json!({"max_messages": 0}))
+            .unwrap_err();
+        assert!(e.contains("max_messages"), "{e}");
+    }
+}

@@ -1,0 +1,114 @@
+//! Config hot reload: watch the config file's directory (editors replace files rather than
+//! write them in place), debounce the burst of events an edit makes, re-parse, and put the new
+//! config in force. An invalid edit is logged, reported in `/health`, and changes nothing:
+//! the old config stays. SIGHUP reloads too (`systemctl --user reload compactd`).
+
+use crate::config::Config;
+use crate::service::{Event, Service};
+use notify::{RecursiveMode, Watcher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Edits closer together than this are one reload.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// Starts watching `path`; reloads run until the service shuts down.
+pub fn spawn(path: PathBuf, service: Arc<Service>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let watcher = start_watcher(&path, tx);
+    let shutdown = service.shutdown_token();
+    tokio::spawn(async move {
+        // Keep the watcher alive as long as this task.
+        let _watcher = watcher;
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = rx.recv() => {
+                    if event.is_none() { break; }
+                    // Let the editor finish: swallow events until the file is quiet.
+                    while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
+                }
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {}
+            }
+            reload(&path, &service);
+        }
+    });
+}
+
+fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name()?.to_os_string();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let ours = event.is_ok_and(|e| e.paths.iter().any(|p| p.file_name() == Some(&name)));
+        if ours {
+            let _ = tx.send(());
+        }
+    })
+    .inspect_err(|e| tracing::warn!(error = %e, "config hot reload unavailable"))
+    .ok()?;
+    match watcher.watch(dir, RecursiveMode::NonRecursive) {
+        Ok(()) => Some(watcher),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the config directory; edits need a restart or SIGHUP");
+            None
+        }
+    }
+}
+
+/// Re-reads the config; applies it if valid, keeps the old one otherwise.
+pub fn reload(path: &Path, service: &Service) {
+    let shown = path.display().to_string();
+    let result = Config::load(path)
+        .map_err(|e| e.to_string())
+        .and_then(|new| {
+            let old = service.settings().config.clone();
+            if new == old {
+                return Ok(false);
+            }
+            if new.store != old.store || new.server.socket != old.server.socket {
+                tracing::warn!("[store] and [server] socket changes take effect at the next start");
+            }
+            notify_systemd(&[sd_notify::NotifyState::Reloading, monotonic_now()]);
+            let applied = service.apply_config(new).map_err(|e| e.to_string());
+            notify_systemd(&[sd_notify::NotifyState::Ready]);
+            applied.map(|()| true)
+        });
+    match result {
+        Ok(changed) => {
+            service.set_config_status(|s| {
+                s.error = None;
+                if changed {
+                    s.reloads += 1;
+                }
+            });
+            if changed {
+                tracing::info!(path = %shown, "config reloaded");
+                service.emit(Event::ConfigReloaded { path: shown });
+            }
+        }
+        Err(error) => {
+            tracing::error!(path = %shown, %error, "config edit rejected; the previous config stays in force");
+            service.set_config_status(|s| s.error = Some(error.clone()));
+            service.emit(Event::ConfigRejected { path: shown, error });
+        }
+    }
+}
+
+fn monotonic_now() -> sd_notify::NotifyState<'static> {
+    sd_notify::NotifyState::monotonic_usec_now()
+        .unwrap_or(sd_notify::NotifyState::Status("reloading"))
+}
+
+/// Tells systemd about a state change; a no-op outside systemd (no NOTIFY_SOCKET).
+pub fn notify_systemd(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}

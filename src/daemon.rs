@@ -1,0 +1,111 @@
+//! `compactd serve` as a library function: tests start a whole daemon in-process, on a temp
+//! socket and a temp database, and stop it through the `shutdown` future they pass in.
+
+use crate::config::Config;
+use crate::config_watch::{self, notify_systemd};
+use crate::paths;
+use crate::server::{self, listener};
+use crate::service::Service;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use sd_notify::NotifyState;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where the daemon keeps things; `None` means the config's setting, else the XDG default.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    pub socket: Option<PathBuf>,
+    pub db: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+}
+
+/// Runs the daemon until `shutdown` completes: then it stops accepting, cancels running
+/// compactions, finishes in-flight requests, closes the database and removes its socket.
+pub async fn run(
+    options: DaemonOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let config_path = options.config.clone().unwrap_or_else(paths::default_config);
+    let config = Config::load(&config_path)?;
+    let db = options
+        .db
+        .clone()
+        .or_else(|| config.store.path.clone())
+        .unwrap_or_else(paths::default_db);
+    let socket = options
+        .socket
+        .clone()
+        .or_else(|| config.server.socket.clone())
+        .unwrap_or_else(paths::default_socket);
+
+    let store = Store::open(&db, config.store.synchronous)
+        .with_context(|| format!("cannot open the database {}", db.display()))?;
+    let service = Service::new(store.clone(), config).context("cannot build the summarizer")?;
+    service.set_config_status(|s| s.path = Some(config_path.display().to_string()));
+
+    let (listener, bound) = match listener::from_systemd()? {
+        Some(listener) => (listener, None),
+        None => (listener::bind(&socket)?, Some(socket.clone())),
+    };
+    config_watch::spawn(config_path, service.clone());
+    spawn_watchdog(&service);
+    tracing::info!(
+        socket = %bound.as_ref().map_or("(from systemd)".into(), |p| p.display().to_string()),
+        db = %db.display(),
+        summarizer = %service.settings().summarizer.name(),
+        "compactd serving"
+    );
+    notify_systemd(&[NotifyState::Ready, NotifyState::Status("serving")]);
+
+    let token = service.shutdown_token();
+    let stop = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        notify_systemd(&[NotifyState::Stopping]);
+        token.cancel();
+    };
+    let served = server::serve(listener, service.clone(), stop).await;
+    service.shutdown().await;
+    store.close();
+    if let Some(path) = bound {
+        let _ = std::fs::remove_file(path);
+    }
+    served.context("server error")
+}
+
+/// Pings systemd's watchdog at half its interval, while the runtime is healthy.
+fn spawn_watchdog(service: &Arc<Service>) {
+    let Some(interval) = sd_notify::watchdog_enabled() else {
+        return;
+    };
+    let shutdown = service.shutdown_token();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval / 2);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => notify_systemd(&[NotifyState::Watchdog]),
+            }
+        }
+    });
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = terminated => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,29 @@
+//! `GET /events`: server-sent events, one per [`crate::service::Event`], ending at shutdown.
+
+use crate::service::Service;
+use axum::extract::State;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures_util::{Stream, StreamExt};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio_stream::wrappers::BroadcastStream;
+
+pub async fn events(
+    State(service): State<Arc<Service>>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let shutdown = service.shutdown_token();
+    let stream = BroadcastStream::new(service.subscribe())
+        .filter_map(|item| async move {
+            match item {
+                Ok(event) => SseEvent::default()
+                    .event(event.name())
+                    .json_data(&event)
+                    .ok(),
+                // A slow reader missed events: say so rather than pretend.
+                Err(_) => Some(SseEvent::default().event("lagged").data("{}")),
+            }
+        })
+        .map(Ok)
+        .take_until(async move { shutdown.cancelled().await });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,237 @@
+//! The handlers: parse, call the service, shape the answer. No decisions live here.
+
+use super::error::ApiError;
+use super::extract::{ApiQuery, JsonBody, SessionPath};
+use crate::message::{Message, parse_message_list};
+use crate::service::{AppendRequest, CreateSession, Service};
+use crate::store::SessionUpdate;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+type Svc = State<Arc<Service>>;
+type ApiResult = Result<axum::response::Response, ApiError>;
+
+fn ok(value: impl serde::Serialize) -> ApiResult {
+    Ok(Json(value).into_response())
+}
+
+pub async fn health(State(service): Svc) -> ApiResult {
+    let settings = service.settings();
+    let status = service.config_status();
+    ok(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": service.uptime_s(),
+        "pid": std::process::id(),
+        "summarizer": settings.summarizer.name(),
+        "config": status,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    id: Option<String>,
+    model: Option<String>,
+    context_limit: Option<usize>,
+    config: Option<Value>,
+}
+
+pub async fn create_session(
+    State(service): Svc,
+    JsonBody(body): JsonBody<CreateBody>,
+) -> ApiResult {
+    let view = service
+        .create_session(CreateSession {
+            id: body.id,
+            model: body.model,
+            context_limit: body.context_limit,
+            config: body.config,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+pub async fn list_sessions(State(service): Svc) -> ApiResult {
+    ok(json!({"sessions": service.sessions()?}))
+}
+
+pub async fn get_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
+    ok(service.session(&id)?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBody {
+    model: Option<String>,
+    context_limit: Option<usize>,
+    config: Option<Value>,
+}
+
+pub async fn update_session(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    JsonBody(body): JsonBody<UpdateBody>,
+) -> ApiResult {
+    let update = SessionUpdate {
+        model: body.model,
+        context_limit: body.context_limit,
+        overrides: body.config,
+    };
+    ok(service.update_session(&id, update).await?)
+}
+
+pub async fn delete_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
+    service.delete_session(&id).await?;
+    ok(json!({"deleted": true, "id": id}))
+}
+
+/// `POST /session/{id}/message` takes one message, an array of messages, or
+/// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`.
+pub async fn append(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let request = parse_append(body)?;
+    ok(service.append(&id, request).await?)
+}
+
+fn parse_append(body: Value) -> Result<AppendRequest, ApiError> {
+    let invalid = |e: serde_json::Error| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", e.to_string())
+    };
+    match body {
+        Value::Array(_) => Ok(AppendRequest {
+            messages: parse_message_list(&body.to_string()).map_err(invalid)?,
+            ..Default::default()
+        }),
+        Value::Object(mut map) if map.contains_key("messages") => {
+            let messages = map.remove("messages").unwrap_or_default();
+            let input_tokens = match map.remove("usage") {
+                None | Some(Value::Null) => None,
+                Some(usage) => Some(
+                    usage
+                        .get("input_tokens")
+                        .and_then(Value::as_u64)
+                        .ok_or_else(|| {
+                            ApiError::bad_request("usage needs a non-negative integer input_tokens")
+                        })? as usize,
+                ),
+            };
+            let wait = match map.remove("wait") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => b,
+                Some(_) => return Err(ApiError::bad_request("wait must be true or false")),
+            };
+            if let Some(key) = map.keys().next() {
+                return Err(ApiError::bad_request(format!(
+                    "unknown field `{key}` (expected messages, usage, wait)"
+                )));
+            }
+            let Value::Array(items) = messages else {
+                return Err(ApiError::bad_request("messages must be an array"));
+            };
+            let messages = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    serde_json::from_value::<Message>(item).map_err(|e| {
+                        ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_message",
+                            format!("message {i}: {e}"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(AppendRequest {
+                messages,
+                input_tokens,
+                wait,
+            })
+        }
+        Value::Object(_) => Ok(AppendRequest {
+            messages: vec![serde_json::from_value(body).map_err(invalid)?],
+            ..Default::default()
+        }),
+        _ => Err(ApiError::bad_request(
+            "expected a message, an array of messages, or {\"messages\": [...]}",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    #[serde(default)]
+    after: u64,
+    limit: Option<usize>,
+}
+
+/// Most messages one history page returns.
+const MAX_PAGE: usize = 1_000;
+
+pub async fn history(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
+) -> ApiResult {
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1 to {MAX_PAGE}"
+        )));
+    }
+    ok(service.history(&id, query.after, limit)?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextQuery {
+    wait: Option<bool>,
+}
+
+pub async fn context(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    ApiQuery(query): ApiQuery<ContextQuery>,
+) -> ApiResult {
+    ok(service.context(&id, query.wait.unwrap_or(true)).await?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummarizeBody {
+    focus: Option<String>,
+}
+
+pub async fn summarize(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    JsonBody(body): JsonBody<SummarizeBody>,
+) -> ApiResult {
+    ok(service.summarize(&id, body.focus).await?)
+}
+
+pub async fn compactions(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
+    let (compactions, failures) = service.compaction_history(&id)?;
+    ok(json!({"compactions": compactions, "failures": failures}))
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this endpoint",
+    )
+}

@@ -1,0 +1,309 @@
+//! Running compactions: automatic ones after an append, manual ones on request, and the
+//! circuit breaker between them.
+//!
+//! The breaker (SPEC.md 5.2) counts automatic attempts per user turn (from one user text
+//! message to the next). When a compaction brings the session back under its trigger the
+//! count starts over: the breaker exists to stop *loops* (compactions that do not help or keep
+//! failing), and an autonomous agent that works for hours in one turn must still be compacted
+//! as often as it fills its window. After `breaker_threshold` attempts that did not resolve the
+//! trigger, automatic compaction stops until the next user message; manual compaction works.
+
+use super::events::Event;
+use super::locks::SessionGuard;
+use super::views::CompactionStatus;
+use super::{Service, ServiceError};
+use crate::compaction::{
+    CompactionConfig, FileLists, PlanInput, Trigger, estimate_each, summary_message,
+};
+use crate::compactor::{self, Compacted};
+use crate::message::Message;
+use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
+use crate::summarize::extractive::Extractive;
+use crate::summarize::{SummarizeError, Summarizer};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The answer to a manual compaction.
+#[derive(Debug, Clone, Serialize)]
+pub struct SummarizeOutcome {
+    pub compacted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionRow>,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Compacted(Box<CompactionRow>, Box<SessionRow>),
+    NothingToCompact,
+}
+
+impl Service {
+    /// Decides, after an append, whether to compact; starts the compaction if so. With
+    /// `wait`, returns once it has finished.
+    pub(super) async fn after_append(
+        self: &Arc<Self>,
+        session: &SessionRow,
+        wait: bool,
+    ) -> Option<CompactionStatus> {
+        let trigger = self.trigger_of(session)?;
+        let config = self.compaction_config(session);
+        if session.turn_attempts >= config.breaker_threshold {
+            self.announce_breaker(session, &config);
+            return Some(CompactionStatus::breaker_open(trigger));
+        }
+        let Some(guard) = self.locks.try_lock(&session.id) else {
+            return Some(CompactionStatus::in_progress(trigger));
+        };
+        let service = self.clone();
+        let id = session.id.clone();
+        let task = self
+            .tasks
+            .spawn(async move { service.auto_compact(id, guard).await });
+        if !wait {
+            return Some(CompactionStatus::started(trigger));
+        }
+        Some(task.await.unwrap_or_else(|_| {
+            CompactionStatus::failed(trigger, "compaction task stopped".into())
+        }))
+    }
+
+    /// Compacts while the trigger fires and the breaker allows, holding the session's lock.
+    /// Appends that arrive meanwhile can fire the trigger again, hence the loop.
+    async fn auto_compact(self: Arc<Self>, id: String, _guard: SessionGuard) -> CompactionStatus {
+        let mut status = None;
+        loop {
+            let session = match self.store.session(&id) {
+                Ok(session) => session,
+                Err(e) => return CompactionStatus::failed(Trigger::Tokens, e.to_string()),
+            };
+            let Some(trigger) = self.trigger_of(&session) else {
+                break;
+            };
+            let config = self.compaction_config(&session);
+            if session.turn_attempts >= config.breaker_threshold {
+                self.announce_breaker(&session, &config);
+                return status.unwrap_or(CompactionStatus::breaker_open(trigger));
+            }
+            let _ = self
+                .store
+                .record_attempt(id.clone(), session.turn_start_seq)
+                .await;
+            match self.compact_once(&id, trigger, None).await {
+                Ok(Attempt::Compacted(row, after)) => {
+                    if self.trigger_of(&after).is_none() {
+                        let _ = self.store.reset_attempts(id.clone()).await;
+                    }
+                    status = Some(CompactionStatus::completed(trigger, *row));
+                    if self.shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Ok(Attempt::NothingToCompact) => {
+                    return CompactionStatus::failed(trigger, NOTHING_TO_COMPACT.into());
+                }
+                Err(e) => return CompactionStatus::failed(trigger, e.to_string()),
+            }
+        }
+        status.unwrap_or(CompactionStatus::not_needed())
+    }
+
+    fn announce_breaker(&self, session: &SessionRow, config: &CompactionConfig) {
+        let key = (session.id.clone(), session.turn_start_seq);
+        let fresh = self
+            .breaker_announced
+            .lock()
+            .map(|mut announced| announced.insert(key))
+            .unwrap_or(false);
+        if fresh {
+            tracing::warn!(session = %session.id, attempts = session.turn_attempts, "circuit breaker open: automatic compaction paused until the next user message");
+            self.emit(Event::BreakerOpen {
+                session_id: session.id.clone(),
+                attempts: session.turn_attempts,
+                threshold: config.breaker_threshold,
+            });
+        }
+    }
+
+    /// Manual compaction (`/compact`, `POST /session/{id}/summarize`): waits for a running
+    /// compaction of the session, then compacts whatever the trigger says.
+    pub async fn summarize(
+        &self,
+        id: &str,
+        focus: Option<String>,
+    ) -> Result<SummarizeOutcome, ServiceError> {
+        super::validate_session_id(id)?;
+        self.store.session(id)?;
+        let _guard = self.locks.lock(id).await;
+        let focus = focus.filter(|f| !f.trim().is_empty());
+        match self.compact_once(id, Trigger::Manual, focus).await? {
+            Attempt::Compacted(row, after) => {
+                if self.trigger_of(&after).is_none() && after.turn_attempts > 0 {
+                    let _ = self.store.reset_attempts(id.to_string()).await;
+                }
+                Ok(SummarizeOutcome {
+                    compacted: true,
+                    reason: None,
+                    compaction: Some(*row),
+                })
+            }
+            Attempt::NothingToCompact => Ok(SummarizeOutcome {
+                compacted: false,
+                reason: Some(NOTHING_TO_COMPACT.into()),
+                compaction: None,
+            }),
+        }
+    }
+
+    /// One compaction of the session's current state. The caller holds the session's lock.
+    /// Success and failure are both recorded and announced; a failure changes nothing else.
+    async fn compact_once(
+        &self,
+        id: &str,
+        trigger: Trigger,
+        focus: Option<String>,
+    ) -> Result<Attempt, ServiceError> {
+        let snapshot = self.store.context(id)?;
+        let session = &snapshot.session;
+        let messages: Vec<Message> = snapshot
+            .tail
+            .iter()
+            .map(|m| m.to_message())
+            .collect::<Result<_, _>>()?;
+        let tokens = estimate_each(&messages, &self.estimator);
+        let prior_files = snapshot
+            .latest
+            .as_ref()
+            .map(|c| FileLists {
+                read: c.result.read_files.clone(),
+                modified: c.result.modified_files.clone(),
+            })
+            .unwrap_or_default();
+        let config = self.compaction_config(session);
+        let input = PlanInput {
+            messages: &messages,
+            tokens: &tokens,
+            prior_summary: snapshot.latest.as_ref().map(|c| c.result.summary.as_str()),
+            prior_files: &prior_files,
+            focus: focus.as_deref(),
+            context_limit: session.context_limit,
+            config: &config,
+            estimator: self.estimator,
+        };
+        let summarizer = self.settings().summarizer.clone();
+        let fallback = self.settings().config.summarizer.fallback.is_some();
+        let num = session.compaction_count + 1;
+        self.emit(Event::CompactionStarted {
+            session_id: id.to_string(),
+            trigger: trigger.as_str().into(),
+        });
+        let started = Instant::now();
+        let outcome = self
+            .run_summarizer(&input, summarizer.as_ref(), num, fallback)
+            .await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let failure = |reason: String| NewFailure {
+            session_id: id.to_string(),
+            trigger,
+            focus: focus.clone(),
+            summarizer: summarizer.name(),
+            reason,
+            duration_ms,
+        };
+        match outcome {
+            Ok((Some(done), fallback_reason)) => {
+                let new = NewCompaction {
+                    session_id: id.to_string(),
+                    trigger,
+                    focus: focus.clone(),
+                    summary_tokens: self
+                        .estimator
+                        .message(&summary_message(&done.result.summary)),
+                    first_seq: session.active_from_seq,
+                    boundary_seq: session.active_from_seq + done.boundary.index as u64,
+                    summarizer: done.summarizer.clone(),
+                    chunks: done.chunks,
+                    fallback_reason,
+                    duration_ms,
+                    result: done.result,
+                };
+                let chunks = new.chunks;
+                let (row, after) = self.store.commit_compaction(new).await?;
+                tracing::info!(
+                    session = id,
+                    num,
+                    trigger = trigger.as_str(),
+                    pre = row.result.pre_tokens,
+                    post = row.result.post_tokens,
+                    "compacted"
+                );
+                self.emit(Event::CompactionFinished {
+                    session_id: id.to_string(),
+                    trigger: trigger.as_str().into(),
+                    compaction_num: num,
+                    pre_tokens: row.result.pre_tokens,
+                    post_tokens: row.result.post_tokens,
+                    boundary_seq: row.boundary_seq,
+                    summarizer: row.summarizer.clone(),
+                    chunks,
+                    fallback_reason: row.fallback_reason.clone(),
+                    duration_ms,
+                });
+                Ok(Attempt::Compacted(Box::new(row), Box::new(after)))
+            }
+            Ok((None, _)) => {
+                if trigger != Trigger::Manual {
+                    self.store
+                        .record_failure(failure(NOTHING_TO_COMPACT.into()))
+                        .await?;
+                    self.announce_failure(id, trigger, NOTHING_TO_COMPACT);
+                }
+                Ok(Attempt::NothingToCompact)
+            }
+            Err(error) => {
+                let reason = error.to_string();
+                tracing::warn!(session = id, trigger = trigger.as_str(), %reason, "compaction failed");
+                self.store.record_failure(failure(reason.clone())).await?;
+                self.announce_failure(id, trigger, &reason);
+                Err(ServiceError::Summarizer(error))
+            }
+        }
+    }
+
+    fn announce_failure(&self, id: &str, trigger: Trigger, reason: &str) {
+        self.emit(Event::CompactionFailed {
+            session_id: id.to_string(),
+            trigger: trigger.as_str().into(),
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Runs the compactor, cancelled by shutdown; on failure, the extractive fallback if
+    /// configured. Returns the compaction and, if the fallback wrote it, why the model failed.
+    async fn run_summarizer(
+        &self,
+        input: &PlanInput<'_>,
+        summarizer: &dyn Summarizer,
+        num: u32,
+        fallback: bool,
+    ) -> Result<(Option<Compacted>, Option<String>), SummarizeError> {
+        let attempt = tokio::select! {
+            result = compactor::compact(input, summarizer, num) => result,
+            _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled),
+        };
+        match attempt {
+            Ok(done) => Ok((done, None)),
+            Err(SummarizeError::Cancelled) => Err(SummarizeError::Cancelled),
+            Err(error) if fallback => {
+                tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
+                let done = compactor::compact(input, &Extractive, num).await?;
+                Ok((done, Some(error.to_string())))
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+const NOTHING_TO_COMPACT: &str = "nothing to compact: every message fits in the preserved tail";

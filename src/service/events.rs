@@ -1,0 +1,57 @@
+//! What the daemon tells subscribers of `GET /events`.
+
+use serde::Serialize;
+
+/// An event, serialized as `{"event": "compaction_finished", ...}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    CompactionStarted {
+        session_id: String,
+        trigger: String,
+    },
+    CompactionFinished {
+        session_id: String,
+        trigger: String,
+        compaction_num: u32,
+        pre_tokens: usize,
+        post_tokens: usize,
+        boundary_seq: u64,
+        summarizer: String,
+        chunks: usize,
+        fallback_reason: Option<String>,
+        duration_ms: u64,
+    },
+    CompactionFailed {
+        session_id: String,
+        trigger: String,
+        reason: String,
+    },
+    /// Automatic compaction stopped for this user turn; manual compaction still works.
+    BreakerOpen {
+        session_id: String,
+        attempts: u32,
+        threshold: u32,
+    },
+    ConfigReloaded {
+        path: String,
+    },
+    ConfigRejected {
+        path: String,
+        error: String,
+    },
+}
+
+impl Event {
+    /// The SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::CompactionStarted { .. } => "compaction_started",
+            Event::CompactionFinished { .. } => "compaction_finished",
+            Event::CompactionFailed { .. } => "compaction_failed",
+            Event::BreakerOpen { .. } => "breaker_open",
+            Event::ConfigReloaded { .. } => "config_reloaded",
+            Event::ConfigRejected { .. } => "config_rejected",
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! The Processor: everything the daemon does, independent of HTTP.
+//!
+//! After every append it checks the trigger and, if it fires, starts a compaction of that
+//! session (one at a time per session) while the append is acknowledged. Handlers, `replay`
+//! and `bench` all call this, so the socket is only a transport.
+
+mod compact;
+mod events;
+mod locks;
+mod views;
+
+pub use compact::SummarizeOutcome;
+pub use events::Event;
+pub use views::{AppendResponse, CompactionStatus, ContextView, HistoryPage, SessionView};
+
+use crate::compaction::{CompactionConfig, LazyEstimator, Trigger, check_trigger};
+use crate::config::{Config, compaction_with_overrides};
+use crate::message::{Message, MessageError};
+use crate::store::{NewMessage, NewSession, SessionRow, SessionUpdate, Store, StoreError};
+use crate::summarize::{self, SummarizeError, Summarizer};
+use locks::SessionLocks;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Why a request could not be served. Handlers map these to HTTP statuses.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("message {index}: {error}")]
+    InvalidMessage { index: usize, error: MessageError },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Summarizer(#[from] SummarizeError),
+    #[error("compactd is shutting down")]
+    ShuttingDown,
+}
+
+/// The configuration in force and the summarizer built from it, swapped whole on reload.
+pub struct Settings {
+    pub config: Config,
+    pub summarizer: Arc<dyn Summarizer>,
+}
+
+/// A session to create; `None` fields take the configured defaults.
+#[derive(Debug, Clone, Default)]
+pub struct CreateSession {
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub context_limit: Option<usize>,
+    pub config: Option<Value>,
+}
+
+/// Messages to append.
+#[derive(Debug, Clone, Default)]
+pub struct AppendRequest {
+    pub messages: Vec<Message>,
+    /// The agent's `usage.input_tokens` for its last model call.
+    pub input_tokens: Option<usize>,
+    /// Respond only after a compaction this append triggers has finished.
+    pub wait: bool,
+}
+
+/// The Processor.
+pub struct Service {
+    store: Store,
+    settings: RwLock<Arc<Settings>>,
+    events: broadcast::Sender<Event>,
+    locks: SessionLocks,
+    estimator: LazyEstimator,
+    /// (session, turn) pairs whose open breaker was already announced.
+    breaker_announced: Mutex<HashSet<(String, u64)>>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    started: Instant,
+    config_status: RwLock<ConfigStatus>,
+}
+
+/// Where the configuration came from and whether the last edit of it was rejected.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ConfigStatus {
+    pub path: Option<String>,
+    /// Why the file on disk is not in force (the previous config is), if it is not.
+    pub error: Option<String>,
+    /// Successful reloads since start.
+    pub reloads: u64,
+}
+
+impl Service {
+    /// Builds the service on an open store; the summarizer is built from `config`.
+    pub fn new(store: Store, config: Config) -> Result<Arc<Service>, SummarizeError> {
+        let summarizer = summarize::from_config(&config.summarizer)?;
+        Ok(Service::with_summarizer(store, config, summarizer))
+    }
+
+    /// Builds the service with a given summarizer (tests and embedders inject their own).
+    pub fn with_summarizer(
+        store: Store,
+        config: Config,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> Arc<Service> {
+        let (events, _) = broadcast::channel(1024);
+        Arc::new(Service {
+            store,
+            settings: RwLock::new(Arc::new(Settings { config, summarizer })),
+            events,
+            locks: SessionLocks::default(),
+            estimator: LazyEstimator::default(),
+            breaker_announced: Mutex::new(HashSet::new()),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            started: Instant::now(),
+            config_status: RwLock::new(ConfigStatus::default()),
+        })
+    }
+
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts a new configuration in force for every decision from now on.
+    pub fn apply_config(&self, config: Config) -> Result<(), SummarizeError> {
+        let summarizer = summarize::from_config(&config.summarizer)?;
+        *self.settings.write().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(Settings { config, summarizer });
+        Ok(())
+    }
+
+    pub fn config_status(&self) -> ConfigStatus {
+        self.config_status
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_config_status(&self, update: impl FnOnce(&mut ConfigStatus)) {
+        update(
+            &mut self
+                .config_status
+                .write()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
+    }
+
+    pub fn uptime_s(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// Cancelled when the daemon shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Cancels in-flight compactions (they record why) and waits for them to end.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    /// The compaction config of a session: global settings plus its overrides.
+    fn compaction_config(&self, session: &SessionRow) -> CompactionConfig {
+        let global = &self.settings().config.compaction;
+        compaction_with_overrides(global, &session.overrides).unwrap_or_else(|_| global.clone())
+    }
+
+    /// Whether the session should compact now.
+    fn trigger_of(&self, session: &SessionRow) -> Option<Trigger> {
+        let (tokens, _) = session.context_tokens();
+        check_trigger(
+            session.active_messages,
+            tokens,
+            session.context_limit,
+            &self.compaction_config(session),
+        )
+    }
+
+    fn view(&self, session: SessionRow) -> SessionView {
+        let config = self.compaction_config(&session);
+        let compacting = self.locks.is_busy(&session.id);
+        SessionView::new(session, &config, compacting)
+    }
+
+    pub async fn create_session(
+        &self,
+        request: CreateSession,
+    ) -> Result<SessionView, ServiceError> {
+        let id = match request.id {
+            Some(id) => {
+                validate_session_id(&id)?;
+                id
+            }
+            None => generated_session_id(),
+        };
+        let new = self.new_session(id, request.model, request.context_limit, request.config)?;
+        let session = self.store.create_session(new).await?;
+        Ok(self.view(session))
+    }
+
+    fn new_session(
+        &self,
+        id: String,
+        model: Option<String>,
+        context_limit: Option<usize>,
+        overrides: Option<Value>,
+    ) -> Result<NewSession, ServiceError> {
+        let settings = self.settings();
+        let overrides = overrides.unwrap_or_else(|| Value::Object(Default::default()));
+        compaction_with_overrides(&settings.config.compaction, &overrides)
+            .map_err(ServiceError::BadRequest)?;
+        let context_limit =
+            context_limit.unwrap_or(settings.config.compaction.default_context_limit);
+        validate_context_limit(context_limit)?;
+        Ok(NewSession {
+            id,
+            model,
+            context_limit,
+            overrides,
+        })
+    }
+
+    pub fn sessions(&self) -> Result<Vec<SessionView>, ServiceError> {
+        Ok(self
+            .store
+            .sessions()?
+            .into_iter()
+            .map(|s| self.view(s))
+            .collect())
+    }
+
+    pub fn session(&self, id: &str) -> Result<SessionView, ServiceError> {
+        validate_session_id(id)?;
+        Ok(self.view(self.store.session(id)?))
+    }
+
+    pub async fn update_session(
+        &self,
+        id: &str,
+        update: SessionUpdate,
+    ) -> Result<SessionView, ServiceError> {
+        validate_session_id(id)?;
+        if let Some(overrides) = &update.overrides {
+            compaction_with_overrides(&self.settings().config.compaction, overrides)
+                .map_err(ServiceError::BadRequest)?;
+        }
+        if let Some(limit) = update.context_limit {
+            validate_context_limit(limit)?;
+        }
+        let session = self.store.update_session(id.to_string(), update).await?;
+        Ok(self.view(session))
+    }
+
+    pub async fn delete_session(&self, id: &str) -> Result<(), ServiceError> {
+        validate_session_id(id)?;
+        Ok(self.store.delete_session(id.to_string()).await?)
+    }
+
+    /// Appends messages (creating the session with defaults if it is new), then starts a
+    /// compaction if the trigger fires.
+    pub async fn append(
+        self: &Arc<Self>,
+        id: &str,
+        request: AppendRequest,
+    ) -> Result<AppendResponse, ServiceError> {
+        validate_session_id(id)?;
+        if request.messages.is_empty() {
+            return Err(ServiceError::BadRequest("no messages to append".into()));
+        }
+        let mut new_messages = Vec::with_capacity(request.messages.len());
+        for (index, message) in request.messages.iter().enumerate() {
+            message
+                .validate()
+                .map_err(|error| ServiceError::InvalidMessage { index, error })?;
+            new_messages.push(NewMessage::new(message, self.estimator.message(message)));
+        }
+        let create = self.new_session(id.to_string(), None, None, None)?;
+        let outcome = self
+            .store
+            .append(
+                id.to_string(),
+                Some(create),
+                new_messages,
+                request.input_tokens,
+            )
+            .await?;
+        let compaction = self.after_append(&outcome.session, request.wait).await;
+        Ok(AppendResponse::new(outcome, compaction))
+    }
+
+    pub fn history(&self, id: &str, after: u64, limit: usize) -> Result<HistoryPage, ServiceError> {
+        validate_session_id(id)?;
+        let (session, messages) = self.store.history(id, after, limit)?;
+        Ok(HistoryPage::new(&session, messages, limit))
+    }
+
+    /// What the agent sends to its model now. With `wait`, a running compaction of the
+    /// session finishes first.
+    pub async fn context(&self, id: &str, wait: bool) -> Result<ContextView, ServiceError> {
+        validate_session_id(id)?;
+        if wait {
+            self.locks.wait_idle(id).await;
+        }
+        let snapshot = self.store.context(id)?;
+        Ok(ContextView::new(snapshot, &self.estimator))
+    }
+
+    pub fn compaction_history(
+        &self,
+        id: &str,
+    ) -> Result<
+        (
+            Vec<crate::store::CompactionRow>,
+            Vec<crate::store::FailureRow>,
+        ),
+        ServiceError,
+    > {
+        validate_session_id(id)?;
+        Ok(self.store.compaction_history(id)?)
+    }
+}
+
+/// Session ids are `[A-Za-z0-9._:-]{1,128}`: safe in paths, URLs, logs and shells.
+pub fn validate_session_id(id: &str) -> Result<(), ServiceError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::BadRequest(format!(
+            "invalid session id {:?}: use 1 to 128 of A-Z a-z 0-9 . _ : -",
+            truncate_for_error(id)
+        )))
+    }
+}
+
+fn validate_context_limit(limit: usize) -> Result<(), ServiceError> {
+    use crate::compaction::constants::MIN_CONTEXT_LIMIT;
+    if (MIN_CONTEXT_LIMIT..=100_000_000).contains(&limit) {
+        Ok(())
+    } else {
+        Err(ServiceError::BadRequest(format!(
+            "context_limit {limit} is out of range ({MIN_CONTEXT_LIMIT} to 100000000 tokens)"
+        )))
+    }
+}
+
+fn truncate_for_error(text: &str) -> String {
+    crate::compaction::truncate::truncate_chars(text, 80).into_owned()
+}
+
+/// A fresh session id: time-ordered and unique within this process.
+fn generated_session_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "s-{nanos:x}-{:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_checked() {
+        for ok in ["a", "demo-1", "proj:feature.x_2", &"x".repeat(128)] {
+            assert!(validate_session_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a b", "../etc", "x/y", "é", &"x".repeat(129), "a\0"] {
+            assert!(validate_session_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_session_id(&generated_session_id()).is_ok());
+    }
+}

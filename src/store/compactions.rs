@@ -1,0 +1,157 @@
+//! Compactions: commit a successful one, record a failed one, read the history.
+
+use super::rows::{CompactionRow, FailureRow, SessionRow};
+use super::sessions::{NOW, get_live};
+use super::{Result, Store, StoreError};
+use crate::compaction::{CompactionResult, Trigger};
+use rusqlite::params;
+
+/// A successful compaction to store.
+#[derive(Debug, Clone)]
+pub struct NewCompaction {
+    pub session_id: String,
+    pub trigger: Trigger,
+    pub focus: Option<String>,
+    pub result: CompactionResult,
+    /// The session's boundary when the compaction started (its first summarized message).
+    pub first_seq: u64,
+    /// The new boundary: first message kept verbatim.
+    pub boundary_seq: u64,
+    pub summary_tokens: usize,
+    pub summarizer: String,
+    pub chunks: usize,
+    pub fallback_reason: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// A failed attempt to record.
+#[derive(Debug, Clone)]
+pub struct NewFailure {
+    pub session_id: String,
+    pub trigger: Trigger,
+    pub focus: Option<String>,
+    pub summarizer: String,
+    pub reason: String,
+    pub duration_ms: u64,
+}
+
+/// `started_at` for something that took `duration_ms` and finished now.
+fn started(duration_ms_param: &str) -> String {
+    format!(
+        "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ({duration_ms_param} / 1000.0) || ' seconds')"
+    )
+}
+
+impl Store {
+    /// Stores the compaction and moves the session's boundary. Messages appended while it ran
+    /// are counted into the new active span. Fails with a conflict, changing nothing, if the
+    /// session moved on (another compaction committed first). Returns the stored compaction
+    /// and the session after it.
+    pub async fn commit_compaction(&self, c: NewCompaction) -> Result<(CompactionRow, SessionRow)> {
+        self.write(move |conn| {
+            let session = get_live(conn, &c.session_id)?;
+            if session.active_from_seq != c.first_seq
+                || session.compaction_count + 1 != c.result.compaction_num
+            {
+                return Err(StoreError::Conflict(format!(
+                    "session `{}` was compacted by someone else meanwhile",
+                    c.session_id
+                )));
+            }
+            conn.prepare_cached(&format!(
+                "INSERT INTO compactions (session_id, num, trigger, focus, summary, read_files,
+                     modified_files, pre_tokens, post_tokens, first_seq, boundary_seq, summarizer,
+                     chunks, fallback_reason, started_at, finished_at, duration_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15)",
+                started("?15")
+            ))?
+            .execute(params![
+                c.session_id,
+                c.result.compaction_num,
+                c.trigger.as_str(),
+                c.focus,
+                c.result.summary,
+                serde_json::to_string(&c.result.read_files)?,
+                serde_json::to_string(&c.result.modified_files)?,
+                c.result.pre_tokens,
+                c.result.post_tokens,
+                c.first_seq,
+                c.boundary_seq,
+                c.summarizer,
+                c.chunks,
+                c.fallback_reason,
+                c.duration_ms,
+            ])?;
+            let session = conn
+                .prepare_cached(&format!(
+                    "UPDATE sessions SET
+                         active_from_seq = ?2,
+                         active_messages = (SELECT count(*) FROM messages WHERE session_id = ?1 AND seq >= ?2),
+                         active_tokens = (SELECT coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?1 AND seq >= ?2),
+                         summary_tokens = ?3,
+                         compaction_count = compaction_count + 1,
+                         reported_tokens = NULL,
+                         tokens_since_report = 0,
+                         updated_at = {NOW}
+                     WHERE id = ?1 RETURNING {}",
+                    SessionRow::COLUMNS
+                ))?
+                .query_row(params![c.session_id, c.boundary_seq, c.summary_tokens], SessionRow::from_row)?;
+            let sql = format!("SELECT {} FROM compactions WHERE id = ?1", CompactionRow::COLUMNS);
+            let row = conn
+                .prepare_cached(&sql)?
+                .query_row([conn.last_insert_rowid()], CompactionRow::from_row)?;
+            Ok((row, session))
+        })
+        .await
+    }
+
+    /// Records a failed attempt; the session itself is untouched.
+    pub async fn record_failure(&self, f: NewFailure) -> Result<()> {
+        self.write(move |conn| {
+            conn.prepare_cached(&format!(
+                "INSERT INTO compaction_failures (session_id, trigger, focus, summarizer, reason,
+                     started_at, finished_at, duration_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, {}, {NOW}, ?6)",
+                started("?6")
+            ))?
+            .execute(params![
+                f.session_id,
+                f.trigger.as_str(),
+                f.focus,
+                f.summarizer,
+                f.reason,
+                f.duration_ms
+            ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The session's compactions, oldest first, and its failed attempts.
+    pub fn compaction_history(
+        &self,
+        session_id: &str,
+    ) -> Result<(Vec<CompactionRow>, Vec<FailureRow>)> {
+        self.read(|conn| {
+            get_live(conn, session_id)?;
+            let sql = format!(
+                "SELECT {} FROM compactions WHERE session_id = ?1 ORDER BY num",
+                CompactionRow::COLUMNS
+            );
+            let compactions = conn
+                .prepare_cached(&sql)?
+                .query_map([session_id], CompactionRow::from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let sql = format!(
+                "SELECT {} FROM compaction_failures WHERE session_id = ?1 ORDER BY id",
+                FailureRow::COLUMNS
+            );
+            let failures = conn
+                .prepare_cached(&sql)?
+                .query_map([session_id], FailureRow::from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok((compactions, failures))
+        })
+    }
+}

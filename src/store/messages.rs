@@ -1,0 +1,217 @@
+//! Messages: append (with the tool-call check) and read history.
+
+use super::rows::{CompactionRow, ContextSnapshot, SessionRow, StoredMessage};
+use super::sessions::{NOW, NewSession, get_live, insert};
+use super::{Result, Store, StoreError};
+use crate::message::{Message, Part};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashSet;
+
+/// A message ready to store: validated, estimated and encoded before it reaches the writer.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    role: &'static str,
+    parts_json: String,
+    tokens: usize,
+    /// (call id, tool name) of each tool_call part.
+    calls: Vec<(String, String)>,
+    /// Call ids this message answers.
+    answers: Vec<String>,
+    opens_turn: bool,
+}
+
+impl NewMessage {
+    pub fn new(message: &Message, tokens: usize) -> NewMessage {
+        NewMessage {
+            role: message.role.as_str(),
+            parts_json: serde_json::to_string(&message.parts).unwrap_or_else(|_| "[]".into()),
+            tokens,
+            calls: message
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::ToolCall { id, name, .. } => Some((id.clone(), name.clone())),
+                    _ => None,
+                })
+                .collect(),
+            answers: message.tool_result_ids().map(str::to_string).collect(),
+            opens_turn: message.is_user_text(),
+        }
+    }
+
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+}
+
+/// What an append did.
+#[derive(Debug, Clone)]
+pub struct AppendOutcome {
+    pub session: SessionRow,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// Whether the session was created by this append.
+    pub created: bool,
+}
+
+fn append(
+    conn: &Connection,
+    session_id: &str,
+    create: Option<&NewSession>,
+    messages: &[NewMessage],
+    reported_tokens: Option<usize>,
+) -> Result<AppendOutcome> {
+    let (session, created) = match (get_live(conn, session_id), create) {
+        (Ok(session), _) => (session, false),
+        (Err(StoreError::NotFound(_)), Some(new)) => (insert(conn, new)?, true),
+        (Err(e), _) => return Err(e),
+    };
+    // Every result must answer a call of this session, made earlier or earlier in this batch.
+    let mut batch_calls: HashSet<&str> = HashSet::new();
+    let mut known = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM tool_calls WHERE session_id = ?1 AND call_id = ?2)",
+    )?;
+    for message in messages {
+        for call_id in &message.answers {
+            if !batch_calls.contains(call_id.as_str())
+                && !known.query_row(params![session_id, call_id], |r| r.get::<_, bool>(0))?
+            {
+                return Err(StoreError::UnknownCall(call_id.clone()));
+            }
+        }
+        batch_calls.extend(message.calls.iter().map(|(id, _)| id.as_str()));
+    }
+
+    let first_seq = session.message_count + 1;
+    let mut insert_message = conn.prepare_cached(&format!(
+        "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+    ))?;
+    let mut insert_call = conn.prepare_cached(
+        "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    let mut turn_start = None;
+    for (seq, message) in (first_seq..).zip(messages) {
+        insert_message.execute(params![
+            session_id,
+            seq,
+            message.role,
+            message.parts_json,
+            message.tokens
+        ])?;
+        for (call_id, name) in &message.calls {
+            insert_call.execute(params![session_id, call_id, seq, name])?;
+        }
+        if message.opens_turn {
+            turn_start = Some(seq);
+        }
+    }
+    let count = messages.len() as u64;
+    let tokens: usize = messages.iter().map(|m| m.tokens).sum();
+    let session = conn
+        .prepare_cached(&format!(
+            "UPDATE sessions SET
+                 message_count = message_count + ?2,
+                 active_messages = active_messages + ?2,
+                 active_tokens = active_tokens + ?3,
+                 reported_tokens = coalesce(?4, reported_tokens),
+                 tokens_since_report = CASE WHEN ?4 IS NULL THEN tokens_since_report + ?3 ELSE ?3 END,
+                 turn_start_seq = coalesce(?5, turn_start_seq),
+                 turn_attempts = CASE WHEN ?5 IS NULL THEN turn_attempts ELSE 0 END,
+                 updated_at = {NOW}
+             WHERE id = ?1 RETURNING {}",
+            SessionRow::COLUMNS
+        ))?
+        .query_row(
+            params![session_id, count, tokens, reported_tokens, turn_start],
+            SessionRow::from_row,
+        )?;
+    Ok(AppendOutcome {
+        session,
+        first_seq,
+        last_seq: first_seq + count - 1,
+        created,
+    })
+}
+
+pub(super) fn latest_compaction(
+    conn: &Connection,
+    session_id: &str,
+) -> Result<Option<CompactionRow>> {
+    let sql = format!(
+        "SELECT {} FROM compactions WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
+        CompactionRow::COLUMNS
+    );
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([session_id], CompactionRow::from_row)
+        .optional()?)
+}
+
+fn messages_from(
+    conn: &Connection,
+    session_id: &str,
+    from_seq: u64,
+    limit: usize,
+) -> Result<Vec<StoredMessage>> {
+    let sql = format!(
+        "SELECT {} FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+        StoredMessage::COLUMNS
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(
+        params![session_id, from_seq, limit as i64],
+        StoredMessage::from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+impl Store {
+    /// Appends `messages` to the session, creating it from `create` if it does not exist.
+    /// `reported_tokens` is the agent's `usage.input_tokens` for its last model call.
+    pub async fn append(
+        &self,
+        session_id: String,
+        create: Option<NewSession>,
+        messages: Vec<NewMessage>,
+        reported_tokens: Option<usize>,
+    ) -> Result<AppendOutcome> {
+        self.write(move |conn| {
+            append(
+                conn,
+                &session_id,
+                create.as_ref(),
+                &messages,
+                reported_tokens,
+            )
+        })
+        .await
+    }
+
+    /// Up to `limit` messages with seq greater than `after`, and the session.
+    pub fn history(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<(SessionRow, Vec<StoredMessage>)> {
+        self.read(|conn| {
+            let session = get_live(conn, session_id)?;
+            Ok((session, messages_from(conn, session_id, after + 1, limit)?))
+        })
+    }
+
+    /// The session, its latest compaction and its uncompacted messages, in one snapshot.
+    pub fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
+        self.read(|conn| {
+            let session = get_live(conn, session_id)?;
+            let latest = latest_compaction(conn, session_id)?;
+            let tail = messages_from(conn, session_id, session.active_from_seq, usize::MAX >> 1)?;
+            Ok(ContextSnapshot {
+                session,
+                latest,
+                tail,
+            })
+        })
+    }
+}

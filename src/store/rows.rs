@@ -1,0 +1,211 @@
+//! What the store returns: rows of the tables, typed.
+
+use super::Result;
+use crate::compaction::CompactionResult;
+use crate::message::{Message, Part, Role};
+use rusqlite::Row;
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A session and its counters.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionRow {
+    pub id: String,
+    pub model: Option<String>,
+    pub context_limit: usize,
+    pub overrides: Value,
+    pub created_at: String,
+    pub updated_at: String,
+    pub message_count: u64,
+    pub active_from_seq: u64,
+    pub active_messages: usize,
+    pub active_tokens: usize,
+    pub summary_tokens: usize,
+    pub compaction_count: u32,
+    pub reported_tokens: Option<usize>,
+    pub tokens_since_report: usize,
+    pub turn_start_seq: u64,
+    pub turn_attempts: u32,
+}
+
+/// Where a session's token figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenSource {
+    /// The LazyEstimator over the summary and the active messages.
+    Estimated,
+    /// The agent's reported `usage.input_tokens` plus estimates of what came after.
+    Reported,
+}
+
+impl SessionRow {
+    pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
+        message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
+        reported_tokens, tokens_since_report, turn_start_seq, turn_attempts";
+
+    pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
+        let overrides: String = row.get(3)?;
+        Ok(SessionRow {
+            id: row.get(0)?,
+            model: row.get(1)?,
+            context_limit: row.get(2)?,
+            overrides: serde_json::from_str(&overrides)
+                .unwrap_or(Value::Object(Default::default())),
+            created_at: row.get(4)?,
+            updated_at: row.get(5)?,
+            message_count: row.get(6)?,
+            active_from_seq: row.get(7)?,
+            active_messages: row.get(8)?,
+            active_tokens: row.get(9)?,
+            summary_tokens: row.get(10)?,
+            compaction_count: row.get(11)?,
+            reported_tokens: row.get(12)?,
+            tokens_since_report: row.get(13)?,
+            turn_start_seq: row.get(14)?,
+            turn_attempts: row.get(15)?,
+        })
+    }
+
+    /// The tokens the session's context holds now, and where the figure comes from.
+    pub fn context_tokens(&self) -> (usize, TokenSource) {
+        match self.reported_tokens {
+            Some(reported) => (reported + self.tokens_since_report, TokenSource::Reported),
+            None => (
+                self.summary_tokens + self.active_tokens,
+                TokenSource::Estimated,
+            ),
+        }
+    }
+}
+
+/// A stored message. `parts` stays raw JSON so serving history never re-encodes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredMessage {
+    pub seq: u64,
+    pub role: Role,
+    pub parts: Box<RawValue>,
+    pub tokens: usize,
+    pub created_at: String,
+}
+
+impl StoredMessage {
+    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at";
+
+    pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
+        let role: String = row.get(1)?;
+        let parts: String = row.get(2)?;
+        Ok(StoredMessage {
+            seq: row.get(0)?,
+            role: Role::parse(&role).unwrap_or(Role::User),
+            parts: RawValue::from_string(parts).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    2,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
+            tokens: row.get(3)?,
+            created_at: row.get(4)?,
+        })
+    }
+
+    /// The message as the engine sees it.
+    pub fn to_message(&self) -> Result<Message> {
+        let parts: Vec<Part> = serde_json::from_str(self.parts.get())?;
+        Ok(Message {
+            role: self.role,
+            parts,
+        })
+    }
+}
+
+/// A successful compaction.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompactionRow {
+    #[serde(flatten)]
+    pub result: CompactionResult,
+    pub session_id: String,
+    pub trigger: String,
+    pub focus: Option<String>,
+    pub first_seq: u64,
+    pub boundary_seq: u64,
+    pub summarizer: String,
+    pub chunks: u32,
+    pub fallback_reason: Option<String>,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_ms: u64,
+}
+
+impl CompactionRow {
+    pub(super) const COLUMNS: &'static str = "num, trigger, focus, summary, read_files, modified_files, \
+        pre_tokens, post_tokens, first_seq, boundary_seq, summarizer, chunks, fallback_reason, \
+        started_at, finished_at, duration_ms, session_id";
+
+    pub(super) fn from_row(row: &Row) -> rusqlite::Result<CompactionRow> {
+        let list = |i: usize| -> rusqlite::Result<Vec<String>> {
+            let text: String = row.get(i)?;
+            Ok(serde_json::from_str(&text).unwrap_or_default())
+        };
+        Ok(CompactionRow {
+            result: CompactionResult {
+                compaction_num: row.get(0)?,
+                summary: row.get(3)?,
+                read_files: list(4)?,
+                modified_files: list(5)?,
+                pre_tokens: row.get(6)?,
+                post_tokens: row.get(7)?,
+            },
+            trigger: row.get(1)?,
+            focus: row.get(2)?,
+            first_seq: row.get(8)?,
+            boundary_seq: row.get(9)?,
+            summarizer: row.get(10)?,
+            chunks: row.get(11)?,
+            fallback_reason: row.get(12)?,
+            started_at: row.get(13)?,
+            finished_at: row.get(14)?,
+            duration_ms: row.get(15)?,
+            session_id: row.get(16)?,
+        })
+    }
+}
+
+/// A failed compaction attempt.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureRow {
+    pub trigger: String,
+    pub focus: Option<String>,
+    pub summarizer: String,
+    pub reason: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_ms: u64,
+}
+
+impl FailureRow {
+    pub(super) const COLUMNS: &'static str =
+        "trigger, focus, summarizer, reason, started_at, finished_at, duration_ms";
+
+    pub(super) fn from_row(row: &Row) -> rusqlite::Result<FailureRow> {
+        Ok(FailureRow {
+            trigger: row.get(0)?,
+            focus: row.get(1)?,
+            summarizer: row.get(2)?,
+            reason: row.get(3)?,
+            started_at: row.get(4)?,
+            finished_at: row.get(5)?,
+            duration_ms: row.get(6)?,
+        })
+    }
+}
+
+/// What a session's context is made of, read in one snapshot.
+#[derive(Debug, Clone)]
+pub struct ContextSnapshot {
+    pub session: SessionRow,
+    pub latest: Option<CompactionRow>,
+    /// Messages from the latest boundary on.
+    pub tail: Vec<StoredMessage>,
+}

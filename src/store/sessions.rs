@@ -1,0 +1,148 @@
+//! Sessions: create, read, update, mark deleted, and the circuit breaker's counter.
+
+use super::rows::SessionRow;
+use super::{Result, Store, StoreError};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+/// The current time as stored: UTC ISO 8601 with milliseconds.
+pub(super) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// A session to create.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: String,
+    pub model: Option<String>,
+    pub context_limit: usize,
+    /// Validated `[compaction]` overrides, a JSON object.
+    pub overrides: Value,
+}
+
+/// Changes to a session; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct SessionUpdate {
+    pub model: Option<String>,
+    pub context_limit: Option<usize>,
+    pub overrides: Option<Value>,
+}
+
+/// The session `id`, unless it is missing or deleted.
+pub(super) fn get_live(conn: &Connection, id: &str) -> Result<SessionRow> {
+    let sql = format!(
+        "SELECT {}, deleted_at IS NOT NULL FROM sessions WHERE id = ?1",
+        SessionRow::COLUMNS
+    );
+    let found = conn
+        .prepare_cached(&sql)?
+        .query_row([id], |row| {
+            Ok((SessionRow::from_row(row)?, row.get::<_, bool>(16)?))
+        })
+        .optional()?;
+    match found {
+        Some((session, false)) => Ok(session),
+        Some((_, true)) => Err(StoreError::Deleted(id.to_string())),
+        None => Err(StoreError::NotFound(id.to_string())),
+    }
+}
+
+pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> {
+    let exists: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+        .query_row([&new.id], |r| r.get(0))?;
+    if exists {
+        return Err(StoreError::Exists(new.id.clone()));
+    }
+    conn.prepare_cached(&format!(
+        "INSERT INTO sessions (id, model, context_limit, overrides, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW})"
+    ))?
+    .execute(params![
+        new.id,
+        new.model,
+        new.context_limit,
+        new.overrides.to_string()
+    ])?;
+    get_live(conn, &new.id)
+}
+
+impl Store {
+    pub async fn create_session(&self, new: NewSession) -> Result<SessionRow> {
+        self.write(move |conn| insert(conn, &new)).await
+    }
+
+    pub fn session(&self, id: &str) -> Result<SessionRow> {
+        self.read(|conn| get_live(conn, id))
+    }
+
+    /// Live sessions, most recently updated first.
+    pub fn sessions(&self) -> Result<Vec<SessionRow>> {
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT {} FROM sessions WHERE deleted_at IS NULL ORDER BY updated_at DESC, id",
+                SessionRow::COLUMNS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map([], SessionRow::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    pub async fn update_session(&self, id: String, update: SessionUpdate) -> Result<SessionRow> {
+        self.write(move |conn| {
+            get_live(conn, &id)?;
+            conn.prepare_cached(&format!(
+                "UPDATE sessions SET model = coalesce(?2, model),
+                     context_limit = coalesce(?3, context_limit),
+                     overrides = coalesce(?4, overrides),
+                     updated_at = {NOW}
+                 WHERE id = ?1"
+            ))?
+            .execute(params![
+                id,
+                update.model,
+                update.context_limit,
+                update.overrides.map(|o| o.to_string())
+            ])?;
+            get_live(conn, &id)
+        })
+        .await
+    }
+
+    /// Marks the session deleted. Its rows stay for `sqlite3`; the API no longer shows it.
+    pub async fn delete_session(&self, id: String) -> Result<()> {
+        self.write(move |conn| {
+            get_live(conn, &id)?;
+            conn.prepare_cached(&format!(
+                "UPDATE sessions SET deleted_at = {NOW} WHERE id = ?1"
+            ))?
+            .execute([&id])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Counts an automatic compaction attempt in the current turn; returns the new count, or
+    /// `None` if the turn has moved on (a user message arrived) since `turn_start_seq`.
+    pub async fn record_attempt(&self, id: String, turn_start_seq: u64) -> Result<Option<u32>> {
+        self.write(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "UPDATE sessions SET turn_attempts = turn_attempts + 1
+                     WHERE id = ?1 AND turn_start_seq = ?2 RETURNING turn_attempts",
+                )?
+                .query_row(params![id, turn_start_seq], |r| r.get(0))
+                .optional()?)
+        })
+        .await
+    }
+
+    /// Closes the breaker again: a compaction brought the session back under its trigger.
+    pub async fn reset_attempts(&self, id: String) -> Result<()> {
+        self.write(move |conn| {
+            conn.prepare_cached("UPDATE sessions SET turn_attempts = 0 WHERE id = ?1")?
+                .execute([&id])?;
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,164 @@
+//! Test harness: a real `compactd serve` process on a temp socket, temp database and temp
+//! config, started and stopped the way users and systemd do it. Readiness is the daemon's own
+//! `READY=1` on a NOTIFY_SOCKET the test owns, so no test sleeps and hopes.
+#![allow(dead_code)]
+
+use compactd::client::Client;
+use serde_json::{Value, json};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tempfile::TempDir;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_compactd");
+
+pub struct TestDaemon {
+    pub dir: TempDir,
+    pub child: Option<Child>,
+}
+
+impl TestDaemon {
+    /// Starts a daemon with `config` (TOML) as its config file.
+    pub fn start(config: &str) -> TestDaemon {
+        let dir = TempDir::new().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let mut daemon = TestDaemon { dir, child: None };
+        daemon.spawn();
+        daemon
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("compactd.sock")
+    }
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("compactd.db")
+    }
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.socket())
+    }
+
+    /// The command line that starts this daemon.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .arg("serve")
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--db")
+            .arg(self.db())
+            .arg("--config")
+            .arg(self.config_path())
+            .env("COMPACTD_LOG", "info")
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID");
+        command
+    }
+
+    /// Starts (or restarts) the process and waits for READY=1.
+    pub fn spawn(&mut self) {
+        let notify_path = self.dir.path().join("notify.sock");
+        let _ = std::fs::remove_file(&notify_path);
+        let notify = UnixDatagram::bind(&notify_path).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .unwrap();
+        let child = self
+            .command()
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_ready(&notify, self);
+    }
+
+    /// kill -9: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        child.wait().unwrap()
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+/// Waits for the daemon's READY=1 notification (or its early death).
+pub fn wait_ready(notify: &UnixDatagram, daemon: &mut TestDaemon) {
+    notify
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    for _ in 0..300 {
+        match notify.recv(&mut buf) {
+            Ok(n) if String::from_utf8_lossy(&buf[..n]).contains("READY=1") => return,
+            Ok(_) => {}
+            Err(_) => {
+                if let Some(status) = daemon.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                    panic!(
+                        "daemon exited with {status} before READY=1:\n{}",
+                        daemon.log()
+                    );
+                }
+            }
+        }
+    }
+    panic!("daemon not ready after 60 s:\n{}", daemon.log());
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A plain user message.
+pub fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+/// An assistant message calling `bash` with `command`, and the tool message answering it.
+pub fn bash_round(id: &str, command: &str, output: &str) -> [Value; 2] {
+    [
+        json!({"role": "assistant", "parts": [
+            {"type": "text", "text": format!("Running {command}")},
+            {"type": "tool_call", "id": id, "name": "bash", "args": {"command": command}}]}),
+        json!({"role": "tool", "parts": [{"type": "tool_result", "call_id": id, "output": output}]}),
+    ]
+}
+
+/// Whether a program is on PATH.
+pub fn have(program: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

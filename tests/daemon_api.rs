@@ -1,0 +1,699 @@
+//! The daemon as its clients see it: a real `compactd serve` on a temp socket and database,
+//! driven over HTTP.
+
+mod common;
+
+use common::{TestDaemon, bash_round, have, user};
+use compactd::client::{Client, ClientError};
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+
+/// Appends messages one request at a time, returning the last answer.
+async fn append_all(client: &Client, session: &str, messages: &[Value]) -> Value {
+    let mut last = Value::Null;
+    for m in messages {
+        last = client
+            .post(&format!("/session/{session}/message"), m)
+            .await
+            .unwrap();
+    }
+    last
+}
+
+/// A realistic session: a user request, then rounds of bash calls with their outputs.
+fn work(rounds: usize, tag: &str) -> Vec<Value> {
+    let mut messages = vec![user(&format!(
+        "{tag}: please fix the failing tests in src/"
+    ))];
+    for i in 0..rounds {
+        messages.extend(bash_round(
+            &format!("{tag}-c{i}"),
+            &format!("cat src/mod_{i}.py && sed -i 's/a/b/' src/mod_{i}.py"),
+            &"line of output\n".repeat(20),
+        ));
+        if i % 10 == 9 {
+            messages.push(user(&format!("{tag}: instruction {i}, keep going")));
+        }
+    }
+    messages
+}
+
+#[tokio::test]
+async fn lifecycle_auto_compaction_context_manual_summarize_history_restart() {
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let created = client
+        .post(
+            "/session",
+            &json!({"id": "demo", "model": "test-model", "context_limit": 32000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created["id"], "demo");
+    assert_eq!(created["token_threshold"], 25_600);
+
+    // 1 + 2*45 + 4 = 95 messages: crossing 80 triggers an automatic compaction.
+    let messages = work(45, "demo");
+    let (head, rest) = messages.split_at(80);
+    append_all(&client, "demo", head).await;
+    let session = client.get("/session/demo").await.unwrap();
+    assert_eq!(session["compaction_count"], 0, "80 messages do not trigger");
+    let answer = client
+        .post(
+            "/session/demo/message",
+            &json!({"messages": [rest[0]], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["trigger"], "messages");
+    assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
+    append_all(&client, "demo", &rest[1..]).await;
+
+    // The context starts with the summary, as a user message, then the verbatim tail.
+    let context = client.get("/session/demo/context").await.unwrap();
+    let first = &context["messages"][0];
+    assert_eq!(first["role"], "user");
+    assert_eq!(first["summary"], true);
+    let summary = first["parts"][0]["text"].as_str().unwrap();
+    assert!(summary.contains("## 6. All user messages"));
+    assert!(summary.contains("demo: please fix the failing tests in src/"));
+    assert_eq!(context["compaction_num"], 1);
+    let tail_seqs: Vec<u64> = context["messages"].as_array().unwrap()[1..]
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        *tail_seqs.last().unwrap(),
+        messages.len() as u64,
+        "the tail ends with the newest message"
+    );
+    assert!(
+        tail_seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "the tail is contiguous"
+    );
+    // No orphaned result at the start of the tail.
+    assert_ne!(context["messages"][1]["role"], "tool");
+    assert!(context["tokens"].as_u64().unwrap() < 25_600);
+
+    // Manual compaction with focus.
+    let manual = client
+        .post(
+            "/session/demo/summarize",
+            &json!({"focus": "the test fixes"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(manual["compacted"], true, "{manual}");
+    assert_eq!(manual["compaction_num"], 2);
+    for key in [
+        "summary",
+        "read_files",
+        "modified_files",
+        "pre_tokens",
+        "post_tokens",
+    ] {
+        assert!(manual.get(key).is_some(), "missing {key}");
+    }
+    assert!(
+        manual["summary"]
+            .as_str()
+            .unwrap()
+            .contains("Focus requested for this compaction: the test fixes")
+    );
+    // The first summary's user messages were carried into the second.
+    assert!(
+        manual["summary"]
+            .as_str()
+            .unwrap()
+            .contains("demo: please fix the failing tests in src/")
+    );
+    assert!(
+        manual["modified_files"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("src/mod_0.py"))
+    );
+
+    // History: both compactions with the spec's fields, oldest first.
+    let history = client.get("/session/demo/compaction").await.unwrap();
+    let compactions = history["compactions"].as_array().unwrap();
+    assert_eq!(compactions.len(), 2);
+    assert_eq!(compactions[0]["trigger"], "messages");
+    assert_eq!(compactions[1]["trigger"], "manual");
+    assert_eq!(compactions[1]["focus"], "the test fixes");
+    assert!(compactions[0]["post_tokens"].as_u64() < compactions[0]["pre_tokens"].as_u64());
+
+    // The full history is still there, paged, with compacted flags.
+    let page = client.get("/session/demo/message?limit=50").await.unwrap();
+    assert_eq!(page["messages"].as_array().unwrap().len(), 50);
+    assert_eq!(page["messages"][0]["compacted"], true);
+    assert_eq!(page["next_after"], 50);
+    let page2 = client
+        .get("/session/demo/message?after=50&limit=100")
+        .await
+        .unwrap();
+    assert_eq!(
+        page2["messages"].as_array().unwrap().len(),
+        messages.len() - 50
+    );
+    assert!(page2.get("next_after").is_none());
+    assert_eq!(
+        page2["messages"].as_array().unwrap().last().unwrap()["compacted"],
+        false
+    );
+
+    // A restart keeps everything.
+    daemon.restart();
+    let client = daemon.client();
+    assert_eq!(
+        client.get("/session/demo/context").await.unwrap()["messages"],
+        client.get("/session/demo/context").await.unwrap()["messages"]
+    );
+    let after = client.get("/session/demo/context").await.unwrap();
+    assert_eq!(after["compaction_num"], 2);
+    assert_eq!(
+        client.get("/session/demo").await.unwrap()["message_count"],
+        messages.len()
+    );
+    assert_eq!(
+        client.get("/session/demo/compaction").await.unwrap()["compactions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn sessions_are_created_listed_updated_and_deleted() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let generated = client.post("/session", &json!({})).await.unwrap();
+    let id = generated["id"].as_str().unwrap().to_string();
+    assert_eq!(generated["context_limit"], 128_000);
+    client
+        .post(
+            "/session",
+            &json!({"id": "small", "context_limit": 8000, "config": {"max_messages": 10}}),
+        )
+        .await
+        .unwrap();
+    let list = client.get("/session").await.unwrap();
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 2);
+    let err = client
+        .post("/session", &json!({"id": "small"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Api { status: 409, .. }), "{err}");
+
+    let patched = client
+        .patch(
+            "/session/small",
+            &json!({"context_limit": 16000, "model": "m2"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched["context_limit"], 16000);
+    assert_eq!(patched["model"], "m2");
+    assert_eq!(patched["max_messages"], 10);
+
+    // Per-session override: 11 messages trigger a compaction.
+    let many: Vec<Value> = (0..11).map(|i| user(&format!("message {i}"))).collect();
+    let answer = client
+        .post(
+            "/session/small/message",
+            &json!({"messages": many, "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
+
+    // Appending to an unknown session creates it with defaults.
+    let answer = client
+        .post("/session/fresh/message", &user("hi"))
+        .await
+        .unwrap();
+    assert_eq!(answer["created"], true);
+
+    client.delete(&format!("/session/{id}")).await.unwrap();
+    let err = client.get(&format!("/session/{id}")).await.unwrap_err();
+    assert!(matches!(err, ClientError::Api { status: 404, .. }), "{err}");
+    let err = client
+        .post(&format!("/session/{id}/message"), &user("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::Api { status: 404, .. }),
+        "a deleted session takes no messages: {err}"
+    );
+    assert_eq!(
+        client.get("/session").await.unwrap()["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// Every bad input gets a JSON error with the right status and changes nothing stored.
+#[tokio::test]
+async fn bad_input_is_refused_and_changes_nothing() {
+    let daemon = TestDaemon::start("[server]\nmax_body_bytes = 65536\n");
+    let client = daemon.client();
+    client.post("/session", &json!({"id": "s1"})).await.unwrap();
+    let [call, result] = bash_round("c1", "ls", "a.txt");
+    append_all(&client, "s1", &[user("start"), call, result]).await;
+    let before = client.get("/session/s1/message?limit=1000").await.unwrap();
+
+    // (what, method, path, body, expected status, expected words in the error message)
+    type Case = (
+        &'static str,
+        Method,
+        String,
+        Vec<u8>,
+        StatusCode,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "malformed JSON",
+            Method::POST,
+            "/session/s1/message".into(),
+            b"{\"role\": \"user\",".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "invalid JSON",
+        ),
+        (
+            "unknown role",
+            Method::POST,
+            "/session/s1/message".into(),
+            br#"{"role":"robot","content":"x"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "robot",
+        ),
+        (
+            "unknown part type",
+            Method::POST,
+            "/session/s1/message".into(),
+            br#"{"role":"user","parts":[{"type":"video","url":"x"}]}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "video",
+        ),
+        (
+            "unknown call_id",
+            Method::POST,
+            "/session/s1/message".into(),
+            br#"{"role":"tool","parts":[{"type":"tool_result","call_id":"nope","output":"x"}]}"#
+                .to_vec(),
+            StatusCode::BAD_REQUEST,
+            "nope",
+        ),
+        (
+            "bad message in a batch",
+            Method::POST,
+            "/session/s1/message".into(),
+            br#"{"messages":[{"role":"user","content":"ok"},{"role":"user","parts":[]}]}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "message 1",
+        ),
+        (
+            "call from a user",
+            Method::POST,
+            "/session/s1/message".into(),
+            br#"{"role":"user","parts":[{"type":"tool_call","id":"x","name":"bash"}]}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "tool_call",
+        ),
+        (
+            "non-UTF-8",
+            Method::POST,
+            "/session/s1/message".into(),
+            b"{\"role\":\"user\",\"content\":\"\xff\xfe\"}".to_vec(),
+            StatusCode::BAD_REQUEST,
+            "UTF-8",
+        ),
+        (
+            "too large",
+            Method::POST,
+            "/session/s1/message".into(),
+            json!({"role": "user", "content": "x".repeat(70_000)})
+                .to_string()
+                .into_bytes(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "65536",
+        ),
+        (
+            "odd session id",
+            Method::POST,
+            "/session/a%20b/message".into(),
+            br#"{"role":"user","content":"x"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "invalid session id",
+        ),
+        (
+            "slash in session id",
+            Method::POST,
+            "/session/..%2Fetc/message".into(),
+            br#"{"role":"user","content":"x"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "invalid session id",
+        ),
+        (
+            "long session id",
+            Method::POST,
+            format!("/session/{}/message", "x".repeat(129)),
+            br#"{"role":"user","content":"x"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "invalid session id",
+        ),
+        (
+            "empty batch",
+            Method::POST,
+            "/session/s1/message".into(),
+            br#"{"messages":[]}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "no messages",
+        ),
+        (
+            "unknown field",
+            Method::POST,
+            "/session".into(),
+            br#"{"id":"s2","colour":"red"}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "colour",
+        ),
+        (
+            "bad override",
+            Method::POST,
+            "/session".into(),
+            br#"{"id":"s2","config":{"max_messages":0}}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "max_messages",
+        ),
+        (
+            "bad limit",
+            Method::POST,
+            "/session".into(),
+            br#"{"id":"s2","context_limit":5}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "context_limit",
+        ),
+        (
+            "bad query",
+            Method::GET,
+            "/session/s1/message?limit=abc".into(),
+            vec![],
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            "unknown session",
+            Method::GET,
+            "/session/ghost/context".into(),
+            vec![],
+            StatusCode::NOT_FOUND,
+            "ghost",
+        ),
+        (
+            "unknown endpoint",
+            Method::GET,
+            "/sessions".into(),
+            vec![],
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        ),
+        (
+            "wrong method",
+            Method::PUT,
+            "/session/s1".into(),
+            vec![],
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method",
+        ),
+    ];
+    for (name, method, path, body, status, needle) in cases {
+        let answer = client.raw(method, &path, body).await.unwrap();
+        assert_eq!(
+            answer.status,
+            status,
+            "{name}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let json = answer.json();
+        let message = json["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no JSON error body"));
+        assert!(json["error"]["code"].is_string(), "{name}");
+        assert!(message.contains(needle), "{name}: {message}");
+    }
+    let after = client.get("/session/s1/message?limit=1000").await.unwrap();
+    assert_eq!(before, after, "a refused request changed stored messages");
+    assert!(
+        client.get("/session/s2").await.is_err(),
+        "a refused create stored a session"
+    );
+    // Still serving.
+    assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+}
+
+#[tokio::test]
+async fn acknowledged_appends_survive_kill_9() {
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    for i in 0..60 {
+        client
+            .post("/session/durable/message", &user(&format!("message {i}")))
+            .await
+            .unwrap();
+    }
+    daemon.kill9();
+    daemon.spawn();
+    let client = daemon.client();
+    let page = client
+        .get("/session/durable/message?limit=1000")
+        .await
+        .unwrap();
+    let texts: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["parts"][0]["text"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..60).map(|i| format!("message {i}")).collect();
+    assert_eq!(texts, expected);
+}
+
+#[tokio::test]
+async fn concurrent_appends_from_many_clients_keep_every_message_in_order() {
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 100000\n");
+    let client = daemon.client();
+    client
+        .post(
+            "/session",
+            &json!({"id": "busy", "context_limit": 10000000}),
+        )
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                client
+                    .post(
+                        "/session/busy/message",
+                        &user(&format!("client {c} message {i}")),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = client
+            .get(&format!("/session/busy/message?after={after}&limit=1000"))
+            .await
+            .unwrap();
+        all.extend(page["messages"].as_array().unwrap().clone());
+        match page["next_after"].as_u64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(all.len(), 16 * 40);
+    let seqs: Vec<u64> = all.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=640).collect::<Vec<u64>>());
+    for c in 0..16 {
+        let mine: Vec<u64> = all
+            .iter()
+            .filter_map(|m| {
+                let text = m["parts"][0]["text"].as_str().unwrap();
+                text.strip_prefix(&format!("client {c} message "))?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(
+            mine,
+            (0..40).collect::<Vec<u64>>(),
+            "client {c}'s messages out of order or missing"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sqlite3_reads_the_history_while_the_daemon_runs() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 10\n");
+    let client = daemon.client();
+    let messages: Vec<Value> = (0..11).map(|i| user(&format!("m{i}"))).collect();
+    client
+        .post(
+            "/session/readable/message",
+            &json!({"messages": messages, "wait": true}),
+        )
+        .await
+        .unwrap();
+    let out = std::process::Command::new("sqlite3")
+        .arg(daemon.db())
+        .arg("select session_id, num, trigger from compaction_history; select id, message_count from session_overview; select count(*) from message_text where compacted;")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("readable|1|messages"), "{stdout}");
+    assert!(stdout.contains("readable|11"), "{stdout}");
+    // The daemon keeps serving after the outside read.
+    assert_eq!(
+        client.get("/session/readable").await.unwrap()["compaction_count"],
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_live_daemon_keeps_its_socket_and_a_stale_one_is_replaced() {
+    let mut daemon = TestDaemon::start("");
+    // A second daemon on the same socket refuses to start.
+    let second = daemon.command().output().unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("already listening"), "{stderr}");
+    assert_eq!(
+        daemon.client().get("/health").await.unwrap()["status"],
+        "ok"
+    );
+
+    // kill -9 leaves the socket file behind; the next daemon replaces it.
+    daemon.kill9();
+    assert!(daemon.socket().exists());
+    daemon.spawn();
+    assert_eq!(
+        daemon.client().get("/health").await.unwrap()["status"],
+        "ok"
+    );
+
+    // SIGTERM: clean exit, socket removed.
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+    assert!(!daemon.socket().exists());
+    let err = Client::new(daemon.socket())
+        .get("/health")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::NotRunning { .. }));
+}
+
+#[tokio::test]
+async fn socket_and_database_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let mut daemon = TestDaemon::start("");
+    assert_eq!(mode(&daemon.socket()), 0o600);
+    assert_eq!(mode(&daemon.db()), 0o600);
+    // Directories the daemon creates for its socket and database are private too.
+    daemon.kill9();
+    let nested = daemon.dir.path().join("run");
+    std::fs::write(
+        daemon.config_path(),
+        format!(
+            "[server]\nsocket = {:?}\n[store]\npath = {:?}\n",
+            nested.join("compactd.sock"),
+            nested.join("data").join("c.db")
+        ),
+    )
+    .unwrap();
+    let notify = std::os::unix::net::UnixDatagram::bind(daemon.dir.path().join("n.sock")).unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(daemon.config_path())
+        .env("NOTIFY_SOCKET", daemon.dir.path().join("n.sock"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("READY=1");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("READY=1"));
+    assert_eq!(mode(&nested), 0o700);
+    assert_eq!(mode(&nested.join("data")), 0o700);
+    assert_eq!(mode(&nested.join("compactd.sock")), 0o600);
+    assert_eq!(mode(&nested.join("data").join("c.db")), 0o600);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The next event; the timeout only turns a hang into a failure.
+async fn next_event(events: &mut compactd::client::EventStream) -> (String, Value) {
+    tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+        .await
+        .expect("event within 30 s")
+        .expect("stream open")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn events_stream_compactions() {
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 4\n");
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    let mut messages = vec![user("summarize the logs")];
+    for i in 0..2 {
+        messages.extend(bash_round(
+            &format!("e{i}"),
+            "cat log.txt",
+            &"log line\n".repeat(300),
+        ));
+    }
+    client
+        .post(
+            "/session/ev/message",
+            &json!({"messages": messages, "wait": true}),
+        )
+        .await
+        .unwrap();
+    let (name, data) = next_event(&mut events).await;
+    assert_eq!(
+        (name.as_str(), data["trigger"].as_str()),
+        ("compaction_started", Some("messages"))
+    );
+    let (name, data) = next_event(&mut events).await;
+    assert_eq!(name, "compaction_finished");
+    assert_eq!(data["session_id"], "ev");
+    assert_eq!(data["compaction_num"], 1);
+    assert!(data["post_tokens"].as_u64() < data["pre_tokens"].as_u64());
+}
