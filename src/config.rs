@@ -303,3 +303,64 @@ mod tests {
         assert!(e.contains("max_messages"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../config.example.toml");
+
+    #[test]
+    fn the_example_config_is_valid_and_shows_the_defaults() {
+        assert_eq!(
+            Config::parse(EXAMPLE, Path::new("config.example.toml")).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn the_example_config_documents_every_key() {
+        let uncommented: String = EXAMPLE
+            .lines()
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|r| r.contains(" = "))
+                    .unwrap_or(l)
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let every_key = toml::to_string(&Config {
+            compaction: CompactionConfig {
+                reserve_tokens: Some(1),
+                ..Default::default()
+            },
+            summarizer: SummarizerConfig {
+                base_url: Some("x".into()),
+                model: Some("x".into()),
+                api_key_env: Some("x".into()),
+                context_window: Some(1),
+                command: Some(CommandLine::Shell("x".into())),
+                fallback: Some(Fallback::Extractive),
+                ..Default::default()
+            },
+            server: ServerConfig {
+                socket: Some("x".into()),
+                ..Default::default()
+            },
+            store: StoreConfig {
+                path: Some("x".into()),
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        for line in every_key.lines().filter(|l| l.contains(" = ")) {
+            let key = line.split(" = ").next().unwrap();
+            assert!(
+                uncommented
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{key} = "))),
+                "config.example.toml does not document `{key}`"
+            );
+        }
+    }
+}

@@ -3,7 +3,9 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use compactd::cli::offline::{self, OfflineInput};
-use compactd::compaction::CompactionConfig;
+use compactd::cli::remote::{self, Output};
+use compactd::client::Client;
+use compactd::config::Config;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,17 +13,20 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "compactd", version, about)]
 struct Cli {
+    /// The daemon's socket [default: $XDG_RUNTIME_DIR/compactd/compactd.sock]
+    #[arg(long, global = true, env = "COMPACTD_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the daemon (socket activation aware; logs to stderr, level from COMPACTD_LOG).
+    /// Run the daemon (socket-activation aware; logs to stderr, level from COMPACTD_LOG).
     Serve {
-        /// Socket path [default: $XDG_RUNTIME_DIR/compactd/compactd.sock]
-        #[arg(long)]
-        socket: Option<PathBuf>,
         /// Database path [default: $XDG_DATA_HOME/compactd/compactd.db]
         #[arg(long)]
         db: Option<PathBuf>,
@@ -29,6 +34,38 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Show whether the daemon runs, and how.
+    Status,
+    /// List, show, create or delete sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Append a message: JSON on stdin (one message or a list), or --role and --text.
+    Append {
+        session: String,
+        #[arg(long)]
+        role: Option<String>,
+        #[arg(long)]
+        text: Option<String>,
+        /// Wait for a compaction this append triggers.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print what the agent would send to its model now.
+    Context { session: String },
+    /// Compact a session now (the spec's manual /compact).
+    Compact {
+        session: String,
+        /// What the summary should focus on.
+        #[arg(long)]
+        focus: Option<String>,
+    },
+    /// The session's compactions (and failed attempts).
+    History { session: String },
+    /// Follow the daemon's events.
+    Events,
+    /// Configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Show what compaction would do to a file of messages (offline, JSON).
     Plan {
         #[command(flatten)]
@@ -41,6 +78,34 @@ enum Command {
     Summarize {
         #[command(flatten)]
         input: InputArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionCommand {
+    List,
+    Show {
+        id: String,
+    },
+    Create {
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long)]
+        context_limit: Option<usize>,
+        #[arg(long)]
+        model: Option<String>,
+    },
+    Delete {
+        id: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration (the file's values over the defaults), as TOML.
+    Show {
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -64,7 +129,7 @@ impl InputArgs {
             self.prior_summary.as_deref(),
             focus,
             self.context_limit,
-            CompactionConfig::default(),
+            Default::default(),
         )
     }
 }
@@ -82,11 +147,51 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    let socket = cli.socket.clone();
+    let client = || {
+        Client::new(
+            socket
+                .clone()
+                .unwrap_or_else(compactd::paths::default_socket),
+        )
+    };
+    let out = Output { json: cli.json };
     match cli.command {
-        Command::Serve { socket, db, config } => {
+        Command::Serve { db, config } => {
             init_logging();
             let options = compactd::daemon::DaemonOptions { socket, db, config };
             compactd::daemon::run(options, compactd::daemon::shutdown_signal()).await?;
+        }
+        Command::Status => remote::status(&client(), out).await?,
+        Command::Session(SessionCommand::List) => remote::session_list(&client(), out).await?,
+        Command::Session(SessionCommand::Show { id }) => {
+            remote::session_show(&client(), &id, out).await?
+        }
+        Command::Session(SessionCommand::Create {
+            id,
+            context_limit,
+            model,
+        }) => remote::session_create(&client(), id, context_limit, model, out).await?,
+        Command::Session(SessionCommand::Delete { id }) => {
+            remote::session_delete(&client(), &id, out).await?
+        }
+        Command::Append {
+            session,
+            role,
+            text,
+            wait,
+        } => remote::append(&client(), &session, role, text, wait, out).await?,
+        Command::Context { session } => remote::context(&client(), &session, out).await?,
+        Command::Compact { session, focus } => {
+            remote::compact(&client(), &session, focus, out).await?
+        }
+        Command::History { session } => remote::history(&client(), &session, out).await?,
+        Command::Events => remote::events(&client(), out).await?,
+        Command::Config(ConfigCommand::Show { config }) => {
+            let path = config.unwrap_or_else(compactd::paths::default_config);
+            let effective = Config::load(&path)?;
+            println!("# effective configuration ({})", path.display());
+            print!("{}", toml::to_string_pretty(&effective)?);
         }
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;

@@ -2,6 +2,7 @@
 //! and calls these.
 
 pub mod offline;
+pub mod remote;
 
 /// Reads a file for a command, naming the file in the error.
 pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {

@@ -1,0 +1,412 @@
+//! Operating compactd: the CLI against a real daemon (and without one), config hot reload,
+//! systemd socket activation and readiness, the unit files, and the peer-uid guard.
+
+mod common;
+
+use common::{BIN, TestDaemon, have, user};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+/// Runs the CLI against `socket`; returns (exit code, stdout, stderr).
+fn cli(socket: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn ok(socket: &std::path::Path, args: &[&str]) -> String {
+    let (code, out, err) = cli(socket, args, None);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    out
+}
+
+#[test]
+fn every_cli_command_against_a_real_daemon() {
+    let daemon = TestDaemon::start("");
+    let s = daemon.socket();
+
+    let status = ok(&s, &["status"]);
+    assert!(
+        status.contains("running on") && status.contains("summarizer: extractive"),
+        "{status}"
+    );
+    let status: Value = serde_json::from_str(&ok(&s, &["--json", "status"])).unwrap();
+    assert_eq!(status["status"], "ok");
+
+    assert!(
+        ok(
+            &s,
+            &[
+                "session",
+                "create",
+                "--id",
+                "cli",
+                "--context-limit",
+                "8000",
+                "--model",
+                "m"
+            ]
+        )
+        .contains("created session cli")
+    );
+    // Follow events from now on: the CLI says so on stderr once subscribed.
+    let mut events = Command::new(BIN)
+        .arg("--socket")
+        .arg(&s)
+        .args(["--json", "events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut event_err = BufReader::new(events.stderr.take().unwrap());
+    let mut line = String::new();
+    event_err.read_line(&mut line).unwrap();
+    assert!(line.contains("following events"), "{line}");
+
+    for i in 0..6 {
+        let out = ok(
+            &s,
+            &[
+                "append",
+                "cli",
+                "--role",
+                "user",
+                "--text",
+                &format!("instruction {i}: {}", "word ".repeat(300)),
+            ],
+        );
+        assert!(
+            out.contains(&format!("appended seq {}..{}", i + 1, i + 1)),
+            "{out}"
+        );
+    }
+    let stdin = json!({"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "k1", "name": "bash", "args": {"command": "cat notes.md"}}]});
+    let (code, out, err) = cli(&s, &["append", "cli"], Some(&stdin.to_string()));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("appended seq 7..7"), "{out}");
+    let (code, _, err) = cli(&s, &["append", "cli"], Some("{not json"));
+    assert_ne!(code, 0);
+    assert!(err.contains("not valid JSON"), "{err}");
+
+    let list = ok(&s, &["session", "list"]);
+    assert!(list.starts_with("ID") && list.contains("cli"), "{list}");
+    let show = ok(&s, &["session", "show", "cli"]);
+    assert!(show.contains("messages:     7 total"), "{show}");
+
+    let compacted = ok(&s, &["compact", "cli", "--focus", "the instructions"]);
+    assert!(compacted.contains("compaction #1 of cli"), "{compacted}");
+    let history = ok(&s, &["history", "cli"]);
+    assert!(
+        history.starts_with("NUM") && history.contains("manual"),
+        "{history}"
+    );
+    let context = ok(&s, &["context", "cli"]);
+    assert!(context.contains("[summary] user:"), "{context}");
+    assert!(context.contains("[#7] assistant: → bash"), "{context}");
+    let context: Value = serde_json::from_str(&ok(&s, &["--json", "context", "cli"])).unwrap();
+    assert_eq!(context["compaction_num"], 1);
+
+    // The compaction reached the event follower.
+    let mut stdout = BufReader::new(events.stdout.take().unwrap());
+    let mut names = Vec::new();
+    while !names.iter().any(|n| n == "compaction_finished") {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "events ended early"
+        );
+        let event: Value = serde_json::from_str(&line).unwrap();
+        names.push(event["event"].as_str().unwrap().to_string());
+    }
+    assert_eq!(names, ["compaction_started", "compaction_finished"]);
+    events.kill().unwrap();
+    events.wait().unwrap();
+
+    assert!(ok(&s, &["session", "delete", "cli"]).contains("deleted session cli"));
+    let (code, _, err) = cli(&s, &["session", "show", "cli"], None);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("not found") || err.contains("deleted"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_a_daemon_every_command_fails_with_a_one_line_hint() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let socket = dir.path().join("nobody-home.sock");
+    for args in [
+        vec!["status"],
+        vec!["session", "list"],
+        vec!["session", "show", "x"],
+        vec!["session", "create"],
+        vec!["session", "delete", "x"],
+        vec!["append", "x", "--role", "user", "--text", "hi"],
+        vec!["context", "x"],
+        vec!["compact", "x"],
+        vec!["history", "x"],
+        vec!["events"],
+    ] {
+        let (code, out, err) = cli(&socket, &args, None);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(socket.to_str().unwrap()) && err.contains("compactd serve"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Writes the config the way editors do: a new file renamed over the old one.
+fn edit_config(daemon: &TestDaemon, text: &str) {
+    let tmp = daemon.dir.path().join(".config.toml.swp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, daemon.config_path()).unwrap();
+}
+
+async fn wait_for_event(events: &mut compactd::client::EventStream, name: &str) -> Value {
+    loop {
+        let (event, data) = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {name} event within 30 s"))
+            .expect("stream open")
+            .unwrap();
+        if event == name {
+            return data;
+        }
+    }
+}
+
+#[tokio::test]
+async fn config_edits_apply_without_restart_and_bad_edits_keep_the_old_config() {
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 80\n");
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    let eleven: Vec<Value> = (0..11)
+        .map(|i| user(&format!("m{i} {}", "w ".repeat(200))))
+        .collect();
+    let answer = client
+        .post("/session/hot/message", &json!({"messages": eleven}))
+        .await
+        .unwrap();
+    assert!(answer["compaction"].is_null());
+
+    edit_config(&daemon, "[compaction]\nmax_messages = 10\n");
+    let reloaded = wait_for_event(&mut events, "config_reloaded").await;
+    assert_eq!(reloaded["path"], daemon.config_path().to_str().unwrap());
+    let answer = client
+        .post(
+            "/session/hot/message",
+            &json!({"messages": [user("one more")], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["trigger"], "messages");
+    assert_eq!(answer["compaction"]["status"], "completed");
+
+    // An invalid edit: the daemon stays up, reports it, and keeps max_messages = 10.
+    edit_config(&daemon, "[compaction]\nmax_messages = \"lots\"\n");
+    let rejected = wait_for_event(&mut events, "config_rejected").await;
+    assert!(
+        rejected["error"].as_str().unwrap().contains("max_messages"),
+        "{rejected}"
+    );
+    let health = client.get("/health").await.unwrap();
+    assert!(
+        health["config"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_messages")
+    );
+    let status = ok(&daemon.socket(), &["status"]);
+    assert!(status.contains("REJECTED EDIT"), "{status}");
+    let session = client.get("/session/hot").await.unwrap();
+    assert_eq!(session["max_messages"], 10, "the old config stays in force");
+
+    // Fixing the file clears the error.
+    edit_config(&daemon, "[compaction]\nmax_messages = 20\n");
+    wait_for_event(&mut events, "config_reloaded").await;
+    let health = client.get("/health").await.unwrap();
+    assert!(health["config"]["error"].is_null());
+    assert_eq!(
+        client.get("/session/hot").await.unwrap()["max_messages"],
+        20
+    );
+}
+
+#[test]
+fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
+    if !have("systemd-socket-activate") {
+        eprintln!("SKIP: systemd-socket-activate is not installed");
+        return;
+    }
+    let dir = tempfile::TempDir::new().unwrap();
+    let socket = dir.path().join("activated.sock");
+    let mut activator = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&socket)
+        .arg(BIN)
+        .args(["serve", "--db"])
+        .arg(dir.path().join("c.db"))
+        .arg("--config")
+        .arg(dir.path().join("none.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // systemd-socket-activate announces the socket once it listens.
+    let mut stderr = BufReader::new(activator.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("Listening on") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "systemd-socket-activate ended early"
+        );
+    }
+    // The first connection starts compactd, which serves it on the inherited socket.
+    let status: Value = serde_json::from_str(&ok(&socket, &["--json", "status"])).unwrap();
+    assert_eq!(status["status"], "ok");
+    // Without --accept, systemd-socket-activate execs compactd in its own process.
+    assert_eq!(status["pid"].as_u64().unwrap(), activator.id() as u64);
+    ok(
+        &socket,
+        &["append", "act", "--role", "user", "--text", "hello"],
+    );
+    assert!(ok(&socket, &["context", "act"]).contains("hello"));
+    let mut daemon_log = String::new();
+    while !daemon_log.contains("compactd serving") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0);
+        daemon_log.push_str(&line);
+    }
+    assert!(daemon_log.contains("(from systemd)"), "{daemon_log}");
+    activator.kill().unwrap();
+    activator.wait().unwrap();
+}
+
+#[test]
+fn readiness_reload_and_stopping_are_reported_to_systemd() {
+    let mut daemon = TestDaemon::start("");
+    // The harness already waited for READY=1; now a reload and a stop.
+    let notify =
+        std::os::unix::net::UnixDatagram::bind(daemon.dir.path().join("notify2.sock")).unwrap();
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    daemon.kill9();
+    let mut child = daemon
+        .command()
+        .env("NOTIFY_SOCKET", daemon.dir.path().join("notify2.sock"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let mut recv = || {
+        let n = notify.recv(&mut buf).expect("a notification within 30 s");
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    };
+    assert!(recv().contains("READY=1"));
+    std::fs::write(daemon.config_path(), "[compaction]\nmax_messages = 50\n").unwrap();
+    let reloading = recv();
+    assert!(
+        reloading.contains("RELOADING=1") && reloading.contains("MONOTONIC_USEC="),
+        "{reloading}"
+    );
+    assert!(recv().contains("READY=1"));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(recv().contains("STOPPING=1"));
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn unit_files_pass_systemd_analyze_verify() {
+    if !have("systemd-analyze") {
+        eprintln!("SKIP: systemd-analyze is not installed");
+        return;
+    }
+    let units = concat!(env!("CARGO_MANIFEST_DIR"), "/systemd");
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("{units}/compactd.socket"))
+        .arg(format!("{units}/compactd.service"))
+        .output()
+        .unwrap();
+    let report =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    // The one finding allowed is about this machine, not the files: the binary's install
+    // path (%h/.cargo/bin/compactd) does not exist here.
+    let about_content: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("is not executable"))
+        .collect();
+    assert!(about_content.is_empty(), "systemd-analyze verify: {report}");
+    let socket = std::fs::read_to_string(format!("{units}/compactd.socket")).unwrap();
+    assert!(
+        socket.contains("ListenStream=%t/compactd/compactd.sock")
+            && socket.contains("SocketMode=0600")
+    );
+    let service = std::fs::read_to_string(format!("{units}/compactd.service")).unwrap();
+    assert!(service.contains("Type=notify") && service.contains("WatchdogSec="));
+}
+
+#[test]
+fn other_users_are_refused_by_the_peer_uid_guard() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: switching uid needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let daemon = TestDaemon::start("");
+    // Open the way so only the guard stands between another user and the daemon.
+    std::fs::set_permissions(daemon.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = Command::new(BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("status")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("Permission denied") {
+        eprintln!("SKIP: uid 65534 cannot reach the test directory here: {err}");
+        return;
+    }
+    assert!(!out.status.success());
+    assert!(
+        err.contains("HTTP 403") && err.contains("serves uid 0 only"),
+        "{err}"
+    );
+    // The owner is still served.
+    assert!(ok(&daemon.socket(), &["status"]).contains("running on"));
+}
