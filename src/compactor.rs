@@ -6,7 +6,7 @@
 use crate::compaction::chunk::{block_tokens, chunk_ranges};
 use crate::compaction::prompt::{PromptInput, build_compaction_prompt};
 use crate::compaction::{Boundary, CompactionPlan, CompactionResult, PlanInput, is_blank};
-use crate::summarize::{SummarizeError, Summarizer, SummaryRequest};
+use crate::summarize::{SYSTEM_PROMPT, SummarizeError, Summarizer, SummaryRequest};
 
 /// A finished compaction, ready to be stored.
 #[derive(Debug, Clone)]
@@ -78,8 +78,8 @@ pub async fn compact(
     }))
 }
 
-/// Tokens of a prompt's parts other than the conversation: task, focus, file lists, and room
-/// for a prior summary as long as the summarizer may write.
+/// Tokens of a prompt's parts other than the conversation: system prompt, task, focus, file
+/// lists, and room for a prior summary as long as the summarizer may write.
 fn fixed_prompt_tokens(input: &PlanInput, plan: &CompactionPlan, max_output: usize) -> usize {
     let empty = build_compaction_prompt(&PromptInput {
         messages: &[],
@@ -89,5 +89,5 @@ fn fixed_prompt_tokens(input: &PlanInput, plan: &CompactionPlan, max_output: usi
         focus: input.focus,
     });
     let prior = input.prior_summary.map_or(0, |p| input.estimator.text(p));
-    input.estimator.text(&empty) + prior.max(max_output)
+    input.estimator.text(SYSTEM_PROMPT) + input.estimator.text(&empty) + prior.max(max_output)
 }

@@ -299,7 +299,7 @@ impl Service {
             Err(error) if fallback => {
                 tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
                 let done = compactor::compact(input, &Extractive, num).await?;
-                Ok((done, Some(error.to_string())))
+                Ok((done, Some(format!("{}: {error}", summarizer.name()))))
             }
             Err(error) => Err(error),
         }

@@ -4,11 +4,18 @@
 //! it; the built-in [`extractive::Extractive`] summarizer is offline and deterministic and is the
 //! default when no model is configured.
 
+pub mod anthropic;
+pub mod command;
 pub mod extractive;
+mod http;
+pub mod openai;
 
 use crate::compaction::FileLists;
+use crate::config::{SummarizerConfig, SummarizerKind};
 use crate::message::Message;
 use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What a summarizer is asked to summarize. Model backends read `prompt`; the extractive
 /// summarizer works from the structured fields, which carry the same content.
@@ -67,15 +74,66 @@ pub trait Summarizer: Send + Sync {
     async fn summarize(&self, request: &SummaryRequest) -> Result<String, SummarizeError>;
 }
 
-/// Builds the summarizer the config names.
-pub fn from_config(
-    config: &crate::config::SummarizerConfig,
-) -> Result<std::sync::Arc<dyn Summarizer>, SummarizeError> {
-    use crate::config::SummarizerKind;
-    match config.kind {
-        SummarizerKind::Extractive => Ok(std::sync::Arc::new(extractive::Extractive)),
-        other => Err(SummarizeError::Config(format!(
-            "summarizer kind {other:?} is not available"
-        ))),
-    }
+/// The system prompt model summarizers receive with the compaction prompt.
+pub const SYSTEM_PROMPT: &str = include_str!("system_prompt.md");
+
+/// Builds the summarizer the config names. API keys are read from the environment here, once
+/// per (re)load, and live only in memory.
+pub fn from_config(config: &SummarizerConfig) -> Result<Arc<dyn Summarizer>, SummarizeError> {
+    let timeout = Duration::from_secs(config.timeout_s);
+    let api_key = match &config.api_key_env {
+        Some(var) => Some(std::env::var(var).map_err(|_| {
+            SummarizeError::Config(format!(
+                "[summarizer] api_key_env names ${var}, which is not set"
+            ))
+        })?),
+        None => None,
+    };
+    let policy = http::CallPolicy {
+        timeout,
+        max_retries: config.max_retries,
+        secret: api_key.clone(),
+    };
+    let model = || {
+        config
+            .model
+            .clone()
+            .ok_or_else(|| SummarizeError::Config("[summarizer] model is required".into()))
+    };
+    let base = |default: &str| {
+        config
+            .base_url
+            .clone()
+            .unwrap_or_else(|| default.to_string())
+            .trim_end_matches('/')
+            .to_string()
+    };
+    Ok(match config.kind {
+        SummarizerKind::Extractive => Arc::new(extractive::Extractive),
+        SummarizerKind::Openai => Arc::new(openai::OpenAi {
+            url: format!("{}/chat/completions", base("https://api.openai.com/v1")),
+            model: model()?,
+            api_key,
+            max_output_tokens: config.max_output_tokens,
+            context_window: config.context_window,
+            policy,
+        }),
+        SummarizerKind::Anthropic => Arc::new(anthropic::Anthropic {
+            url: format!("{}/v1/messages", base("https://api.anthropic.com")),
+            model: model()?,
+            api_key,
+            max_output_tokens: config.max_output_tokens,
+            context_window: config.context_window,
+            policy,
+        }),
+        SummarizerKind::Command => Arc::new(command::Command {
+            command: config
+                .command
+                .clone()
+                .ok_or_else(|| SummarizeError::Config("[summarizer] command is required".into()))?,
+            timeout,
+            max_output_tokens: config.max_output_tokens,
+            context_window: config.context_window,
+        }),
+    })
 }

@@ -3,6 +3,8 @@
 //! `READY=1` on a NOTIFY_SOCKET the test owns, so no test sleeps and hopes.
 #![allow(dead_code)]
 
+pub mod mock_model;
+
 use compactd::client::Client;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixDatagram;
@@ -16,14 +18,28 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_compactd");
 pub struct TestDaemon {
     pub dir: TempDir,
     pub child: Option<Child>,
+    /// Extra environment for the daemon process (API keys, ...).
+    pub env: Vec<(String, String)>,
 }
 
 impl TestDaemon {
     /// Starts a daemon with `config` (TOML) as its config file.
     pub fn start(config: &str) -> TestDaemon {
+        TestDaemon::start_with_env(config, &[])
+    }
+
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> TestDaemon {
         let dir = TempDir::new().unwrap();
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let mut daemon = TestDaemon { dir, child: None };
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut daemon = TestDaemon {
+            dir,
+            child: None,
+            env,
+        };
         daemon.spawn();
         daemon
     }
@@ -58,7 +74,8 @@ impl TestDaemon {
             .arg(self.config_path())
             .env("COMPACTD_LOG", "info")
             .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID");
+            .env_remove("LISTEN_PID")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         command
     }
 

@@ -1,0 +1,227 @@
+//! A local mock of model APIs (OpenAI chat completions and Anthropic messages) that replies
+//! from a script and records every request, for testing summarizers without the network.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the mock answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with an OpenAI chat completion whose content is the text.
+    OpenAi(String),
+    /// 200 with an Anthropic message whose text block is the text.
+    Anthropic(String),
+    /// 200 with an OpenAI completion whose content names the call number:
+    /// "summary written by call N" under the nine headings.
+    OpenAiNumbered,
+    /// Any status, body and headers.
+    Raw {
+        status: u16,
+        body: String,
+        headers: Vec<(&'static str, String)>,
+    },
+    /// Never answers.
+    Hang,
+}
+
+impl Reply {
+    pub fn status(status: u16, body: &str) -> Reply {
+        Reply::Raw {
+            status,
+            body: body.to_string(),
+            headers: vec![],
+        }
+    }
+}
+
+/// A recorded request.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub at: Instant,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    }
+
+    /// The compaction prompt in the request (OpenAI or Anthropic shape).
+    pub fn prompt(&self) -> String {
+        let messages = self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+#[derive(Default)]
+struct MockState {
+    script: Mutex<VecDeque<Reply>>,
+    otherwise: Mutex<Option<Reply>>,
+    requests: Mutex<Vec<Recorded>>,
+    arrived: Condvar,
+}
+
+pub struct MockModel {
+    pub base: String,
+    state: Arc<MockState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A nine-section summary with `body` in section 1.
+pub fn nine_sections(body: &str) -> String {
+    compactd::compaction::sections::SUMMARY_SECTIONS
+        .iter()
+        .map(|s| {
+            format!(
+                "{}\n{}",
+                compactd::compaction::sections::heading(s),
+                if s.number == 1 { body } else { "-" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+impl MockModel {
+    /// Starts the mock; `script` answers the first requests in order, `otherwise` the rest.
+    pub fn start(script: Vec<Reply>, otherwise: Reply) -> MockModel {
+        let state = Arc::new(MockState::default());
+        *state.script.lock().unwrap() = script.into();
+        *state.otherwise.lock().unwrap() = Some(otherwise);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                ready_tx.send(listener.local_addr().unwrap()).unwrap();
+                let app = Router::new().fallback(handle).with_state(shared);
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        let address = ready_rx.recv().unwrap();
+        MockModel {
+            base: format!("http://{address}"),
+            state,
+            stop: Some(stop),
+        }
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` requests have arrived.
+    pub fn wait_for_requests(&self, n: usize) -> Vec<Recorded> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut requests = self.state.requests.lock().unwrap();
+        while requests.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "only {} of {n} requests arrived",
+                requests.len()
+            );
+            requests = self.state.arrived.wait_timeout(requests, left).unwrap().0;
+        }
+        requests.clone()
+    }
+}
+
+impl Drop for MockModel {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<MockState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let n = {
+        let mut requests = state.requests.lock().unwrap();
+        requests.push(Recorded {
+            path: uri.path().to_string(),
+            headers,
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            at: Instant::now(),
+        });
+        state.arrived.notify_all();
+        requests.len()
+    };
+    let reply = state
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or_else(|| state.otherwise.lock().unwrap().clone().unwrap());
+    match reply {
+        Reply::OpenAi(text) => axum::Json(openai_completion(&text)).into_response(),
+        Reply::OpenAiNumbered => axum::Json(openai_completion(&nine_sections(&format!(
+            "summary written by call {n}"
+        ))))
+        .into_response(),
+        Reply::Anthropic(text) => axum::Json(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}
+        }))
+        .into_response(),
+        Reply::Raw {
+            status,
+            body,
+            headers,
+        } => {
+            let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
+            for (name, value) in headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            response
+        }
+        Reply::Hang => {
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+    }
+}
+
+fn openai_completion(text: &str) -> Value {
+    json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    })
+}

@@ -1,0 +1,702 @@
+//! Model-backed summarizers against local mock servers: request shapes, faults, chunking,
+//! fallback, the command summarizer, the circuit breaker, and compactions that run while
+//! appends keep arriving.
+
+mod common;
+
+use common::mock_model::{MockModel, Reply, nine_sections};
+use common::{TestDaemon, bash_round, user};
+use compactd::client::{Client, ClientError};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const KEY: &str = "sk-test-0123456789abcdefSECRET";
+
+fn openai_config(mock: &MockModel, extra: &str) -> String {
+    format!(
+        "[summarizer]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"sum-model\"\napi_key_env = \"COMPACTD_TEST_KEY\"\nmax_output_tokens = 1234\ntimeout_s = 20\nmax_retries = 2\n{extra}",
+        mock.base
+    )
+}
+
+fn start(config: &str) -> TestDaemon {
+    TestDaemon::start_with_env(config, &[("COMPACTD_TEST_KEY", KEY)])
+}
+
+/// A session with `rounds` bash rounds, appended in one batch.
+async fn fill(client: &Client, id: &str, rounds: usize) {
+    let mut messages = vec![user(&format!("{id}: fix every module"))];
+    for i in 0..rounds {
+        messages.extend(bash_round(
+            &format!("{id}-{i}"),
+            &format!("sed -i 's/x/y/' src/module_{i}.py"),
+            &"output line\n".repeat(40),
+        ));
+    }
+    client
+        .post(
+            &format!("/session/{id}/message"),
+            &json!({"messages": messages}),
+        )
+        .await
+        .unwrap();
+}
+
+fn api_error(e: ClientError) -> (u16, String) {
+    match e {
+        ClientError::Api {
+            status, message, ..
+        } => (status, message),
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_request_shape_and_summary() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::OpenAi(nine_sections("model-written summary")),
+    );
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill(&client, "oa", 30).await;
+    let answer = client
+        .post("/session/oa/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    assert_eq!(answer["summarizer"], "openai:sum-model");
+    assert!(
+        answer["summary"]
+            .as_str()
+            .unwrap()
+            .contains("model-written summary")
+    );
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(
+        r.header("authorization").as_deref(),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(r.body["model"], "sum-model");
+    assert_eq!(r.body["max_tokens"], 1234);
+    assert_eq!(r.body["messages"][0]["role"], "system");
+    assert_eq!(r.body["messages"][1]["role"], "user");
+    let prompt = r.prompt();
+    assert!(
+        prompt.starts_with("<task>\n")
+            && prompt.contains("<conversation>")
+            && prompt.contains("<modified-files>\nsrc/module_0.py")
+    );
+
+    let context = client.get("/session/oa/context").await.unwrap();
+    assert!(
+        context["messages"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("model-written summary")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_request_shape_and_summary() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::Anthropic(nine_sections("claude-written summary")),
+    );
+    let config = format!(
+        "[summarizer]\nkind = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"claude-test\"\napi_key_env = \"COMPACTD_TEST_KEY\"\nmax_output_tokens = 2048\n",
+        mock.base
+    );
+    let daemon = start(&config);
+    let client = daemon.client();
+    fill(&client, "an", 30).await;
+    let answer = client
+        .post("/session/an/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    assert_eq!(answer["summarizer"], "anthropic:claude-test");
+    assert!(
+        answer["summary"]
+            .as_str()
+            .unwrap()
+            .contains("claude-written summary")
+    );
+    let r = &mock.requests()[0];
+    assert_eq!(r.path, "/v1/messages");
+    assert_eq!(r.header("x-api-key").as_deref(), Some(KEY));
+    assert_eq!(r.header("anthropic-version").as_deref(), Some("2023-06-01"));
+    assert!(r.header("authorization").is_none());
+    assert_eq!(r.body["model"], "claude-test");
+    assert_eq!(r.body["max_tokens"], 2048);
+    assert!(
+        r.body["system"]
+            .as_str()
+            .unwrap()
+            .contains("nine numbered sections")
+    );
+    assert_eq!(r.body["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(r.body["messages"][0]["role"], "user");
+    assert!(r.prompt().starts_with("<task>"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_server_needs_no_key() {
+    let mock = MockModel::start(vec![], Reply::OpenAi(nine_sections("local")));
+    let config = format!(
+        "[summarizer]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"llama\"\n",
+        mock.base
+    );
+    let daemon = TestDaemon::start(&config);
+    let client = daemon.client();
+    fill(&client, "local", 30).await;
+    assert_eq!(
+        client
+            .post("/session/local/summarize", &json!({}))
+            .await
+            .unwrap()["compacted"],
+        true
+    );
+    assert!(mock.requests()[0].header("authorization").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_is_retried_and_then_succeeds() {
+    let mock = MockModel::start(
+        vec![Reply::status(
+            500,
+            "{\"error\":{\"message\":\"overloaded\"}}",
+        )],
+        Reply::OpenAi(nine_sections("after retry")),
+    );
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill(&client, "r5", 30).await;
+    let answer = client
+        .post("/session/r5/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    assert_eq!(mock.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_is_honoured() {
+    let limited = Reply::Raw {
+        status: 429,
+        body: "{\"error\":{\"message\":\"slow down\"}}".into(),
+        headers: vec![("retry-after", "1".into())],
+    };
+    let mock = MockModel::start(vec![limited], Reply::OpenAi(nine_sections("after 429")));
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill(&client, "r429", 30).await;
+    let answer = client
+        .post("/session/r429/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let waited = requests[1].at - requests[0].at;
+    assert!(
+        waited >= Duration::from_millis(950),
+        "retried after {waited:?}, Retry-After said 1 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_4xx_are_not_retried_and_are_recorded() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::status(400, "{\"error\":{\"message\":\"bad model name\"}}"),
+    );
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill(&client, "r4", 30).await;
+    let (status, message) = api_error(
+        client
+            .post("/session/r4/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 503);
+    assert!(
+        message.contains("HTTP 400") && message.contains("bad model name"),
+        "{message}"
+    );
+    assert_eq!(mock.requests().len(), 1);
+    let history = client.get("/session/r4/compaction").await.unwrap();
+    assert_eq!(history["compactions"].as_array().unwrap().len(), 0);
+    assert!(
+        history["failures"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 400")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_model_times_out_while_the_daemon_keeps_answering() {
+    let mock = MockModel::start(vec![], Reply::Hang);
+    let config = openai_config(&mock, "")
+        .replace("timeout_s = 20", "timeout_s = 5")
+        .replace("max_retries = 2", "max_retries = 0");
+    let daemon = start(&config);
+    let client = daemon.client();
+    fill(&client, "slow", 30).await;
+    fill(&client, "other", 2).await;
+    let before = client.get("/session/slow/context").await.unwrap();
+
+    let pending = {
+        let client = client.clone();
+        tokio::spawn(async move { client.post("/session/slow/summarize", &json!({})).await })
+    };
+    let requests = tokio::task::block_in_place(|| mock.wait_for_requests(1));
+    assert_eq!(requests.len(), 1);
+    // While the model hangs, everything else is served.
+    assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+    client
+        .post("/session/other/message", &user("still here"))
+        .await
+        .unwrap();
+    assert!(client.get("/session/other/context").await.is_ok());
+    let slow = client.get("/session/slow").await.unwrap();
+    assert_eq!(slow["compacting"], true);
+    assert!(client.get("/session/slow/context?wait=false").await.is_ok());
+    assert!(
+        !pending.is_finished(),
+        "the hanging call should still be pending"
+    );
+
+    let (status, message) = api_error(pending.await.unwrap().unwrap_err());
+    assert_eq!(status, 503);
+    assert!(message.contains("timed out"), "{message}");
+    assert_eq!(
+        client.get("/session/slow/context").await.unwrap(),
+        before,
+        "a timeout changed the session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_blank_answers_are_failures_that_change_nothing() {
+    let mock = MockModel::start(
+        vec![
+            Reply::status(200, "this is not json"),
+            Reply::OpenAi("   \n ".into()),
+        ],
+        Reply::Hang,
+    );
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill(&client, "junk", 30).await;
+    let before = client.get("/session/junk/context").await.unwrap();
+    let (_, garbage) = api_error(
+        client
+            .post("/session/junk/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(garbage.contains("could not be read"), "{garbage}");
+    let (_, blank) = api_error(
+        client
+            .post("/session/junk/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(blank.contains("blank"), "{blank}");
+    assert_eq!(mock.requests().len(), 2, "neither is retried");
+    assert_eq!(client.get("/session/junk/context").await.unwrap(), before);
+    let history = client.get("/session/junk/compaction").await.unwrap();
+    assert_eq!(history["failures"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        client.get("/session/junk").await.unwrap()["compaction_count"],
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_window_compacts_in_chunks_each_refining_the_last() {
+    let mock = MockModel::start(vec![], Reply::OpenAiNumbered);
+    let config = openai_config(&mock, "context_window = 2500\n")
+        .replace("max_output_tokens = 1234", "max_output_tokens = 300");
+    let daemon = start(&config);
+    let client = daemon.client();
+    // A small context and no automatic compaction: the manual one below does all the work.
+    client
+        .post(
+            "/session",
+            &json!({"id": "chunky", "context_limit": 16000, "config": {"max_messages": 1000}}),
+        )
+        .await
+        .unwrap();
+    fill(&client, "chunky", 60).await;
+    let answer = client
+        .post("/session/chunky/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    let requests = mock.requests();
+    let calls = requests.len();
+    assert!(calls >= 3, "only {calls} calls");
+    assert_eq!(answer["chunks"], calls);
+    for (i, r) in requests.iter().enumerate() {
+        let tokens = (r.prompt().chars().count()
+            + r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .chars()
+                .count())
+        .div_ceil(4);
+        assert!(tokens <= 2500 - 300, "call {} sent {tokens} tokens", i + 1);
+        if i > 0 {
+            assert!(
+                r.prompt().contains(&format!("<prior-summary>\n## 1. Primary Request and Intent\nsummary written by call {i}\n")),
+                "call {} does not refine call {i}",
+                i + 1
+            );
+        }
+    }
+    assert!(
+        answer["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("summary written by call {calls}"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extractive_fallback_compacts_when_the_model_fails_and_says_so() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::status(500, "{\"error\":{\"message\":\"down\"}}"),
+    );
+    let config = openai_config(&mock, "fallback = \"extractive\"\n")
+        .replace("max_retries = 2", "max_retries = 0");
+    let daemon = start(&config);
+    let client = daemon.client();
+    fill(&client, "fb", 30).await;
+    let answer = client
+        .post("/session/fb/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    assert_eq!(answer["summarizer"], "extractive");
+    let reason = answer["fallback_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("openai:sum-model") && reason.contains("HTTP 500"),
+        "{reason}"
+    );
+    let history = client.get("/session/fb/compaction").await.unwrap();
+    assert_eq!(
+        history["compactions"][0]["fallback_reason"],
+        answer["fallback_reason"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
+    let echo = format!(
+        "{{\"error\":{{\"message\":\"Incorrect API key provided: {KEY}. You passed sk-test-...CRET\"}}}}"
+    );
+    let mock = MockModel::start(vec![], Reply::status(401, &echo));
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    fill(&client, "leak", 30).await;
+    let (_, message) = api_error(
+        client
+            .post("/session/leak/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(message.contains("HTTP 401"), "{message}");
+    let mut seen = String::new();
+    while !seen.contains("compaction_failed") {
+        let (name, data) = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(&format!("{name} {data}\n"));
+    }
+    let history = client
+        .get("/session/leak/compaction")
+        .await
+        .unwrap()
+        .to_string();
+    let mut stored = Vec::new();
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", daemon.db().display());
+        stored.extend(std::fs::read(path).unwrap_or_default());
+    }
+    let stored = String::from_utf8_lossy(&stored).to_string();
+    for (what, text) in [
+        ("error", &message),
+        ("events", &seen),
+        ("history", &history),
+        ("database", &stored),
+        ("log", &daemon.log()),
+    ] {
+        assert!(!text.contains(KEY), "the key leaked into the {what}");
+        assert!(
+            !text.contains("sk-test-0123"),
+            "a key fragment leaked into the {what}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_summarizer_runs_a_program_and_reports_its_failures() {
+    let works = TestDaemon::start(
+        "[summarizer]\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"wc -c > /dev/null; printf '## 1. Primary Request and Intent\\\\nfrom a command'\"]\n",
+    );
+    let client = works.client();
+    fill(&client, "cmd", 30).await;
+    let answer = client
+        .post("/session/cmd/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    assert_eq!(answer["summarizer"], "command:sh");
+    assert!(
+        answer["summary"]
+            .as_str()
+            .unwrap()
+            .contains("from a command")
+    );
+
+    let fails = TestDaemon::start(
+        "[summarizer]\nkind = \"command\"\ncommand = \"echo boom >&2; exit 3\"\n",
+    );
+    let client = fails.client();
+    fill(&client, "cmd", 30).await;
+    let (_, message) = api_error(
+        client
+            .post("/session/cmd/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        message.contains("exited") && message.contains("boom"),
+        "{message}"
+    );
+
+    let hangs = TestDaemon::start(
+        "[summarizer]\nkind = \"command\"\ncommand = \"sleep 30\"\ntimeout_s = 1\n",
+    );
+    let client = hangs.client();
+    fill(&client, "cmd", 30).await;
+    let (_, message) = api_error(
+        client
+            .post("/session/cmd/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(message.contains("timed out"), "{message}");
+}
+
+/// A command summarizer that fails while `flag` exists.
+fn flaky_summarizer(flag: &std::path::Path) -> String {
+    format!(
+        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; if [ -e '{}' ]; then echo down >&2; exit 1; fi; printf '## 6. All user messages\\\\nok'\"\n",
+        flag.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_opens_after_three_unproductive_attempts_in_a_turn_and_closes_on_the_next_user_message()
+ {
+    let flag_dir = tempfile::TempDir::new().unwrap();
+    let flag = flag_dir.path().join("down");
+    std::fs::write(&flag, "").unwrap();
+    let daemon = TestDaemon::start(&flaky_summarizer(&flag));
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    let append = |text: String| {
+        let client = client.clone();
+        async move {
+            client
+                .post(
+                    "/session/brk/message",
+                    &json!({"messages": [{"role": "assistant", "content": text}], "wait": true}),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    client
+        .post("/session/brk/message", &user("start the work"))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        append(format!("step {i}")).await;
+    }
+    // Messages 7, 8, 9 each trigger a failing attempt; the fourth trigger finds the breaker open.
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        statuses.push(
+            append(format!("more {i}")).await["compaction"]["status"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(statuses, ["failed", "failed", "failed", "breaker_open"]);
+    let session = client.get("/session/brk").await.unwrap();
+    assert_eq!(session["breaker"]["open"], true);
+    loop {
+        let (name, data) = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if name == "breaker_open" {
+            assert_eq!(data["attempts"], 3);
+            break;
+        }
+    }
+    assert_eq!(
+        client.get("/session/brk/compaction").await.unwrap()["failures"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Manual compaction still runs while the breaker is open.
+    std::fs::remove_file(&flag).unwrap();
+    let manual = client
+        .post("/session/brk/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(manual["compacted"], true);
+
+    // A new user message starts a new turn: automatic compaction resumes.
+    std::fs::write(&flag, "").unwrap();
+    for i in 0..5 {
+        append(format!("after manual {i}")).await;
+    }
+    let answer = client
+        .post(
+            "/session/brk/message",
+            &json!({"messages": [user("next request")], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["status"], "failed", "{answer}");
+    assert_eq!(
+        client.get("/session/brk").await.unwrap()["breaker"]["attempts"],
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autonomous_agent_is_compacted_as_often_as_it_needs_within_one_turn() {
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 10\n");
+    let client = daemon.client();
+    client
+        .post("/session/auto/message", &user("work alone for a long time"))
+        .await
+        .unwrap();
+    for i in 0..40 {
+        let [call, result] = bash_round(&format!("a{i}"), &format!("cat f{i}.txt"), "content");
+        client
+            .post(
+                "/session/auto/message",
+                &json!({"messages": [call, result], "wait": true}),
+            )
+            .await
+            .unwrap();
+    }
+    let session = client.get("/session/auto").await.unwrap();
+    assert!(
+        session["compaction_count"].as_u64().unwrap() > 3,
+        "{session}"
+    );
+    assert!(session["active_messages"].as_u64().unwrap() <= 10);
+    assert_eq!(session["breaker"]["open"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_during_a_compaction_are_accepted_and_land_after_the_boundary() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let gate = dir.path().join("gate");
+    let path = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let config = format!(
+        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; read line < '{}'; printf '## 1. Primary Request and Intent\\\\ngated'\"\n",
+        gate.display()
+    );
+    let daemon = TestDaemon::start(&config);
+    let client = daemon.client();
+    let seven: Vec<Value> = (0..7).map(|i| user(&format!("before {i}"))).collect();
+    let answer = client
+        .post("/session/gated/message", &json!({"messages": seven}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["status"], "started");
+    assert_eq!(
+        client.get("/session/gated").await.unwrap()["compacting"],
+        true
+    );
+    // The summarizer is blocked on the gate; these appends are acknowledged meanwhile.
+    for i in 0..2 {
+        let a = client
+            .post("/session/gated/message", &user(&format!("during {i}")))
+            .await
+            .unwrap();
+        assert_eq!(a["compaction"]["status"], "in_progress");
+    }
+    tokio::task::spawn_blocking(move || std::fs::write(&gate, "go\n").unwrap())
+        .await
+        .unwrap();
+    let context = client.get("/session/gated/context").await.unwrap();
+    assert_eq!(context["compaction_num"], 1);
+    let texts: Vec<String> = context["messages"].as_array().unwrap()[1..]
+        .iter()
+        .map(|m| m["parts"][0]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts.last().unwrap(), "during 1");
+    assert!(texts.contains(&"during 0".to_string()));
+    let history = client.get("/session/gated/compaction").await.unwrap();
+    assert!(
+        history["compactions"][0]["boundary_seq"].as_u64().unwrap() <= 7,
+        "the boundary was planned before the late appends"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cancels_an_in_flight_model_call_cleanly() {
+    let mock = MockModel::start(vec![], Reply::Hang);
+    let mut daemon = start(&openai_config(&mock, "").replace("timeout_s = 20", "timeout_s = 300"));
+    let client = daemon.client();
+    fill(&client, "stop", 30).await;
+    let pending = {
+        let client = client.clone();
+        tokio::spawn(async move { client.post("/session/stop/summarize", &json!({})).await })
+    };
+    tokio::task::block_in_place(|| mock.wait_for_requests(1));
+    let status = tokio::task::block_in_place(|| daemon.terminate());
+    assert!(status.success(), "{status}");
+    let (status, message) = api_error(pending.await.unwrap().unwrap_err());
+    assert_eq!(status, 503, "{message}");
+    daemon.spawn();
+    let history = daemon
+        .client()
+        .get("/session/stop/compaction")
+        .await
+        .unwrap();
+    assert!(
+        history["failures"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled"),
+        "{history}"
+    );
+}
