@@ -6,6 +6,7 @@ use compactd::cli::offline::{self, OfflineInput};
 use compactd::cli::remote::{self, Output};
 use compactd::client::Client;
 use compactd::config::Config;
+use compactd::transcript::Format;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -66,6 +67,29 @@ enum Command {
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Load an agent transcript into the daemon (Claude Code, OpenAI, mini-swe-agent, SWE-agent).
+    Import {
+        file: PathBuf,
+        /// Session id [default: the transcript's own, else the file name]
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        #[arg(long)]
+        context_limit: Option<usize>,
+    },
+    /// Replay transcripts through an in-process daemon and report what compaction keeps and saves.
+    Replay {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        #[arg(long, default_value_t = 128_000)]
+        context_limit: usize,
+        /// A config file (e.g. to replay with a model summarizer) [default: built-in defaults]
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Show what compaction would do to a file of messages (offline, JSON).
     Plan {
         #[command(flatten)]
@@ -192,6 +216,37 @@ async fn run(cli: Cli) -> Result<()> {
             let effective = Config::load(&path)?;
             println!("# effective configuration ({})", path.display());
             print!("{}", toml::to_string_pretty(&effective)?);
+        }
+        Command::Import {
+            file,
+            session,
+            format,
+            context_limit,
+        } => {
+            compactd::cli::transcripts::import(
+                &client(),
+                &file,
+                session,
+                format,
+                context_limit,
+                out,
+            )
+            .await?
+        }
+        Command::Replay {
+            files,
+            format,
+            context_limit,
+            config,
+        } => {
+            compactd::cli::transcripts::replay_files(
+                &files,
+                format,
+                context_limit,
+                config.as_deref(),
+                out,
+            )
+            .await?
         }
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;

@@ -176,7 +176,7 @@ proptest! {
 
     #[test]
     fn extractive_summaries_keep_every_user_message_across_compactions(
-        texts in prop::collection::vec("[a-zé日🦀 \n]{1,40}|[a-z]{1990,2100}", 1..12),
+        texts in prop::collection::vec("[a-zé日🦀 \r\n#]{1,40}|[a-z\r\n]{1990,2100}", 1..12),
         split in 0usize..12,
     ) {
         let texts: Vec<String> = texts.into_iter().filter(|t| !t.trim().is_empty()).collect();

@@ -3,6 +3,7 @@
 
 pub mod offline;
 pub mod remote;
+pub mod transcripts;
 
 /// Reads a file for a command, naming the file in the error.
 pub fn read_input(path: &std::path::Path) -> anyhow::Result<String> {

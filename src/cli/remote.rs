@@ -15,7 +15,7 @@ pub struct Output {
 }
 
 impl Output {
-    fn print(&self, value: &Value, human: impl FnOnce(&Value) -> String) {
+    pub fn print(&self, value: &Value, human: impl FnOnce(&Value) -> String) {
         if self.json {
             println!(
                 "{}",

@@ -68,7 +68,9 @@ pub fn heading(section: &Section) -> String {
 pub fn split_sections(summary: &str) -> [Option<String>; 9] {
     let mut bodies: [Option<String>; 9] = Default::default();
     let mut current: Option<usize> = None;
-    for line in summary.lines() {
+    // Split on '\n' only: `str::lines` would also eat a '\r', and section 6 quotes the user's
+    // messages byte for byte.
+    for line in summary.split('\n') {
         if let Some(index) = section_of_heading(line) {
             current = Some(index);
             bodies[index] = Some(String::new());
@@ -83,6 +85,7 @@ pub fn split_sections(summary: &str) -> [Option<String>; 9] {
 }
 
 fn section_of_heading(line: &str) -> Option<usize> {
+    let line = line.trim_end_matches('\r');
     let rest = line
         .trim()
         .strip_prefix('#')?
@@ -111,6 +114,12 @@ mod tests {
         assert_eq!(s[5].as_deref(), Some("[#1] hi\n[#2] go"));
         assert_eq!(s[6].as_deref(), Some("- x"));
         assert_eq!(s[1], None);
+    }
+
+    #[test]
+    fn carriage_returns_in_bodies_are_kept() {
+        let s = split_sections("## 6. All user messages\r\n[#1] a\r\nb\r\n## 7. Pending Tasks\n");
+        assert_eq!(s[5].as_deref(), Some("[#1] a\r\nb\r"));
     }
 
     #[test]

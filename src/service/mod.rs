@@ -7,7 +7,7 @@
 mod compact;
 mod events;
 mod locks;
-mod views;
+pub mod views;
 
 pub use compact::SummarizeOutcome;
 pub use events::Event;

@@ -373,7 +373,7 @@ impl UserMessages {
     fn carried(prior: Option<&str>) -> UserMessages {
         let mut entries: Vec<(usize, String)> = Vec::new();
         let mut unstructured = None;
-        for line in prior.unwrap_or_default().lines() {
+        for line in prior.unwrap_or_default().split('\n') {
             if let Some((n, text)) = parse_entry_header(line) {
                 entries.push((n, text.to_string()));
             } else if let Some((_, text)) = entries.last_mut() {

@@ -1,0 +1,195 @@
+//! `compactd import` (a transcript into a running daemon) and `compactd replay` (a transcript
+//! through an in-process daemon, measuring what compaction keeps and saves).
+
+use super::remote::Output;
+use crate::client::Client;
+use crate::config::Config;
+use crate::message::Part;
+use crate::replay::{ReplayReport, replay};
+use crate::transcript::{self, Format, Transcript, session_id_from};
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// Appends are sent in batches of at most this many bytes (well under the body limit).
+const BATCH_BYTES: usize = 2 * 1024 * 1024;
+
+pub async fn import(
+    client: &Client,
+    path: &Path,
+    session: Option<String>,
+    format: Option<Format>,
+    context_limit: Option<usize>,
+    out: Output,
+) -> Result<()> {
+    let transcript = transcript::load(path, format)?;
+    let id = session
+        .or_else(|| {
+            transcript
+                .session_hint
+                .clone()
+                .filter(|h| crate::service::validate_session_id(h).is_ok())
+        })
+        .unwrap_or_else(|| session_id_from(path));
+    let mut create = json!({"id": id});
+    if let Some(limit) = context_limit {
+        create["context_limit"] = json!(limit);
+    }
+    client
+        .post("/session", &create)
+        .await
+        .with_context(|| format!("cannot create session {id} (pick another with --session)"))?;
+    let mut batch: Vec<Value> = Vec::new();
+    let mut bytes = 0;
+    for message in &transcript.messages {
+        let value = serde_json::to_value(message)?;
+        let size = value.to_string().len();
+        if !batch.is_empty() && bytes + size > BATCH_BYTES {
+            send(client, &id, &mut batch).await?;
+            bytes = 0;
+        }
+        bytes += size;
+        batch.push(value);
+    }
+    send(client, &id, &mut batch).await?;
+    let session = client.get(&format!("/session/{id}")).await?;
+    let (calls, results) = count_tools(&transcript);
+    let report = json!({
+        "session_id": id,
+        "format": transcript.format.name(),
+        "messages": transcript.messages.len(),
+        "tool_calls": calls,
+        "tool_results": results,
+        "skipped": transcript.skipped,
+        "compactions": session["compaction_count"],
+    });
+    out.print(&report, |r| {
+        let mut s = format!(
+            "imported {} messages ({} tool calls, {} tool results) from {} ({}) into session {}; {} compactions so far\n",
+            r["messages"], r["tool_calls"], r["tool_results"], path.display(), transcript.format.name(), id, r["compactions"]
+        );
+        for (reason, count) in &transcript.skipped {
+            s.push_str(&format!("  not imported: {count} {reason}\n"));
+        }
+        s
+    });
+    Ok(())
+}
+
+async fn send(client: &Client, id: &str, batch: &mut Vec<Value>) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    client
+        .post(
+            &format!("/session/{id}/message"),
+            &json!({"messages": batch}),
+        )
+        .await?;
+    batch.clear();
+    Ok(())
+}
+
+fn count_tools(transcript: &Transcript) -> (usize, usize) {
+    let parts = transcript.messages.iter().flat_map(|m| &m.parts);
+    parts.fold((0, 0), |(c, r), p| match p {
+        Part::ToolCall { .. } => (c + 1, r),
+        Part::ToolResult { .. } => (c, r + 1),
+        _ => (c, r),
+    })
+}
+
+/// `compactd replay FILE...`: one report per file, as a table or JSON.
+pub async fn replay_files(
+    paths: &[PathBuf],
+    format: Option<Format>,
+    context_limit: usize,
+    config: Option<&Path>,
+    out: Output,
+) -> Result<()> {
+    let config = match config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let mut reports = Vec::new();
+    for path in paths {
+        let transcript = transcript::load(path, format)?;
+        let report = replay(&transcript, context_limit, config.clone())
+            .await
+            .with_context(|| format!("replaying {}", path.display()))?;
+        reports.push((path.clone(), report));
+    }
+    if out.json {
+        let values: Vec<Value> = reports
+            .iter()
+            .map(|(path, r)| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                v["transcript"] = json!(path.display().to_string());
+                v
+            })
+            .collect();
+        let value = if values.len() == 1 {
+            values[0].clone()
+        } else {
+            json!(values)
+        };
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", replay_table(&reports));
+    }
+    Ok(())
+}
+
+/// The replay reports as a Markdown table (readable in a terminal, pasteable into docs).
+pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
+    let mut s = String::from(
+        "| transcript | msgs | compactions (failed) | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (path, r) in reports {
+        let t = &r.input_tokens;
+        let ratio = |a: usize, b: usize| {
+            if b == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}", a as f64 / b as f64)
+            }
+        };
+        let share = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.2}"));
+        s.push_str(&format!(
+            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            short_name(path),
+            r.session_messages,
+            r.compactions,
+            r.failed_compactions,
+            r.peak_context_tokens,
+            t.raw,
+            t.masking_m10,
+            t.compactd,
+            ratio(t.compactd, t.raw),
+            ratio(t.compactd, t.masking_m10),
+            share(r.user_message_retention),
+            share(r.modified_file_recall),
+            r.orphaned_tool_results,
+        ));
+    }
+    s
+}
+
+fn short_name(path: &Path) -> String {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    let dir = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let name = if name.len() > 48 {
+        format!("{}…", &name[..47])
+    } else {
+        name.to_string()
+    };
+    if dir.is_empty() {
+        name
+    } else {
+        format!("{dir}/{name}")
+    }
+}

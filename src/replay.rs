@@ -1,0 +1,266 @@
+//! Replaying a transcript through an in-process daemon, as the agent would have run with
+//! compactd: append every message, and before every assistant message take the context the
+//! agent would send. The report compares what it sends with two baselines:
+//!
+//! - `raw`: the whole history every time;
+//! - `masking_m10`: the whole history with all but the last 10 tool outputs masked
+//!   (the observation-masking baseline of Lindenbauer et al. 2025, "The Complexity Trap").
+
+use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
+use crate::compaction::{FileLists, LazyEstimator, track_files};
+use crate::config::{Config, Synchronous};
+use crate::message::{Message, Part};
+use crate::service::{AppendRequest, ContextView, CreateSession, Service};
+use crate::store::Store;
+use crate::transcript::Transcript;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// Observations kept verbatim by the masking baseline.
+pub const MASKING_BASELINE_KEEP: usize = 10;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    pub session_messages: usize,
+    pub assistant_steps: usize,
+    pub compactions: usize,
+    pub failed_compactions: usize,
+    pub context_limit: usize,
+    pub peak_context_tokens: usize,
+    /// Contexts handed to the agent that were above the limit.
+    pub contexts_over_limit: usize,
+    pub input_tokens: InputTokens,
+    /// Share of the user's text messages present in the final context (their first 2,000
+    /// characters, verbatim in the tail or in the summary). `None` without user messages.
+    pub user_message_retention: Option<f64>,
+    /// Share of the files modified by tool calls (in the messages that existed when the latest
+    /// compaction ran) that the latest compaction lists. `None` without compactions or without
+    /// modified files.
+    pub modified_file_recall: Option<f64>,
+    /// Tool results sent without their call, summed over every context.
+    pub orphaned_tool_results: usize,
+}
+
+/// Input tokens summed over all assistant steps.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputTokens {
+    pub raw: usize,
+    pub masking_m10: usize,
+    pub compactd: usize,
+}
+
+/// Replays `transcript` with a session of `context_limit` tokens under `config`.
+pub async fn replay(
+    transcript: &Transcript,
+    context_limit: usize,
+    config: Config,
+) -> Result<ReplayReport> {
+    let dir = tempfile::TempDir::new().context("cannot create a temp dir for the replay")?;
+    let store = Store::open(&dir.path().join("replay.db"), Synchronous::Normal)?;
+    let service = Service::new(store.clone(), config)?;
+    let id = "replay";
+    service
+        .create_session(CreateSession {
+            id: Some(id.into()),
+            context_limit: Some(context_limit),
+            ..Default::default()
+        })
+        .await?;
+
+    let estimator = LazyEstimator::default();
+    let mut baselines = Baselines::default();
+    let mut report = ReplayReport {
+        session_messages: transcript.messages.len(),
+        assistant_steps: 0,
+        compactions: 0,
+        failed_compactions: 0,
+        context_limit,
+        peak_context_tokens: 0,
+        contexts_over_limit: 0,
+        input_tokens: InputTokens {
+            raw: 0,
+            masking_m10: 0,
+            compactd: 0,
+        },
+        user_message_retention: None,
+        modified_file_recall: None,
+        orphaned_tool_results: 0,
+    };
+    // Messages that existed when the latest compaction ran: what its file lists can know.
+    let mut seen_by_latest = 0;
+    for (index, message) in transcript.messages.iter().enumerate() {
+        if message.role == crate::message::Role::Assistant {
+            let context = service.context(id, true).await?;
+            report.assistant_steps += 1;
+            report.input_tokens.raw += baselines.raw;
+            report.input_tokens.masking_m10 += baselines.masked();
+            report.input_tokens.compactd += context.tokens;
+            report.peak_context_tokens = report.peak_context_tokens.max(context.tokens);
+            report.contexts_over_limit += usize::from(context.tokens > context_limit);
+            report.orphaned_tool_results += orphaned_results(&context);
+        }
+        baselines.add(message, &estimator);
+        let request = AppendRequest {
+            messages: vec![message.clone()],
+            input_tokens: None,
+            wait: true,
+        };
+        let answer = service.append(id, request).await?;
+        if answer
+            .compaction
+            .as_ref()
+            .is_some_and(|c| c.status == "completed")
+        {
+            seen_by_latest = index + 1;
+        }
+    }
+
+    let (compactions, failures) = service.compaction_history(id)?;
+    report.compactions = compactions.len();
+    report.failed_compactions = failures.len();
+    let final_context = context_text(&service.context(id, true).await?);
+    report.user_message_retention = retention(&transcript.messages, &final_context);
+    let modified = track_files(
+        &transcript.messages[..seen_by_latest],
+        &FileLists::default(),
+    )
+    .modified;
+    report.modified_file_recall = compactions.last().and_then(|latest| {
+        let listed: HashSet<&String> = latest.result.modified_files.iter().collect();
+        (!modified.is_empty()).then(|| {
+            modified.iter().filter(|f| listed.contains(f)).count() as f64 / modified.len() as f64
+        })
+    });
+    service.shutdown().await;
+    store.close();
+    Ok(report)
+}
+
+/// The two baselines' running sizes.
+#[derive(Default)]
+struct Baselines {
+    /// Tokens of the whole history so far.
+    raw: usize,
+    /// For each tool result so far, in order: tokens saved by masking it.
+    savings: Vec<usize>,
+    /// Prefix sums of `savings`.
+    saved_prefix: Vec<usize>,
+}
+
+impl Baselines {
+    fn add(&mut self, message: &Message, estimator: &LazyEstimator) {
+        self.raw += estimator.message(message);
+        let marker = estimator.text(MASKED_OUTPUT);
+        for part in &message.parts {
+            if let Part::ToolResult { output, .. } = part {
+                let saving = estimator.text(output).saturating_sub(marker);
+                self.savings.push(saving);
+                let total = self.saved_prefix.last().copied().unwrap_or(0) + saving;
+                self.saved_prefix.push(total);
+            }
+        }
+    }
+
+    /// The history with all but the last 10 tool outputs masked.
+    fn masked(&self) -> usize {
+        let masked = self.savings.len().saturating_sub(MASKING_BASELINE_KEEP);
+        let saved = if masked == 0 {
+            0
+        } else {
+            self.saved_prefix[masked - 1]
+        };
+        self.raw - saved
+    }
+}
+
+/// Results in the context whose call does not come before them in the same context.
+fn orphaned_results(context: &ContextView) -> usize {
+    let mut calls = HashSet::new();
+    let mut orphans = 0;
+    for message in &context.messages {
+        for part in parts_of(message) {
+            match part {
+                Part::ToolCall { id, .. } => {
+                    calls.insert(id);
+                }
+                Part::ToolResult { call_id, .. } if !calls.contains(&call_id) => orphans += 1,
+                _ => {}
+            }
+        }
+    }
+    orphans
+}
+
+fn parts_of(message: &crate::service::views::ContextMessage) -> Vec<Part> {
+    use crate::service::views::ContextMessage;
+    match message {
+        ContextMessage::Summary { parts, .. } => {
+            serde_json::from_value(parts.clone()).unwrap_or_default()
+        }
+        ContextMessage::Stored(stored) => stored.to_message().map(|m| m.parts).unwrap_or_default(),
+    }
+}
+
+/// All text of a context, one message per line group.
+fn context_text(context: &ContextView) -> String {
+    let mut out = String::new();
+    for message in &context.messages {
+        let texts: Vec<String> = parts_of(message)
+            .into_iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text),
+                _ => None,
+            })
+            .collect();
+        out.push_str(&texts.join("\n"));
+        out.push('\n');
+    }
+    out
+}
+
+/// Share of user text messages whose first 2,000 characters appear in `text`.
+fn retention(messages: &[Message], text: &str) -> Option<f64> {
+    let users: Vec<String> = messages
+        .iter()
+        .filter(|m| m.is_user_text())
+        .map(|m| {
+            m.joined_text()
+                .trim()
+                .chars()
+                .take(MAX_TEXT_CHARS)
+                .collect()
+        })
+        .collect();
+    (!users.is_empty()).then(|| {
+        users.iter().filter(|u| text.contains(u.as_str())).count() as f64 / users.len() as f64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_masking_baseline_masks_all_but_the_last_ten_outputs() {
+        let e = LazyEstimator::default();
+        let mut b = Baselines::default();
+        for i in 0..12 {
+            b.add(
+                &Message {
+                    role: crate::message::Role::Tool,
+                    parts: vec![Part::ToolResult {
+                        call_id: format!("{i}"),
+                        name: None,
+                        output: "x".repeat(400),
+                        is_error: false,
+                    }],
+                },
+                &e,
+            );
+        }
+        let marker = e.text(MASKED_OUTPUT);
+        assert_eq!(b.raw, 12 * 100);
+        assert_eq!(b.masked(), 12 * 100 - 2 * (100 - marker));
+    }
+}

@@ -1,0 +1,163 @@
+//! Claude Code session JSONL: one record per line; an API reply is split over consecutive
+//! assistant records sharing `message.id`, which are merged back. Sub-agent (`isSidechain`)
+//! records, CLI notes, titles and Claude Code's own compaction summaries are skipped (and
+//! counted); `toolUseResult` is ignored in favour of the `tool_result` blocks the model saw.
+
+use super::{Draft, content_text};
+use crate::message::{Message, Part, Role};
+use serde_json::Value;
+
+pub(super) fn convert(text: &str) -> Result<Draft, String> {
+    let mut draft = Draft::default();
+    let mut reply_id: Option<String> = None;
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(record) = serde_json::from_str::<Value>(line) else {
+            return Err(format!("line {} is not JSON", number + 1));
+        };
+        if draft.session_hint.is_none() {
+            draft.session_hint = record["sessionId"].as_str().map(str::to_string);
+        }
+        let kind = record["type"].as_str().unwrap_or_default();
+        if record["isSidechain"] == true {
+            draft.skip("sub-agent (isSidechain) records");
+            continue;
+        }
+        match kind {
+            "summary" => {
+                draft.skip("session titles");
+                continue;
+            }
+            "system" => {
+                draft.skip("CLI notes (type system, not sent to the model)");
+                continue;
+            }
+            "user" | "assistant" => {}
+            _ => {
+                draft.skip("records of unknown type");
+                continue;
+            }
+        }
+        if record["isCompactSummary"] == true {
+            draft.skip("Claude Code's own compaction summaries (compactd compacts itself)");
+            reply_id = None;
+            continue;
+        }
+        let message = &record["message"];
+        if kind == "assistant" {
+            let id = message["id"].as_str().map(str::to_string);
+            let parts = assistant_parts(&message["content"], &mut draft);
+            let continues = id.is_some() && id == reply_id;
+            match draft.messages.last_mut() {
+                Some(last) if continues && last.role == Role::Assistant => last.parts.extend(parts),
+                _ => draft.messages.push(Message {
+                    role: Role::Assistant,
+                    parts,
+                }),
+            }
+            reply_id = id;
+        } else {
+            reply_id = None;
+            let parts = user_parts(&message["content"], &mut draft);
+            if parts.is_empty() {
+                draft.skip("empty user records");
+                continue;
+            }
+            draft.messages.push(Message {
+                role: Role::User,
+                parts,
+            });
+        }
+    }
+    Ok(draft)
+}
+
+fn assistant_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
+    let blocks = match content {
+        Value::String(s) => return vec![Part::Text { text: s.clone() }],
+        Value::Array(blocks) => blocks,
+        _ => return vec![],
+    };
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("text") => parts.push(Part::Text {
+                text: block["text"].as_str().unwrap_or_default().to_string(),
+            }),
+            Some("thinking") => parts.push(Part::Reasoning {
+                text: block["thinking"].as_str().unwrap_or_default().to_string(),
+            }),
+            Some("redacted_thinking") => draft.skip("redacted thinking blocks"),
+            Some("tool_use") => parts.push(Part::ToolCall {
+                id: block["id"].as_str().unwrap_or_default().to_string(),
+                name: block["name"].as_str().unwrap_or_default().to_string(),
+                args: block["input"].clone(),
+            }),
+            _ => draft.skip("unknown assistant blocks"),
+        }
+    }
+    parts
+}
+
+fn user_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
+    let blocks = match content {
+        Value::String(s) => return vec![Part::Text { text: s.clone() }],
+        Value::Array(blocks) => blocks,
+        _ => return vec![],
+    };
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("tool_result") => parts.push(Part::ToolResult {
+                call_id: block["tool_use_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                name: None,
+                output: content_text(&block["content"], draft).unwrap_or_default(),
+                is_error: block["is_error"] == true,
+            }),
+            Some("text") => parts.push(Part::Text {
+                text: block["text"].as_str().unwrap_or_default().to_string(),
+            }),
+            Some("image") => {
+                draft.skip("images (replaced by a placeholder)");
+                parts.push(Part::Text {
+                    text: "[image omitted]".into(),
+                });
+            }
+            _ => draft.skip("unknown user blocks"),
+        }
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_reply_split_over_records_is_merged_and_sidechains_are_skipped() {
+        let jsonl = [
+            r#"{"type":"summary","summary":"title","leafUuid":"x"}"#,
+            r#"{"type":"user","sessionId":"s1","message":{"role":"user","content":"fix it"}}"#,
+            r#"{"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"ok"}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"/a"}}]}}"#,
+            r#"{"type":"user","isSidechain":true,"message":{"role":"user","content":"sub"}}"#,
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"data"}],"is_error":false}]},"toolUseResult":{"big":"ignored"}}"#,
+            r#"{"type":"assistant","message":{"id":"m2","role":"assistant","content":[{"type":"text","text":"done"}]}}"#,
+        ]
+        .join("\n");
+        let draft = convert(&jsonl).unwrap();
+        assert_eq!(draft.session_hint.as_deref(), Some("s1"));
+        assert_eq!(draft.messages.len(), 4);
+        assert_eq!(draft.messages[1].parts.len(), 2, "merged reply");
+        assert!(
+            matches!(&draft.messages[2].parts[0], Part::ToolResult { output, .. } if output == "data")
+        );
+        assert_eq!(draft.skipped["sub-agent (isSidechain) records"], 1);
+        assert_eq!(draft.skipped["session titles"], 1);
+    }
+}

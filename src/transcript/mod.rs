@@ -1,0 +1,324 @@
+//! Reading agent transcripts into compactd messages: Claude Code session JSONL, OpenAI chat
+//! arrays, mini-swe-agent and SWE-agent trajectories.
+//!
+//! Converters keep what the model saw, and nothing is dropped silently: everything that is
+//! not carried over (sub-agent records, CLI notes, demonstrations, images, results whose call
+//! is missing) is counted in the [`Transcript::skipped`] report.
+
+mod claude_code;
+mod openai;
+mod swe;
+
+use crate::message::{Message, Part};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+/// A transcript format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    ClaudeCode,
+    Openai,
+    MiniSweAgent,
+    SweAgent,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::ClaudeCode => "claude-code",
+            Format::Openai => "openai",
+            Format::MiniSweAgent => "mini-swe-agent",
+            Format::SweAgent => "swe-agent",
+        }
+    }
+}
+
+/// A converted transcript.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    pub format: Format,
+    pub messages: Vec<Message>,
+    /// What was not carried over, by reason, with counts.
+    pub skipped: BTreeMap<String, usize>,
+    /// A session id the transcript carries (Claude Code's sessionId), if any.
+    pub session_hint: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Format { path: String, message: String },
+}
+
+/// What a converter produces before the shared clean-up.
+#[derive(Default)]
+pub(crate) struct Draft {
+    pub messages: Vec<Message>,
+    pub skipped: BTreeMap<String, usize>,
+    pub session_hint: Option<String>,
+}
+
+impl Draft {
+    pub fn skip(&mut self, reason: &str) {
+        *self.skipped.entry(reason.to_string()).or_default() += 1;
+    }
+}
+
+/// Loads `path`, detecting its format unless one is given.
+pub fn load(path: &Path, format: Option<Format>) -> Result<Transcript, TranscriptError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let format = match format {
+        Some(f) => f,
+        None => detect(&text).ok_or_else(|| TranscriptError::Format {
+            path: shown.clone(),
+            message: "unrecognised transcript format; pass --format".into(),
+        })?,
+    };
+    let draft = match format {
+        Format::ClaudeCode => claude_code::convert(&text),
+        other => {
+            let value: Value =
+                serde_json::from_str(&text).map_err(|e| TranscriptError::Format {
+                    path: shown.clone(),
+                    message: format!("not JSON: {e}"),
+                })?;
+            match other {
+                Format::Openai => openai::convert_list(&value),
+                Format::MiniSweAgent => openai::convert_mini_swe_agent(&value),
+                _ => swe::convert(&value),
+            }
+        }
+    }
+    .map_err(|message| TranscriptError::Format {
+        path: shown,
+        message,
+    })?;
+    Ok(finish(format, draft))
+}
+
+/// Guesses the format from the content.
+pub fn detect(text: &str) -> Option<Format> {
+    let is_claude_record = |v: &Value| {
+        v.get("type").is_some()
+            && ["sessionId", "leafUuid", "uuid"]
+                .iter()
+                .any(|k| v.get(k).is_some())
+    };
+    let Ok(whole) = serde_json::from_str::<Value>(text) else {
+        // Not one JSON value: JSON Lines, as Claude Code writes them.
+        let first = text.lines().find(|l| !l.trim().is_empty())?;
+        let record: Value = serde_json::from_str(first).ok()?;
+        return is_claude_record(&record).then_some(Format::ClaudeCode);
+    };
+    match whole {
+        Value::Array(_) => Some(Format::Openai),
+        Value::Object(ref map) => {
+            if map
+                .get("trajectory_format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with("mini-swe-agent"))
+            {
+                Some(Format::MiniSweAgent)
+            } else if map.contains_key("history") && map.contains_key("trajectory") {
+                Some(Format::SweAgent)
+            } else if map.contains_key("messages") {
+                Some(Format::Openai)
+            } else if is_claude_record(&whole) {
+                Some(Format::ClaudeCode)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The clean-up every format shares: a result must follow its call, and every message must be
+/// one the daemon accepts.
+fn finish(format: Format, mut draft: Draft) -> Transcript {
+    let mut calls: HashSet<String> = HashSet::new();
+    let mut messages = Vec::with_capacity(draft.messages.len());
+    for mut message in std::mem::take(&mut draft.messages) {
+        message.parts.retain(|part| match part {
+            Part::ToolResult { call_id, .. } if !calls.contains(call_id) => {
+                draft.skip("tool results whose call is not in the transcript");
+                false
+            }
+            _ => true,
+        });
+        if message.parts.is_empty() {
+            continue;
+        }
+        if message.validate().is_err() {
+            draft.skip("messages compactd cannot accept");
+            continue;
+        }
+        calls.extend(message.tool_call_ids().map(str::to_string));
+        messages.push(message);
+    }
+    Transcript {
+        format,
+        messages,
+        skipped: draft.skipped,
+        session_hint: draft.session_hint,
+    }
+}
+
+/// Text of a content value that may be a string or a list of blocks; images become a
+/// placeholder (counted).
+pub(crate) fn content_text(content: &Value, draft: &mut Draft) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => {
+            let mut out = Vec::new();
+            for block in blocks {
+                match block["type"].as_str() {
+                    Some("text") => {
+                        out.push(block["text"].as_str().unwrap_or_default().to_string())
+                    }
+                    Some("image") | Some("image_url") => {
+                        draft.skip("images (replaced by a placeholder)");
+                        out.push("[image omitted]".into());
+                    }
+                    _ => draft.skip("unknown content blocks"),
+                }
+            }
+            Some(out.join("\n"))
+        }
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Tool arguments from OpenAI's JSON string (kept as a string if it is not JSON).
+pub(crate) fn parse_arguments(arguments: &Value) -> Value {
+    match arguments {
+        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        other => other.clone(),
+    }
+}
+
+/// A session id made from a file name: allowed characters kept, others replaced by `-`.
+pub fn session_id_from(path: &Path) -> String {
+    let stem = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("imported");
+    let stem = stem
+        .trim_end_matches(".jsonl")
+        .trim_end_matches(".json")
+        .trim_end_matches(".traj");
+    let id: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(128)
+        .collect();
+    if id.is_empty() { "imported".into() } else { id }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_detected_from_content() {
+        assert_eq!(
+            detect("{\"type\":\"summary\",\"leafUuid\":\"x\"}\n{\"type\":\"user\"}"),
+            Some(Format::ClaudeCode)
+        );
+        assert_eq!(
+            detect("[{\"role\":\"user\",\"content\":\"hi\"}]"),
+            Some(Format::Openai)
+        );
+        assert_eq!(
+            detect("{\"messages\":[],\"trajectory_format\":\"mini-swe-agent-1.1\"}"),
+            Some(Format::MiniSweAgent)
+        );
+        assert_eq!(
+            detect("{\"history\":[],\"trajectory\":[]}"),
+            Some(Format::SweAgent)
+        );
+        assert_eq!(detect("{\"nothing\":1}"), None);
+    }
+
+    #[test]
+    fn results_without_their_call_are_reported_not_kept() {
+        let draft = Draft {
+            messages: vec![Message {
+                role: crate::message::Role::Tool,
+                parts: vec![Part::ToolResult {
+                    call_id: "ghost".into(),
+                    name: None,
+                    output: "x".into(),
+                    is_error: false,
+                }],
+            }],
+            ..Default::default()
+        };
+        let t = finish(Format::Openai, draft);
+        assert!(t.messages.is_empty());
+        assert_eq!(
+            t.skipped["tool results whose call is not in the transcript"],
+            1
+        );
+    }
+
+    #[test]
+    fn session_ids_from_file_names_are_valid() {
+        let id = session_id_from(Path::new(
+            "/x/deepseek_chat__astropy__astropy-14182.traj.json",
+        ));
+        assert_eq!(id, "deepseek_chat__astropy__astropy-14182");
+        assert!(
+            crate::service::validate_session_id(&session_id_from(Path::new("a b/ü?.jsonl")))
+                .is_ok()
+        );
+    }
+}
+
+#[cfg(test)]
+mod shared_transcripts {
+    use super::*;
+
+    #[test]
+    fn every_shared_transcript_converts() {
+        let root = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/transcripts"
+        ));
+        if !root.exists() {
+            eprintln!("SKIP: ../shared/transcripts is absent");
+            return;
+        }
+        for dir in ["claude-code", "mini-swe-agent", "swe-agent"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let t = load(&path, None).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(t.format.name(), dir, "{}", path.display());
+                assert!(t.messages.len() > 10, "{}", path.display());
+                eprintln!(
+                    "{:60} {:5} messages, skipped {:?}",
+                    path.file_name().unwrap().to_string_lossy(),
+                    t.messages.len(),
+                    t.skipped
+                );
+            }
+        }
+    }
+}

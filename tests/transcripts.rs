@@ -1,0 +1,223 @@
+//! Real sessions: every shared transcript is imported into a running daemon and replayed
+//! through an in-process one. Skipped, with a message, where ../shared/transcripts is absent.
+
+mod common;
+
+use common::{BIN, TestDaemon};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn transcripts() -> Option<Vec<PathBuf>> {
+    let root = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/transcripts"
+    ));
+    if !root.exists() {
+        eprintln!("SKIP: {} is absent", root.display());
+        return None;
+    }
+    let mut files = Vec::new();
+    for dir in ["claude-code", "mini-swe-agent", "swe-agent"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+    }
+    files.sort();
+    Some(files)
+}
+
+/// Tool calls and results in a transcript, counted straight from the file (not through the
+/// converters): what an import must deliver.
+fn expected_tool_parts(path: &Path) -> (usize, usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let count =
+        |items: &[Value], pred: &dyn Fn(&Value) -> usize| items.iter().map(pred).sum::<usize>();
+    if path.extension().is_some_and(|e| e == "jsonl") {
+        let records: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let main: Vec<Value> = records
+            .into_iter()
+            .filter(|r| r["isSidechain"] != true && r["isCompactSummary"] != true)
+            .collect();
+        let blocks = |kind: &str, block: &str| {
+            count(&main, &|r: &Value| {
+                if r["type"] != kind {
+                    return 0;
+                }
+                r["message"]["content"]
+                    .as_array()
+                    .map_or(0, |c| c.iter().filter(|b| b["type"] == block).count())
+            })
+        };
+        return (
+            blocks("assistant", "tool_use"),
+            blocks("user", "tool_result"),
+        );
+    }
+    let value: Value = serde_json::from_str(&text).unwrap();
+    let messages: Vec<Value> = value["messages"]
+        .as_array()
+        .or_else(|| value["history"].as_array())
+        .unwrap()
+        .iter()
+        .filter(|m| m["is_demo"] != true)
+        .cloned()
+        .collect();
+    (
+        count(&messages, &|m: &Value| {
+            m["tool_calls"].as_array().map_or(0, Vec::len)
+        }),
+        messages.iter().filter(|m| m["role"] == "tool").count(),
+    )
+}
+
+#[tokio::test]
+async fn every_shared_transcript_imports_with_every_tool_call_and_result() {
+    let Some(files) = transcripts() else { return };
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    for (i, file) in files.iter().enumerate() {
+        let session = format!("t{i}");
+        let out = Command::new(BIN)
+            .arg("--socket")
+            .arg(daemon.socket())
+            .args(["--json", "import"])
+            .arg(file)
+            .args(["--session", &session, "--context-limit", "32000"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (calls, results) = expected_tool_parts(file);
+        assert_eq!(report["tool_calls"], calls, "{}", file.display());
+        assert_eq!(report["tool_results"], results, "{}", file.display());
+
+        // The daemon holds every message and part the import reported.
+        let mut stored = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = client
+                .get(&format!(
+                    "/session/{session}/message?after={after}&limit=1000"
+                ))
+                .await
+                .unwrap();
+            stored.extend(page["messages"].as_array().unwrap().clone());
+            match page["next_after"].as_u64() {
+                Some(n) => after = n,
+                None => break,
+            }
+        }
+        assert_eq!(
+            stored.len() as u64,
+            report["messages"].as_u64().unwrap(),
+            "{}",
+            file.display()
+        );
+        let parts = |kind: &str| {
+            stored
+                .iter()
+                .flat_map(|m| m["parts"].as_array().unwrap().clone())
+                .filter(|p| p["type"] == kind)
+                .count()
+        };
+        assert_eq!(parts("tool_call"), calls, "{}", file.display());
+        assert_eq!(parts("tool_result"), results, "{}", file.display());
+    }
+    // What was left out is reported by reason.
+    let out = Command::new(BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("import")
+        .arg(
+            files
+                .iter()
+                .find(|f| f.to_string_lossy().contains("0a725fb5"))
+                .unwrap(),
+        )
+        .args(["--session", "again"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("not imported: 42 sub-agent (isSidechain) records"),
+        "{text}"
+    );
+}
+
+#[test]
+fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
+    let Some(files) = transcripts() else { return };
+    for limit in [32_000u64, 128_000] {
+        let out = Command::new(BIN)
+            .args(["--json", "replay", "--context-limit", &limit.to_string()])
+            .args(&files)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(reports.len(), files.len());
+        let mut long_sessions = 0;
+        for r in &reports {
+            let name = r["transcript"].as_str().unwrap();
+            assert_eq!(
+                r["orphaned_tool_results"], 0,
+                "{name}: orphaned tool results"
+            );
+            assert_eq!(
+                r["contexts_over_limit"], 0,
+                "{name}: a context above the limit"
+            );
+            assert!(
+                r["peak_context_tokens"].as_u64().unwrap() <= limit,
+                "{name}"
+            );
+            assert_eq!(r["failed_compactions"], 0, "{name}");
+            assert_eq!(
+                r["user_message_retention"], 1.0,
+                "{name}: lost a user message"
+            );
+            if r["compactions"].as_u64().unwrap() > 0 {
+                assert_eq!(
+                    r["modified_file_recall"], 1.0,
+                    "{name}: forgot a modified file"
+                );
+            }
+            let t = &r["input_tokens"];
+            let (raw, m10, compactd) = (
+                t["raw"].as_u64().unwrap(),
+                t["masking_m10"].as_u64().unwrap(),
+                t["compactd"].as_u64().unwrap(),
+            );
+            assert!(compactd <= raw, "{name}");
+            // Long sessions: the agent's raw input sums to more than 100 context windows.
+            if raw > 100 * limit {
+                long_sessions += 1;
+                assert!(
+                    compactd * 2 < raw,
+                    "{name}: compactd {compactd} vs raw {raw}"
+                );
+                assert!(
+                    compactd < m10,
+                    "{name}: compactd {compactd} vs masking_m10 {m10}"
+                );
+            }
+        }
+        assert!(
+            long_sessions >= 1,
+            "the shared set has a long session at {limit}"
+        );
+    }
+}
