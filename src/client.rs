@@ -79,25 +79,23 @@ impl Client {
         }
     }
 
-    /// Sends a request and returns the response head with its streaming body.
+    /// Sends a request on a fresh connection and returns the response head with its
+    /// streaming body.
     pub async fn send(
         &self,
         method: Method,
         path: &str,
         body: Bytes,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let mut sender = self.connect().await?;
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", "compactd")
-            .header("content-type", "application/json")
-            .body(Full::new(body))
-            .map_err(|e| self.transport(e))?;
-        sender
-            .send_request(request)
-            .await
-            .map_err(|e| self.transport(e))
+        self.keep_alive().await?.send(method, path, body).await
+    }
+
+    /// A connection that stays open for many requests, one after another.
+    pub async fn keep_alive(&self) -> Result<Connection, ClientError> {
+        Ok(Connection {
+            sender: self.connect().await?,
+            client: self.clone(),
+        })
     }
 
     /// Sends a request and reads the whole answer, whatever its status.
@@ -107,15 +105,7 @@ impl Client {
         path: &str,
         body: impl Into<Bytes>,
     ) -> Result<Answer, ClientError> {
-        let response = self.send(method, path, body.into()).await?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| self.transport(e))?
-            .to_bytes();
-        Ok(Answer { status, body })
+        self.keep_alive().await?.raw(method, path, body).await
     }
 
     /// Sends JSON (or nothing) and returns the JSON answer; an error status becomes `Api`.
@@ -174,6 +164,55 @@ impl Client {
             buffer: String::new(),
             socket: self.socket.clone(),
         })
+    }
+}
+
+/// One open HTTP/1.1 connection to the daemon.
+pub struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    client: Client,
+}
+
+impl Connection {
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "compactd")
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .map_err(|e| self.client.transport(e))?;
+        self.sender
+            .ready()
+            .await
+            .map_err(|e| self.client.transport(e))?;
+        self.sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.client.transport(e))
+    }
+
+    /// Sends a request and reads the whole answer.
+    pub async fn raw(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: impl Into<Bytes>,
+    ) -> Result<Answer, ClientError> {
+        let response = self.send(method, path, body.into()).await?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.client.transport(e))?
+            .to_bytes();
+        Ok(Answer { status, body })
     }
 }
 

@@ -118,7 +118,7 @@ pub struct StoreConfig {
 
 /// SQLite's `synchronous` setting. `full` (default) makes every acknowledged append survive
 /// power loss; `normal` survives a crash of compactd but may lose the last appends on power loss.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     #[default]

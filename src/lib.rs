@@ -4,6 +4,7 @@
 //! [`compaction`] (the pure engine that implements SPEC.md), then [`compactor`] (one compaction
 //! end to end), then the daemon layers.
 
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod compaction;

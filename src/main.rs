@@ -90,6 +90,15 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Measure throughput, latency, scaling and memory on this machine.
+    Bench {
+        /// A shorter run (under a minute); the full run gives steadier figures.
+        #[arg(long)]
+        quick: bool,
+        /// Durability to measure at: full (the default) or normal.
+        #[arg(long, value_enum, default_value = "full")]
+        synchronous: compactd::config::Synchronous,
+    },
     /// Show what compaction would do to a file of messages (offline, JSON).
     Plan {
         #[command(flatten)]
@@ -247,6 +256,19 @@ async fn run(cli: Cli) -> Result<()> {
                 out,
             )
             .await?
+        }
+        Command::Bench { quick, synchronous } => {
+            let report = compactd::bench::run(quick, synchronous, |what| {
+                if !out.json {
+                    eprintln!("measuring {what}…");
+                }
+            })
+            .await?;
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", compactd::bench::render(&report));
+            }
         }
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;

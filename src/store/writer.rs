@@ -78,9 +78,7 @@ fn run(conn: Connection, jobs: Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let begun = conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(StoreError::from);
+        let begun = run_statement(&conn, "BEGIN IMMEDIATE");
         if let Err(e) = begun {
             // Without a transaction nothing runs: every caller hears why.
             for job in batch {
@@ -89,7 +87,7 @@ fn run(conn: Connection, jobs: Receiver<Job>) {
             continue;
         }
         let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let commit = conn.execute_batch("COMMIT").map_err(StoreError::from);
+        let commit = run_statement(&conn, "COMMIT");
         if commit.is_err() {
             let _ = conn.execute_batch("ROLLBACK");
         }
@@ -101,14 +99,24 @@ fn run(conn: Connection, jobs: Receiver<Job>) {
     let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
 }
 
+/// Runs one transaction-control statement, prepared once per connection: these run several
+/// times per write, and parsing them each time shows in the append latency.
+fn run_statement(conn: &Connection, sql: &str) -> Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 /// Runs `f` in a savepoint: its changes stay on success and vanish on error or panic.
 fn in_savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    conn.execute_batch("SAVEPOINT job")?;
+    run_statement(conn, "SAVEPOINT job")?;
     let result = catch_unwind(AssertUnwindSafe(|| f(conn)))
         .unwrap_or_else(|_| Err(StoreError::Sqlite("internal error while writing".into())));
     match &result {
-        Ok(_) => conn.execute_batch("RELEASE job")?,
-        Err(_) => conn.execute_batch("ROLLBACK TO job; RELEASE job;")?,
+        Ok(_) => run_statement(conn, "RELEASE job")?,
+        Err(_) => {
+            run_statement(conn, "ROLLBACK TO job")?;
+            run_statement(conn, "RELEASE job")?;
+        }
     }
     result
 }

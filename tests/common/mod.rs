@@ -123,25 +123,10 @@ impl TestDaemon {
 
 /// Waits for the daemon's READY=1 notification (or its early death).
 pub fn wait_ready(notify: &UnixDatagram, daemon: &mut TestDaemon) {
-    notify
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    for _ in 0..300 {
-        match notify.recv(&mut buf) {
-            Ok(n) if String::from_utf8_lossy(&buf[..n]).contains("READY=1") => return,
-            Ok(_) => {}
-            Err(_) => {
-                if let Some(status) = daemon.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                    panic!(
-                        "daemon exited with {status} before READY=1:\n{}",
-                        daemon.log()
-                    );
-                }
-            }
-        }
+    let child = daemon.child.as_mut().expect("spawned");
+    if let Err(e) = compactd::daemon::wait_ready(notify, child, Duration::from_secs(60)) {
+        panic!("{e}:\n{}", daemon.log());
     }
-    panic!("daemon not ready after 60 s:\n{}", daemon.log());
 }
 
 impl Drop for TestDaemon {

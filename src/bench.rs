@@ -1,0 +1,495 @@
+//! `compactd bench`: what compactd costs an agent, measured beside what this machine can do
+//! at best, in one run (absolute times on shared machines drift; ratios within a run hold).
+//!
+//! A real daemon process is started on a temp dir, by default with default durability
+//! (`synchronous = FULL`, one fsync per commit batch). Clients keep their connection open, as
+//! agents and plugins do.
+
+use crate::client::{Client, Connection};
+use crate::compaction::{
+    CompactionConfig, CompactionPlan, FileLists, LazyEstimator, PlanInput, estimate_each,
+};
+use crate::config::Synchronous;
+use crate::message::Message;
+use crate::synthetic::synthetic_session;
+use anyhow::{Context, Result, bail};
+use hyper::Method;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub append: AppendFigures,
+    pub echo: Echo,
+    /// append p50 / echo p50: the cost of the work over the cost of merely talking.
+    pub append_vs_echo_p50: f64,
+    pub context: ContextFigures,
+    pub engine: EngineFigures,
+    pub rss_mb: Rss,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AppendFigures {
+    pub clients_1: Throughput,
+    pub clients_16: Throughput,
+    /// rusqlite inserting the same rows, one transaction each, same settings and disk.
+    pub raw_sqlite_txn_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    pub msgs_per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Echo {
+    pub p50_us: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ContextFigures {
+    pub p50_us_100: f64,
+    pub p50_us_100k: f64,
+    /// p50 at 100,000 messages of history / p50 at 100.
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineFigures {
+    pub plan_ms_80: f64,
+    pub plan_ms_1000: f64,
+    pub plan_ms_10000: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Rss {
+    pub idle: f64,
+    pub sessions_1000: f64,
+}
+
+/// How much to measure.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    echo: usize,
+    append_1: usize,
+    append_16_each: usize,
+    context_requests: usize,
+    plan_runs: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                echo: 1_000,
+                append_1: 600,
+                append_16_each: 60,
+                context_requests: 300,
+                plan_runs: 5,
+            }
+        } else {
+            Sizes {
+                echo: 5_000,
+                append_1: 3_000,
+                append_16_each: 300,
+                context_requests: 2_000,
+                plan_runs: 20,
+            }
+        }
+    }
+}
+
+/// A message like an agent's: about 400 characters of text.
+fn bench_message(i: usize) -> Value {
+    json!({"role": "user", "content": format!("message {i}: {}", "the agent reports progress on the task; ".repeat(10))})
+}
+
+/// Runs the whole benchmark with the daemon (and the raw SQLite baseline) at `synchronous`;
+/// `progress` hears what is being measured.
+pub async fn run(
+    quick: bool,
+    synchronous: Synchronous,
+    progress: impl Fn(&str),
+) -> Result<BenchReport> {
+    let sizes = Sizes::new(quick);
+    let dir = tempfile::TempDir::new()?;
+    let mut daemon = BenchDaemon::start(dir.path(), synchronous)?;
+    let client = Client::new(dir.path().join("compactd.sock"));
+    let mut conn = client.keep_alive().await?;
+    conn.raw(Method::GET, "/health", "").await?;
+    let rss_idle = daemon.rss_mb()?;
+
+    progress("echo");
+    let get = |path: &str| (Method::GET, path.to_string(), String::new());
+    let echo = latencies(&mut conn, sizes.echo, |_| get("/health")).await?;
+
+    progress("append, 1 client");
+    // Compaction runs after the acknowledgement and is measured elsewhere; these sessions
+    // never trigger it, so the figures are the append path alone.
+    let no_compaction = json!({"max_messages": 100_000_000});
+    let create =
+        |id: &str| json!({"id": id, "context_limit": 100_000_000, "config": no_compaction});
+    client.post("/session", &create("append-1")).await?;
+    let start = Instant::now();
+    let one = latencies(&mut conn, sizes.append_1, |i| {
+        (
+            Method::POST,
+            "/session/append-1/message".into(),
+            bench_message(i).to_string(),
+        )
+    })
+    .await?;
+    let clients_1 = throughput(&one, start.elapsed());
+
+    progress("append, 16 clients");
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let id = format!("append-16-{c}");
+        client.post("/session", &create(&id)).await?;
+        let mut conn = client.keep_alive().await?;
+        let n = sizes.append_16_each;
+        tasks.push(tokio::spawn(async move {
+            let path = format!("/session/{id}/message");
+            latencies(&mut conn, n, |i| {
+                (Method::POST, path.clone(), bench_message(i).to_string())
+            })
+            .await
+        }));
+    }
+    let start = Instant::now();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    all.sort_by(f64::total_cmp);
+    let clients_16 = throughput(&all, start.elapsed());
+
+    progress("raw SQLite, one transaction per row");
+    let raw_sqlite_txn_per_s =
+        raw_sqlite_rate(&dir.path().join("raw.db"), synchronous, sizes.append_1)?;
+
+    progress("context at 100 and 100,000 messages");
+    fill_session(&client, "ctx-100", 100).await?;
+    fill_session(&client, "ctx-100k", 100_000).await?;
+    let small = latencies(&mut conn, sizes.context_requests, |_| {
+        get("/session/ctx-100/context")
+    })
+    .await?;
+    let large = latencies(&mut conn, sizes.context_requests, |_| {
+        get("/session/ctx-100k/context")
+    })
+    .await?;
+
+    progress("engine: plan at 80, 1,000 and 10,000 messages");
+    let engine = EngineFigures {
+        plan_ms_80: plan_ms(80, sizes.plan_runs * 10),
+        plan_ms_1000: plan_ms(1_000, sizes.plan_runs * 2),
+        plan_ms_10000: plan_ms(10_000, sizes.plan_runs),
+    };
+
+    progress("memory with 1,000 sessions of 100 messages");
+    for s in 0..1_000 {
+        fill_session(&client, &format!("mem-{s}"), 100).await?;
+    }
+    conn.raw(Method::GET, "/health", "").await?;
+    let rss_sessions = daemon.rss_mb()?;
+    daemon.stop()?;
+
+    let (p50_small, p50_large) = (percentile(&small, 0.5), percentile(&large, 0.5));
+    Ok(BenchReport {
+        append_vs_echo_p50: clients_1.p50_us / percentile(&echo, 0.5),
+        append: AppendFigures {
+            clients_1,
+            clients_16,
+            raw_sqlite_txn_per_s,
+        },
+        echo: Echo {
+            p50_us: percentile(&echo, 0.5),
+        },
+        context: ContextFigures {
+            p50_us_100: p50_small,
+            p50_us_100k: p50_large,
+            ratio: p50_large / p50_small,
+        },
+        engine,
+        rss_mb: Rss {
+            idle: rss_idle,
+            sessions_1000: rss_sessions,
+        },
+    })
+}
+
+/// Sends `n` requests one after another on `conn`, request `i` being `request(i)` (method,
+/// path, body); returns their latencies in µs, sorted. A request that fails fails the run.
+async fn latencies(
+    conn: &mut Connection,
+    n: usize,
+    request: impl Fn(usize) -> (Method, String, String),
+) -> Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (method, path, body) = request(i);
+        let start = Instant::now();
+        let answer = conn.raw(method, &path, body).await?;
+        out.push(start.elapsed().as_secs_f64() * 1e6);
+        if !answer.status.is_success() {
+            bail!(
+                "{path}: {} {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    Ok(out)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn throughput(sorted: &[f64], elapsed: Duration) -> Throughput {
+    Throughput {
+        msgs_per_s: sorted.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: percentile(sorted, 0.5),
+        p99_us: percentile(sorted, 0.99),
+    }
+}
+
+/// A session of `n` messages like an agent's (one request, then tool rounds), appended in
+/// batches with default compaction, waiting for each compaction.
+async fn fill_session(client: &Client, id: &str, n: usize) -> Result<()> {
+    client.post("/session", &json!({"id": id})).await?;
+    let mut batch =
+        vec![json!({"role": "user", "content": "Work through the backlog, one module at a time."})];
+    let mut i = 1;
+    while i < n {
+        let call = format!("{id}-c{i}");
+        batch.push(json!({"role": "assistant", "parts": [
+            {"type": "text", "text": "Checking the next module."},
+            {"type": "tool_call", "id": call, "name": "bash", "args": {"command": format!("cat src/m{}.rs", i % 500)}}]}));
+        i += 1;
+        if i < n {
+            batch.push(json!({"role": "tool", "parts": [
+                {"type": "tool_result", "call_id": call, "output": "fn item() {}\n".repeat(30)}]}));
+            i += 1;
+        }
+        if batch.len() >= 1_000 || i >= n {
+            client
+                .post(
+                    &format!("/session/{id}/message"),
+                    &json!({"messages": batch, "wait": true}),
+                )
+                .await?;
+            batch = Vec::new();
+        }
+    }
+    Ok(())
+}
+
+/// Rows per second rusqlite inserts, one transaction per row, with the daemon's journal and
+/// synchronous settings, into the daemon's schema, on the same disk.
+fn raw_sqlite_rate(path: &Path, synchronous: Synchronous, rows: usize) -> Result<f64> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
+        synchronous.pragma()
+    ))?;
+    conn.execute_batch(include_str!("../schema.sql"))?;
+    conn.execute(
+        "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('raw', 1000000, 'now', 'now')",
+        [],
+    )?;
+    let estimator = LazyEstimator::default();
+    let start = Instant::now();
+    for i in 0..rows {
+        let message: Message = serde_json::from_value(bench_message(i))?;
+        let parts = serde_json::to_string(&message.parts)?;
+        conn.execute_batch("BEGIN")?;
+        conn.execute(
+            "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at) VALUES ('raw', ?1, 'user', ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            rusqlite::params![i as i64 + 1, parts, estimator.message(&message) as i64],
+        )?;
+        conn.execute_batch("COMMIT")?;
+    }
+    Ok(rows as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Mean milliseconds of the engine's `plan` (estimates, boundary, files, masked prompt) on a
+/// synthetic session of `n` messages (about 1 KB each).
+pub fn plan_ms(n: usize, runs: usize) -> f64 {
+    let messages = synthetic_session(n);
+    let config = CompactionConfig::default();
+    let files = FileLists::default();
+    let estimator = LazyEstimator::default();
+    let start = Instant::now();
+    for _ in 0..runs.max(1) {
+        let tokens = estimate_each(&messages, &estimator);
+        let input = PlanInput {
+            messages: &messages,
+            tokens: &tokens,
+            prior_summary: None,
+            prior_files: &files,
+            focus: None,
+            context_limit: 128_000,
+            config: &config,
+            estimator,
+        };
+        let plan = CompactionPlan::new(&input);
+        std::hint::black_box(plan.prompt(&input));
+    }
+    start.elapsed().as_secs_f64() * 1e3 / runs.max(1) as f64
+}
+
+/// The daemon under test, a real process.
+struct BenchDaemon {
+    child: Child,
+}
+
+impl BenchDaemon {
+    fn start(dir: &Path, synchronous: Synchronous) -> Result<BenchDaemon> {
+        std::fs::create_dir_all(dir.join("config"))?;
+        let config = toml::to_string(&crate::config::Config {
+            store: crate::config::StoreConfig {
+                path: None,
+                synchronous,
+            },
+            ..Default::default()
+        })?;
+        std::fs::write(dir.join("config").join("config.toml"), config)?;
+        let notify_path = dir.join("notify.sock");
+        let notify = std::os::unix::net::UnixDatagram::bind(&notify_path)?;
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--socket")
+            .arg(dir.join("compactd.sock"))
+            .arg("serve")
+            .arg("--db")
+            .arg(dir.join("compactd.db"))
+            .arg("--config")
+            // Not beside the database: the config watcher would wake on every WAL write.
+            .arg(dir.join("config").join("config.toml"))
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env("COMPACTD_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start the daemon")?;
+        crate::daemon::wait_ready(&notify, &mut child, Duration::from_secs(60))?;
+        Ok(BenchDaemon { child })
+    }
+
+    /// Resident memory of the daemon process, MB.
+    fn rss_mb(&self) -> Result<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("no VmRSS in /proc")?;
+        Ok(kb / 1024.0)
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for BenchDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The figures as a table, with the targets for this kind of machine.
+pub fn render(r: &BenchReport) -> String {
+    let a = &r.append;
+    let raw = a.raw_sqlite_txn_per_s;
+    let check = |ok: bool| if ok { "ok" } else { "MISSED" };
+    let rows = [
+        (
+            "append, 1 client",
+            format!(
+                "{:.0} msg/s, p50 {:.0} µs, p99 {:.0} µs",
+                a.clients_1.msgs_per_s, a.clients_1.p50_us, a.clients_1.p99_us
+            ),
+            format!("{:.2}x raw (target >= 0.5)", a.clients_1.msgs_per_s / raw),
+            check(a.clients_1.msgs_per_s >= 0.5 * raw),
+        ),
+        (
+            "append, 16 clients",
+            format!(
+                "{:.0} msg/s, p50 {:.0} µs, p99 {:.0} µs",
+                a.clients_16.msgs_per_s, a.clients_16.p50_us, a.clients_16.p99_us
+            ),
+            format!("{:.2}x raw (target >= 1.0)", a.clients_16.msgs_per_s / raw),
+            check(a.clients_16.msgs_per_s >= raw),
+        ),
+        (
+            "raw SQLite txn/s",
+            format!("{raw:.0} rows/s"),
+            "one transaction per row".into(),
+            "",
+        ),
+        (
+            "echo (GET /health)",
+            format!("p50 {:.0} µs", r.echo.p50_us),
+            String::new(),
+            "",
+        ),
+        (
+            "append p50 / echo p50",
+            format!("{:.2}", r.append_vs_echo_p50),
+            "target <= 3".into(),
+            check(r.append_vs_echo_p50 <= 3.0),
+        ),
+        (
+            "context p50",
+            format!(
+                "{:.0} µs at 100, {:.0} µs at 100k messages",
+                r.context.p50_us_100, r.context.p50_us_100k
+            ),
+            format!("ratio {:.2} (target <= 1.5)", r.context.ratio),
+            check(r.context.ratio <= 1.5),
+        ),
+        (
+            "plan (engine)",
+            format!(
+                "{:.2} / {:.2} / {:.2} ms at 80 / 1k / 10k",
+                r.engine.plan_ms_80, r.engine.plan_ms_1000, r.engine.plan_ms_10000
+            ),
+            "target <= 50 ms at 10k".into(),
+            check(r.engine.plan_ms_10000 <= 50.0),
+        ),
+        (
+            "RSS idle",
+            format!("{:.1} MB", r.rss_mb.idle),
+            "target <= 20 MB".into(),
+            check(r.rss_mb.idle <= 20.0),
+        ),
+        (
+            "RSS, 1000 sessions",
+            format!("{:.1} MB", r.rss_mb.sessions_1000),
+            "target <= 150 MB".into(),
+            check(r.rss_mb.sessions_1000 <= 150.0),
+        ),
+    ];
+    let mut out = String::new();
+    for (what, figure, against, verdict) in rows {
+        out.push_str(&format!(
+            "{what:<24} {figure:<48} {against:<30} {verdict}\n"
+        ));
+    }
+    out
+}
