@@ -87,6 +87,11 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
             user_messages.shorten_older(cut);
             summary = render(&bodies(user_messages.render()));
         }
+        // Thousands of user messages: even shortened they would crowd out the conversation.
+        // The oldest then stand as a pointer to the stored history, where they remain whole.
+        while estimator.text(&summary) > budget && user_messages.collapse_oldest() {
+            summary = render(&bodies(user_messages.render()));
+        }
     }
     summary
 }
@@ -366,15 +371,27 @@ fn next_step(messages: &[Message]) -> String {
 struct UserMessages {
     /// A prior section 6 without our `[#N]` markers, kept as written.
     unstructured: Option<String>,
+    /// Messages `[#1]` to `[#collapsed_through]` were folded away to fit the budget.
+    collapsed_through: usize,
     entries: Vec<(usize, String)>,
 }
+
+/// Starts the line that stands for folded user messages: `[#1-#N] earlier user messages ...`.
+const COLLAPSED_PREFIX: &str = "[#1-#";
 
 impl UserMessages {
     fn carried(prior: Option<&str>) -> UserMessages {
         let mut entries: Vec<(usize, String)> = Vec::new();
         let mut unstructured = None;
+        let mut collapsed_through = 0;
         for line in prior.unwrap_or_default().split('\n') {
-            if let Some((n, text)) = parse_entry_header(line) {
+            if let Some(rest) = line.strip_prefix(COLLAPSED_PREFIX) {
+                collapsed_through = rest
+                    .split(']')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            } else if let Some((n, text)) = parse_entry_header(line) {
                 entries.push((n, text.to_string()));
             } else if let Some((_, text)) = entries.last_mut() {
                 text.push('\n');
@@ -387,12 +404,17 @@ impl UserMessages {
         }
         UserMessages {
             unstructured,
+            collapsed_through,
             entries,
         }
     }
 
     fn push(&mut self, text: &str) {
-        let n = self.entries.last().map_or(1, |(n, _)| n + 1);
+        let n = self
+            .entries
+            .last()
+            .map_or(self.collapsed_through, |(n, _)| *n)
+            + 1;
         self.entries
             .push((n, truncate_chars(text.trim(), MAX_TEXT_CHARS).into_owned()));
     }
@@ -410,8 +432,32 @@ impl UserMessages {
         }
     }
 
+    /// Folds the oldest tenth of the entries (at least one, never the newest ten) into
+    /// the collapsed count; false when nothing is left to fold.
+    fn collapse_oldest(&mut self) -> bool {
+        let foldable = self
+            .entries
+            .len()
+            .saturating_sub(RECENT_USER_MESSAGES_KEPT_WHOLE);
+        if foldable == 0 {
+            return false;
+        }
+        let n = (self.entries.len() / 10).clamp(1, foldable);
+        let folded: Vec<(usize, String)> = self.entries.drain(..n).collect();
+        let last = folded.last().map_or(0, |(k, _)| *k);
+        self.collapsed_through = self.collapsed_through.max(last);
+        true
+    }
+
     fn render(&self) -> String {
         let mut out = self.unstructured.clone().unwrap_or_default();
+        if self.collapsed_through > 0 {
+            let _ = writeln!(
+                out,
+                "{COLLAPSED_PREFIX}{}] earlier user messages are not repeated here; they are kept whole in compactd's history (GET /session/{{id}}/message).",
+                self.collapsed_through
+            );
+        }
         for (n, text) in &self.entries {
             let _ = writeln!(out, "[#{n}] {text}");
         }
@@ -644,6 +690,41 @@ mod tests {
                 "message {i}"
             );
         }
+    }
+
+    #[test]
+    fn thousands_of_user_messages_fold_into_a_pointer_and_numbering_goes_on() {
+        let messages: Vec<Message> = (0..3000)
+            .map(|i| Message::text(Role::User, format!("instruction {i}: {}", "w".repeat(100))))
+            .collect();
+        let mut req = request(messages, None);
+        req.max_summary_tokens = Some(20_000);
+        let first = extractive_summary(&req);
+        let estimator = LazyEstimator::default();
+        assert!(
+            estimator.text(&first) <= 20_000,
+            "{} tokens",
+            estimator.text(&first)
+        );
+        let folded_line = first
+            .lines()
+            .find(|l| l.starts_with(COLLAPSED_PREFIX))
+            .expect("a pointer line");
+        assert!(folded_line.contains("kept whole in compactd's history"));
+        // The newest are verbatim; numbering continues across compactions.
+        assert!(first.contains("[#3000] instruction 2999: www"));
+        let second = extractive_summary(&SummaryRequest {
+            messages: vec![Message::text(Role::User, "one more")],
+            prior_summary: Some(first.clone()),
+            max_summary_tokens: Some(20_000),
+            ..Default::default()
+        });
+        assert!(
+            second.contains("[#3001] one more"),
+            "{}",
+            &second[second.len().saturating_sub(300)..]
+        );
+        assert!(second.lines().any(|l| l.starts_with(COLLAPSED_PREFIX)));
     }
 
     #[test]
