@@ -697,3 +697,67 @@ async fn events_stream_compactions() {
     assert_eq!(data["compaction_num"], 1);
     assert!(data["post_tokens"].as_u64() < data["pre_tokens"].as_u64());
 }
+
+#[tokio::test]
+async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "u", "context_limit": 10000}))
+        .await
+        .unwrap();
+    // A question and nine 400-token answers: 4,000 estimated tokens.
+    let mut history = vec![user(&format!("q{}", "x".repeat(1599)))];
+    history.extend(
+        (1..10).map(
+            |i| json!({"role": "assistant", "content": format!("{i:>4}{}", "x".repeat(1596))}),
+        ),
+    );
+    let answer = client
+        .post("/session/u/message", &json!({"messages": history}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer["tokens"].as_u64(), answer["token_source"].as_str()),
+        (Some(4000), Some("estimated"))
+    );
+    // The agent's model call used 7,000 tokens: its system prompt and tools count too.
+    let answer = client
+        .post(
+            "/session/u/message",
+            &json!({"messages": [{"role": "assistant", "content": "short answer"}], "usage": {"input_tokens": 7000}}),
+        )
+        .await
+        .unwrap();
+    let answer_tokens = 3; // "short answer": 12 characters
+    assert_eq!(answer["token_source"], "reported");
+    assert_eq!(answer["tokens"], 7000 + answer_tokens);
+    assert!(
+        answer["compaction"].is_null(),
+        "7,003 is under the 8,000 threshold"
+    );
+    // What comes after the report adds its estimate; crossing 8,000 triggers by tokens, although
+    // the estimate alone (5,103) would not have.
+    let answer = client
+        .post(
+            "/session/u/message",
+            &json!({"messages": [user(&"y".repeat(4_400))], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["tokens"], 7000 + answer_tokens + 1100);
+    assert_eq!(answer["compaction"]["trigger"], "tokens", "{answer}");
+    assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
+    // After compacting, the report no longer describes the context: back to estimates.
+    let session = client.get("/session/u").await.unwrap();
+    assert_eq!(session["token_source"], "estimated");
+    assert!(session["tokens"].as_u64().unwrap() < 5103);
+    let bad = client
+        .post(
+            "/session/u/message",
+            &json!({"messages": [user("x")], "usage": {"input_tokens": -5}}),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("input_tokens"), "{bad}");
+}
