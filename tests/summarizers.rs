@@ -42,6 +42,28 @@ async fn fill(client: &Client, id: &str, rounds: usize) {
         .unwrap();
 }
 
+/// Fills session `id` (30 rounds) and compacts it by hand; the compaction must succeed.
+async fn fill_and_compact(client: &Client, id: &str) -> Value {
+    fill(client, id, 30).await;
+    let answer = client
+        .post(&format!("/session/{id}/summarize"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    answer
+}
+
+/// Fills session `id` (30 rounds) and compacts it by hand; the compaction must fail.
+async fn fill_and_fail(client: &Client, id: &str) -> (u16, String) {
+    fill(client, id, 30).await;
+    api_error(
+        client
+            .post(&format!("/session/{id}/summarize"), &json!({}))
+            .await
+            .unwrap_err(),
+    )
+}
+
 fn api_error(e: ClientError) -> (u16, String) {
     match e {
         ClientError::Api {
@@ -59,12 +81,7 @@ async fn openai_request_shape_and_summary() {
     );
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
-    fill(&client, "oa", 30).await;
-    let answer = client
-        .post("/session/oa/summarize", &json!({}))
-        .await
-        .unwrap();
-    assert_eq!(answer["compacted"], true, "{answer}");
+    let answer = fill_and_compact(&client, "oa").await;
     assert_eq!(answer["summarizer"], "openai:sum-model");
     assert!(
         answer["summary"]
@@ -113,12 +130,7 @@ async fn anthropic_request_shape_and_summary() {
     );
     let daemon = start(&config);
     let client = daemon.client();
-    fill(&client, "an", 30).await;
-    let answer = client
-        .post("/session/an/summarize", &json!({}))
-        .await
-        .unwrap();
-    assert_eq!(answer["compacted"], true, "{answer}");
+    let answer = fill_and_compact(&client, "an").await;
     assert_eq!(answer["summarizer"], "anthropic:claude-test");
     assert!(
         answer["summary"]
@@ -153,14 +165,7 @@ async fn a_local_server_needs_no_key() {
     );
     let daemon = TestDaemon::start(&config);
     let client = daemon.client();
-    fill(&client, "local", 30).await;
-    assert_eq!(
-        client
-            .post("/session/local/summarize", &json!({}))
-            .await
-            .unwrap()["compacted"],
-        true
-    );
+    fill_and_compact(&client, "local").await;
     assert!(mock.requests()[0].header("authorization").is_none());
 }
 
@@ -175,12 +180,7 @@ async fn a_500_is_retried_and_then_succeeds() {
     );
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
-    fill(&client, "r5", 30).await;
-    let answer = client
-        .post("/session/r5/summarize", &json!({}))
-        .await
-        .unwrap();
-    assert_eq!(answer["compacted"], true, "{answer}");
+    fill_and_compact(&client, "r5").await;
     assert_eq!(mock.requests().len(), 2);
 }
 
@@ -194,12 +194,7 @@ async fn a_429_with_retry_after_is_honoured() {
     let mock = MockModel::start(vec![limited], Reply::OpenAi(nine_sections("after 429")));
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
-    fill(&client, "r429", 30).await;
-    let answer = client
-        .post("/session/r429/summarize", &json!({}))
-        .await
-        .unwrap();
-    assert_eq!(answer["compacted"], true, "{answer}");
+    fill_and_compact(&client, "r429").await;
     let requests = mock.requests();
     assert_eq!(requests.len(), 2);
     let waited = requests[1].at - requests[0].at;
@@ -217,13 +212,7 @@ async fn other_4xx_are_not_retried_and_are_recorded() {
     );
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
-    fill(&client, "r4", 30).await;
-    let (status, message) = api_error(
-        client
-            .post("/session/r4/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
+    let (status, message) = fill_and_fail(&client, "r4").await;
     assert_eq!(status, 503);
     assert!(
         message.contains("HTTP 400") && message.contains("bad model name"),
@@ -380,12 +369,7 @@ async fn the_extractive_fallback_compacts_when_the_model_fails_and_says_so() {
         .replace("max_retries = 2", "max_retries = 0");
     let daemon = start(&config);
     let client = daemon.client();
-    fill(&client, "fb", 30).await;
-    let answer = client
-        .post("/session/fb/summarize", &json!({}))
-        .await
-        .unwrap();
-    assert_eq!(answer["compacted"], true, "{answer}");
+    let answer = fill_and_compact(&client, "fb").await;
     assert_eq!(answer["summarizer"], "extractive");
     let reason = answer["fallback_reason"].as_str().unwrap();
     assert!(
@@ -408,13 +392,7 @@ async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
     let mut events = client.events().await.unwrap();
-    fill(&client, "leak", 30).await;
-    let (_, message) = api_error(
-        client
-            .post("/session/leak/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
+    let (_, message) = fill_and_fail(&client, "leak").await;
     assert!(message.contains("HTTP 401"), "{message}");
     let mut seen = String::new();
     while !seen.contains("compaction_failed") {
@@ -457,12 +435,7 @@ async fn the_command_summarizer_runs_a_program_and_reports_its_failures() {
         "[summarizer]\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"wc -c > /dev/null; printf '## 1. Primary Request and Intent\\\\nfrom a command'\"]\n",
     );
     let client = works.client();
-    fill(&client, "cmd", 30).await;
-    let answer = client
-        .post("/session/cmd/summarize", &json!({}))
-        .await
-        .unwrap();
-    assert_eq!(answer["compacted"], true, "{answer}");
+    let answer = fill_and_compact(&client, "cmd").await;
     assert_eq!(answer["summarizer"], "command:sh");
     assert!(
         answer["summary"]
@@ -475,13 +448,7 @@ async fn the_command_summarizer_runs_a_program_and_reports_its_failures() {
         "[summarizer]\nkind = \"command\"\ncommand = \"echo boom >&2; exit 3\"\n",
     );
     let client = fails.client();
-    fill(&client, "cmd", 30).await;
-    let (_, message) = api_error(
-        client
-            .post("/session/cmd/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
+    let (_, message) = fill_and_fail(&client, "cmd").await;
     assert!(
         message.contains("exited") && message.contains("boom"),
         "{message}"
@@ -491,13 +458,7 @@ async fn the_command_summarizer_runs_a_program_and_reports_its_failures() {
         "[summarizer]\nkind = \"command\"\ncommand = \"sleep 30\"\ntimeout_s = 1\n",
     );
     let client = hangs.client();
-    fill(&client, "cmd", 30).await;
-    let (_, message) = api_error(
-        client
-            .post("/session/cmd/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
+    let (_, message) = fill_and_fail(&client, "cmd").await;
     assert!(message.contains("timed out"), "{message}");
 }
 

@@ -7,7 +7,7 @@
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::os::fd::FromRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tokio::net::UnixListener;
 
@@ -45,15 +45,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, ListenError> {
         path: path.to_path_buf(),
         source,
     };
-    if let Some(dir) = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
-    {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io_error)?;
+    if let Some(dir) = path.parent() {
+        crate::paths::create_private_dir(dir).map_err(io_error)?;
     }
     remove_stale(path)?;
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(io_error)?;

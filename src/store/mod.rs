@@ -158,17 +158,10 @@ fn configure(conn: &Connection) -> Result<()> {
 /// Creates the database file (and its directory) readable by its owner only: it holds
 /// whole conversations. SQLite gives the -wal and -shm files the same permissions.
 fn create_private_file(path: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| StoreError::Sqlite(format!("{}: {e}", path.display()));
-    if let Some(dir) = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
-    {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io)?;
+    if let Some(dir) = path.parent() {
+        crate::paths::create_private_dir(dir).map_err(io)?;
     }
     std::fs::OpenOptions::new()
         .create(true)

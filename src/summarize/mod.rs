@@ -8,6 +8,7 @@ pub mod anthropic;
 pub mod command;
 pub mod extractive;
 mod http;
+pub mod model;
 pub mod openai;
 
 use crate::compaction::FileLists;
@@ -80,7 +81,39 @@ pub const SYSTEM_PROMPT: &str = include_str!("system_prompt.md");
 /// Builds the summarizer the config names. API keys are read from the environment here, once
 /// per (re)load, and live only in memory.
 pub fn from_config(config: &SummarizerConfig) -> Result<Arc<dyn Summarizer>, SummarizeError> {
-    let timeout = Duration::from_secs(config.timeout_s);
+    Ok(match config.kind {
+        SummarizerKind::Extractive => Arc::new(extractive::Extractive),
+        SummarizerKind::Openai => Arc::new(model_summarizer(
+            openai::OpenAi,
+            config,
+            "https://api.openai.com/v1",
+            "/chat/completions",
+        )?),
+        SummarizerKind::Anthropic => Arc::new(model_summarizer(
+            anthropic::Anthropic,
+            config,
+            "https://api.anthropic.com",
+            "/v1/messages",
+        )?),
+        SummarizerKind::Command => Arc::new(command::Command {
+            command: config
+                .command
+                .clone()
+                .ok_or_else(|| SummarizeError::Config("[summarizer] command is required".into()))?,
+            timeout: Duration::from_secs(config.timeout_s),
+            max_output_tokens: config.max_output_tokens,
+            context_window: config.context_window,
+        }),
+    })
+}
+
+/// An HTTP summarizer for `api` at `base_url` (or `default_base`) + `path`.
+fn model_summarizer<A: model::ModelApi>(
+    api: A,
+    config: &SummarizerConfig,
+    default_base: &str,
+    path: &str,
+) -> Result<model::ModelSummarizer<A>, SummarizeError> {
     let api_key = match &config.api_key_env {
         Some(var) => Some(std::env::var(var).map_err(|_| {
             SummarizeError::Config(format!(
@@ -89,51 +122,25 @@ pub fn from_config(config: &SummarizerConfig) -> Result<Arc<dyn Summarizer>, Sum
         })?),
         None => None,
     };
-    let policy = http::CallPolicy {
-        timeout,
-        max_retries: config.max_retries,
-        secret: api_key.clone(),
-    };
-    let model = || {
-        config
+    let base = config
+        .base_url
+        .as_deref()
+        .unwrap_or(default_base)
+        .trim_end_matches('/');
+    Ok(model::ModelSummarizer {
+        api,
+        url: format!("{base}{path}"),
+        model: config
             .model
             .clone()
-            .ok_or_else(|| SummarizeError::Config("[summarizer] model is required".into()))
-    };
-    let base = |default: &str| {
-        config
-            .base_url
-            .clone()
-            .unwrap_or_else(|| default.to_string())
-            .trim_end_matches('/')
-            .to_string()
-    };
-    Ok(match config.kind {
-        SummarizerKind::Extractive => Arc::new(extractive::Extractive),
-        SummarizerKind::Openai => Arc::new(openai::OpenAi {
-            url: format!("{}/chat/completions", base("https://api.openai.com/v1")),
-            model: model()?,
-            api_key,
-            max_output_tokens: config.max_output_tokens,
-            context_window: config.context_window,
-            policy,
-        }),
-        SummarizerKind::Anthropic => Arc::new(anthropic::Anthropic {
-            url: format!("{}/v1/messages", base("https://api.anthropic.com")),
-            model: model()?,
-            api_key,
-            max_output_tokens: config.max_output_tokens,
-            context_window: config.context_window,
-            policy,
-        }),
-        SummarizerKind::Command => Arc::new(command::Command {
-            command: config
-                .command
-                .clone()
-                .ok_or_else(|| SummarizeError::Config("[summarizer] command is required".into()))?,
-            timeout,
-            max_output_tokens: config.max_output_tokens,
-            context_window: config.context_window,
-        }),
+            .ok_or_else(|| SummarizeError::Config("[summarizer] model is required".into()))?,
+        policy: http::CallPolicy {
+            timeout: Duration::from_secs(config.timeout_s),
+            max_retries: config.max_retries,
+            secret: api_key.clone(),
+        },
+        api_key,
+        max_output_tokens: config.max_output_tokens,
+        context_window: config.context_window,
     })
 }

@@ -48,7 +48,7 @@ pub(super) fn convert(text: &str) -> Result<Draft, String> {
         let message = &record["message"];
         if kind == "assistant" {
             let id = message["id"].as_str().map(str::to_string);
-            let parts = assistant_parts(&message["content"], &mut draft);
+            let parts = content_parts(&message["content"], &mut draft);
             let continues = id.is_some() && id == reply_id;
             match draft.messages.last_mut() {
                 Some(last) if continues && last.role == Role::Assistant => last.parts.extend(parts),
@@ -60,7 +60,7 @@ pub(super) fn convert(text: &str) -> Result<Draft, String> {
             reply_id = id;
         } else {
             reply_id = None;
-            let parts = user_parts(&message["content"], &mut draft);
+            let parts = content_parts(&message["content"], &mut draft);
             if parts.is_empty() {
                 draft.skip("empty user records");
                 continue;
@@ -74,53 +74,35 @@ pub(super) fn convert(text: &str) -> Result<Draft, String> {
     Ok(draft)
 }
 
-fn assistant_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
+/// The parts of a record's content: a string, or blocks. Blocks a role cannot carry (a
+/// tool_result from the assistant) are caught by the shared validation and reported there.
+fn content_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
     let blocks = match content {
         Value::String(s) => return vec![Part::Text { text: s.clone() }],
         Value::Array(blocks) => blocks,
         _ => return vec![],
     };
+    let text = |block: &Value, key: &str| block[key].as_str().unwrap_or_default().to_string();
     let mut parts = Vec::new();
     for block in blocks {
         match block["type"].as_str() {
             Some("text") => parts.push(Part::Text {
-                text: block["text"].as_str().unwrap_or_default().to_string(),
+                text: text(block, "text"),
             }),
             Some("thinking") => parts.push(Part::Reasoning {
-                text: block["thinking"].as_str().unwrap_or_default().to_string(),
+                text: text(block, "thinking"),
             }),
             Some("redacted_thinking") => draft.skip("redacted thinking blocks"),
             Some("tool_use") => parts.push(Part::ToolCall {
-                id: block["id"].as_str().unwrap_or_default().to_string(),
-                name: block["name"].as_str().unwrap_or_default().to_string(),
+                id: text(block, "id"),
+                name: text(block, "name"),
                 args: block["input"].clone(),
             }),
-            _ => draft.skip("unknown assistant blocks"),
-        }
-    }
-    parts
-}
-
-fn user_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
-    let blocks = match content {
-        Value::String(s) => return vec![Part::Text { text: s.clone() }],
-        Value::Array(blocks) => blocks,
-        _ => return vec![],
-    };
-    let mut parts = Vec::new();
-    for block in blocks {
-        match block["type"].as_str() {
             Some("tool_result") => parts.push(Part::ToolResult {
-                call_id: block["tool_use_id"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
+                call_id: text(block, "tool_use_id"),
                 name: None,
                 output: content_text(&block["content"], draft).unwrap_or_default(),
                 is_error: block["is_error"] == true,
-            }),
-            Some("text") => parts.push(Part::Text {
-                text: block["text"].as_str().unwrap_or_default().to_string(),
             }),
             Some("image") => {
                 draft.skip("images (replaced by a placeholder)");
@@ -128,7 +110,7 @@ fn user_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
                     text: "[image omitted]".into(),
                 });
             }
-            _ => draft.skip("unknown user blocks"),
+            _ => draft.skip("unknown content blocks"),
         }
     }
     parts
