@@ -235,6 +235,10 @@ pub fn compaction_with_overrides(
     let Value::Object(overrides) = overrides else {
         return Err("config overrides must be a JSON object".into());
     };
+    if overrides.is_empty() {
+        // Most sessions: no overrides, and this runs on every append.
+        return Ok(global.clone());
+    }
     let mut merged = serde_json::to_value(global).map_err(|e| e.to_string())?;
     if let Value::Object(map) = &mut merged {
         for (key, value) in overrides {

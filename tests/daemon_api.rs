@@ -512,19 +512,7 @@ async fn concurrent_appends_from_many_clients_keep_every_message_in_order() {
     for t in tasks {
         t.await.unwrap();
     }
-    let mut all = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = client
-            .get(&format!("/session/busy/message?after={after}&limit=1000"))
-            .await
-            .unwrap();
-        all.extend(page["messages"].as_array().unwrap().clone());
-        match page["next_after"].as_u64() {
-            Some(next) => after = next,
-            None => break,
-        }
-    }
+    let all = common::all_messages(&client, "busy").await;
     assert_eq!(all.len(), 16 * 40);
     let seqs: Vec<u64> = all.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=640).collect::<Vec<u64>>());

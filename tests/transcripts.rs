@@ -101,21 +101,7 @@ async fn every_shared_transcript_imports_with_every_tool_call_and_result() {
         assert_eq!(report["tool_results"], results, "{}", file.display());
 
         // The daemon holds every message and part the import reported.
-        let mut stored = Vec::new();
-        let mut after = 0;
-        loop {
-            let page = client
-                .get(&format!(
-                    "/session/{session}/message?after={after}&limit=1000"
-                ))
-                .await
-                .unwrap();
-            stored.extend(page["messages"].as_array().unwrap().clone());
-            match page["next_after"].as_u64() {
-                Some(n) => after = n,
-                None => break,
-            }
-        }
+        let stored = common::all_messages(&client, &session).await;
         assert_eq!(
             stored.len() as u64,
             report["messages"].as_u64().unwrap(),

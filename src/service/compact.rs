@@ -115,7 +115,11 @@ impl Service {
         let fresh = self
             .breaker_announced
             .lock()
-            .map(|mut announced| announced.insert(key))
+            .map(|mut announced| {
+                // Earlier turns of this session are over: keep the set as small as the open breakers.
+                announced.retain(|(id, turn)| id != &key.0 || *turn == key.1);
+                announced.insert(key)
+            })
             .unwrap_or(false);
         if fresh {
             tracing::warn!(session = %session.id, attempts = session.turn_attempts, "circuit breaker open: automatic compaction paused until the next user message");

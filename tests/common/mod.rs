@@ -135,6 +135,25 @@ impl Drop for TestDaemon {
     }
 }
 
+/// Every stored message of a session, following the history's pages.
+pub async fn all_messages(client: &Client, session: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = client
+            .get(&format!(
+                "/session/{session}/message?after={after}&limit=1000"
+            ))
+            .await
+            .unwrap();
+        all.extend(page["messages"].as_array().unwrap().clone());
+        match page["next_after"].as_u64() {
+            Some(next) => after = next,
+            None => return all,
+        }
+    }
+}
+
 /// A plain user message.
 pub fn user(text: &str) -> Value {
     json!({"role": "user", "content": text})
