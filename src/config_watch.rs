@@ -44,6 +44,11 @@ fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::R
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    // On a fresh machine ~/.config/compactd does not exist yet; without it there is nothing to
+    // watch, and a config written later would not apply until a restart.
+    if let Err(e) = crate::paths::create_private_dir(dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot create the config directory");
+    }
     let name = path.file_name()?.to_os_string();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let ours = event.is_ok_and(|e| e.paths.iter().any(|p| p.file_name() == Some(&name)));

@@ -623,14 +623,17 @@ async fn socket_and_database_are_private() {
     )
     .unwrap();
     let notify = std::os::unix::net::UnixDatagram::bind(daemon.dir.path().join("n.sock")).unwrap();
-    let mut child = std::process::Command::new(common::BIN)
-        .arg("serve")
-        .arg("--config")
-        .arg(daemon.config_path())
-        .env("NOTIFY_SOCKET", daemon.dir.path().join("n.sock"))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // The harness owns the process: killed even if an assertion fails.
+    daemon.child = Some(
+        std::process::Command::new(common::BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(daemon.config_path())
+            .env("NOTIFY_SOCKET", daemon.dir.path().join("n.sock"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     notify
         .set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .unwrap();
@@ -641,8 +644,6 @@ async fn socket_and_database_are_private() {
     assert_eq!(mode(&nested.join("data")), 0o700);
     assert_eq!(mode(&nested.join("compactd.sock")), 0o600);
     assert_eq!(mode(&nested.join("data").join("c.db")), 0o600);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 /// The next event; the timeout only turns a hang into a failure.

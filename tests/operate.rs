@@ -84,6 +84,8 @@ fn every_cli_command_against_a_real_daemon() {
         .spawn()
         .unwrap();
     let mut event_err = BufReader::new(events.stderr.take().unwrap());
+    let mut event_out = BufReader::new(events.stdout.take().unwrap());
+    let _events = common::ChildGuard(events);
     let mut line = String::new();
     event_err.read_line(&mut line).unwrap();
     assert!(line.contains("following events"), "{line}");
@@ -133,20 +135,17 @@ fn every_cli_command_against_a_real_daemon() {
     assert_eq!(context["compaction_num"], 1);
 
     // The compaction reached the event follower.
-    let mut stdout = BufReader::new(events.stdout.take().unwrap());
     let mut names = Vec::new();
     while !names.iter().any(|n| n == "compaction_finished") {
         let mut line = String::new();
         assert!(
-            stdout.read_line(&mut line).unwrap() > 0,
+            event_out.read_line(&mut line).unwrap() > 0,
             "events ended early"
         );
         let event: Value = serde_json::from_str(&line).unwrap();
         names.push(event["event"].as_str().unwrap().to_string());
     }
     assert_eq!(names, ["compaction_started", "compaction_finished"]);
-    events.kill().unwrap();
-    events.wait().unwrap();
 
     assert!(ok(&s, &["session", "delete", "cli"]).contains("deleted session cli"));
     let (code, _, err) = cli(&s, &["session", "show", "cli"], None);
@@ -261,6 +260,47 @@ async fn config_edits_apply_without_restart_and_bad_edits_keep_the_old_config() 
     );
 }
 
+#[tokio::test]
+async fn a_config_written_after_a_first_start_applies_without_restart() {
+    // A fresh machine: the config's directory does not exist when the daemon starts.
+    let mut daemon = TestDaemon::start("");
+    daemon.kill9();
+    let config = daemon
+        .dir
+        .path()
+        .join("fresh")
+        .join("compactd")
+        .join("config.toml");
+    let notify = std::os::unix::net::UnixDatagram::bind(daemon.dir.path().join("n.sock")).unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--db"])
+        .arg(daemon.db())
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .env("NOTIFY_SOCKET", daemon.dir.path().join("n.sock"))
+        .stderr(Stdio::null());
+    // The harness owns the process: killed even if an assertion fails.
+    daemon.child = Some(command.spawn().unwrap());
+    compactd::daemon::wait_ready(
+        &notify,
+        daemon.child.as_mut().unwrap(),
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap();
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    std::fs::write(&config, "[compaction]\nmax_messages = 7\n").unwrap();
+    wait_for_event(&mut events, "config_reloaded").await;
+    client
+        .post("/session/x/message", &user("hi"))
+        .await
+        .unwrap();
+    assert_eq!(client.get("/session/x").await.unwrap()["max_messages"], 7);
+}
+
 #[test]
 fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
     if !have("systemd-socket-activate") {
@@ -283,6 +323,7 @@ fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
         .unwrap();
     // systemd-socket-activate announces the socket once it listens.
     let mut stderr = BufReader::new(activator.stderr.take().unwrap());
+    let activator = common::ChildGuard(activator);
     let mut line = String::new();
     while !line.contains("Listening on") {
         line.clear();
@@ -295,7 +336,7 @@ fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
     let status: Value = serde_json::from_str(&ok(&socket, &["--json", "status"])).unwrap();
     assert_eq!(status["status"], "ok");
     // Without --accept, systemd-socket-activate execs compactd in its own process.
-    assert_eq!(status["pid"].as_u64().unwrap(), activator.id() as u64);
+    assert_eq!(status["pid"].as_u64().unwrap(), activator.0.id() as u64);
     ok(
         &socket,
         &["append", "act", "--role", "user", "--text", "hello"],
@@ -308,8 +349,6 @@ fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
         daemon_log.push_str(&line);
     }
     assert!(daemon_log.contains("(from systemd)"), "{daemon_log}");
-    activator.kill().unwrap();
-    activator.wait().unwrap();
 }
 
 #[test]
@@ -322,12 +361,14 @@ fn readiness_reload_and_stopping_are_reported_to_systemd() {
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
     daemon.kill9();
-    let mut child = daemon
-        .command()
-        .env("NOTIFY_SOCKET", daemon.dir.path().join("notify2.sock"))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    daemon.child = Some(
+        daemon
+            .command()
+            .env("NOTIFY_SOCKET", daemon.dir.path().join("notify2.sock"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut buf = [0u8; 512];
     let mut recv = || {
         let n = notify.recv(&mut buf).expect("a notification within 30 s");
@@ -341,9 +382,10 @@ fn readiness_reload_and_stopping_are_reported_to_systemd() {
         "{reloading}"
     );
     assert!(recv().contains("READY=1"));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let pid = daemon.child.as_ref().unwrap().id();
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     assert!(recv().contains("STOPPING=1"));
-    assert!(child.wait().unwrap().success());
+    assert!(daemon.child.take().unwrap().wait().unwrap().success());
 }
 
 #[test]

@@ -129,6 +129,16 @@ pub fn wait_ready(notify: &UnixDatagram, daemon: &mut TestDaemon) {
     }
 }
 
+/// A child process killed when the guard goes, so a failed assertion leaves nothing running.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for TestDaemon {
     fn drop(&mut self) {
         self.kill9();
