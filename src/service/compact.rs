@@ -12,9 +12,7 @@ use super::events::Event;
 use super::locks::SessionGuard;
 use super::views::CompactionStatus;
 use super::{Service, ServiceError};
-use crate::compaction::{
-    CompactionConfig, FileLists, PlanInput, Trigger, estimate_each, summary_message,
-};
+use crate::compaction::{CompactionConfig, PlanInput, Trigger, estimate_each, summary_message};
 use crate::compactor::{self, Compacted};
 use crate::message::Message;
 use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
@@ -177,19 +175,13 @@ impl Service {
             .map(|m| m.to_message())
             .collect::<Result<_, _>>()?;
         let tokens = estimate_each(&messages, &self.estimator);
-        let prior_files = snapshot
-            .latest
-            .as_ref()
-            .map(|c| FileLists {
-                read: c.result.read_files.clone(),
-                modified: c.result.modified_files.clone(),
-            })
-            .unwrap_or_default();
+        // The caller holds the session's lock: no compaction can commit between these reads.
+        let prior_files = self.store.prior_files(id)?;
         let config = self.compaction_config(session);
         let input = PlanInput {
             messages: &messages,
             tokens: &tokens,
-            prior_summary: snapshot.latest.as_ref().map(|c| c.result.summary.as_str()),
+            prior_summary: snapshot.latest.as_ref().map(|l| l.summary.as_str()),
             prior_files: &prior_files,
             focus: focus.as_deref(),
             context_limit: session.context_limit,

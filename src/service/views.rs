@@ -212,13 +212,13 @@ impl ContextView {
         let mut messages = Vec::with_capacity(snapshot.tail.len() + 1);
         let mut tokens = 0;
         if let Some(latest) = &snapshot.latest {
-            let message = summary_message(&latest.result.summary);
+            let message = summary_message(&latest.summary);
             tokens += estimator.message(&message);
             messages.push(ContextMessage::Summary {
                 role: "user",
                 parts: serde_json::to_value(&message.parts).unwrap_or_default(),
                 summary: true,
-                compaction_num: latest.result.compaction_num,
+                compaction_num: latest.compaction_num,
             });
         }
         tokens += snapshot.tail.iter().map(|m| m.tokens).sum::<usize>();

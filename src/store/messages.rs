@@ -1,8 +1,9 @@
 //! Messages: append (with the tool-call check) and read history.
 
-use super::rows::{CompactionRow, ContextSnapshot, SessionRow, StoredMessage};
+use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
+use crate::compaction::FileLists;
 use crate::message::{Message, Part};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashSet;
@@ -134,18 +135,37 @@ fn append(
     })
 }
 
-pub(super) fn latest_compaction(
-    conn: &Connection,
-    session_id: &str,
-) -> Result<Option<CompactionRow>> {
-    let sql = format!(
-        "SELECT {} FROM compactions WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
-        CompactionRow::COLUMNS
-    );
+/// The latest compaction's number and summary (not its file lists, which grow with the
+/// session and which a context does not need).
+fn latest_summary(conn: &Connection, session_id: &str) -> Result<Option<LatestSummary>> {
     Ok(conn
-        .prepare_cached(&sql)?
-        .query_row([session_id], CompactionRow::from_row)
+        .prepare_cached(
+            "SELECT num, summary FROM compactions WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
+        )?
+        .query_row([session_id], |row| {
+            Ok(LatestSummary {
+                compaction_num: row.get(0)?,
+                summary: row.get(1)?,
+            })
+        })
         .optional()?)
+}
+
+/// The latest compaction's file lists, which the next compaction extends.
+fn latest_files(conn: &Connection, session_id: &str) -> Result<FileLists> {
+    let lists = conn
+        .prepare_cached(
+            "SELECT read_files, modified_files FROM compactions WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
+        )?
+        .query_row([session_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+        .optional()?;
+    Ok(match lists {
+        Some((read, modified)) => FileLists {
+            read: serde_json::from_str(&read)?,
+            modified: serde_json::from_str(&modified)?,
+        },
+        None => FileLists::default(),
+    })
 }
 
 fn messages_from(
@@ -201,11 +221,16 @@ impl Store {
         })
     }
 
-    /// The session, its latest compaction and its uncompacted messages, in one snapshot.
+    /// The files the session's latest compaction lists.
+    pub fn prior_files(&self, session_id: &str) -> Result<FileLists> {
+        self.read(|conn| latest_files(conn, session_id))
+    }
+
+    /// The session, its latest summary and its uncompacted messages, in one snapshot.
     pub fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
         self.read(|conn| {
             let session = get_live(conn, session_id)?;
-            let latest = latest_compaction(conn, session_id)?;
+            let latest = latest_summary(conn, session_id)?;
             let tail = messages_from(conn, session_id, session.active_from_seq, usize::MAX >> 1)?;
             Ok(ContextSnapshot {
                 session,

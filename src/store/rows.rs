@@ -201,11 +201,18 @@ impl FailureRow {
     }
 }
 
+/// The latest compaction's summary: all a context needs of it.
+#[derive(Debug, Clone)]
+pub struct LatestSummary {
+    pub compaction_num: u32,
+    pub summary: String,
+}
+
 /// What a session's context is made of, read in one snapshot.
 #[derive(Debug, Clone)]
 pub struct ContextSnapshot {
     pub session: SessionRow,
-    pub latest: Option<CompactionRow>,
+    pub latest: Option<LatestSummary>,
     /// Messages from the latest boundary on.
     pub tail: Vec<StoredMessage>,
 }
