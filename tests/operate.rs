@@ -352,7 +352,7 @@ fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
 }
 
 #[test]
-fn readiness_reload_and_stopping_are_reported_to_systemd() {
+fn readiness_watchdog_reload_and_stopping_are_reported_to_systemd() {
     let mut daemon = TestDaemon::start("");
     // The harness already waited for READY=1; now a reload and a stop.
     let notify =
@@ -365,16 +365,28 @@ fn readiness_reload_and_stopping_are_reported_to_systemd() {
         daemon
             .command()
             .env("NOTIFY_SOCKET", daemon.dir.path().join("notify2.sock"))
+            // systemd's WatchdogSec=, shortened: pings are due every 0.5 s.
+            .env("WATCHDOG_USEC", "1000000")
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let mut buf = [0u8; 512];
-    let mut recv = || {
+    // The next notification; `states` skips watchdog pings to reach a state change.
+    let next = |states: bool| loop {
+        let mut buf = [0u8; 512];
         let n = notify.recv(&mut buf).expect("a notification within 30 s");
-        String::from_utf8_lossy(&buf[..n]).to_string()
+        let message = String::from_utf8_lossy(&buf[..n]).to_string();
+        if !(states && message.trim() == "WATCHDOG=1") {
+            return message;
+        }
     };
+    let recv = || next(true);
     assert!(recv().contains("READY=1"));
+    // Watchdog pings arrive while the daemon is healthy.
+    let mut pings = 0;
+    while pings < 2 {
+        pings += usize::from(next(false).contains("WATCHDOG=1"));
+    }
     std::fs::write(daemon.config_path(), "[compaction]\nmax_messages = 50\n").unwrap();
     let reloading = recv();
     assert!(
