@@ -8,6 +8,9 @@ use crate::compaction::prompt::{PromptInput, build_compaction_prompt};
 use crate::compaction::{Boundary, CompactionPlan, CompactionResult, PlanInput, is_blank};
 use crate::summarize::{SYSTEM_PROMPT, SummarizeError, Summarizer, SummaryRequest};
 
+/// Why a compaction did not happen when the whole history fits in the preserved tail.
+pub const NOTHING_TO_COMPACT: &str = "nothing to compact: every message fits in the preserved tail";
+
 /// A finished compaction, ready to be stored.
 #[derive(Debug, Clone)]
 pub struct Compacted {
@@ -17,6 +20,13 @@ pub struct Compacted {
     pub chunks: usize,
     /// The summarizer that wrote the summary.
     pub summarizer: String,
+}
+
+impl Compacted {
+    /// Tokens of the summary message: what the context holds besides the preserved tail.
+    pub fn summary_tokens(&self) -> usize {
+        self.result.post_tokens - self.boundary.preserved_tokens
+    }
 }
 
 /// Compacts `input` with `summarizer`. `Ok(None)` when there is nothing before the boundary.

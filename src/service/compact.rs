@@ -12,8 +12,8 @@ use super::events::Event;
 use super::locks::SessionGuard;
 use super::views::CompactionStatus;
 use super::{Service, ServiceError};
-use crate::compaction::{CompactionConfig, PlanInput, Trigger, estimate_each, summary_message};
-use crate::compactor::{self, Compacted};
+use crate::compaction::{CompactionConfig, PlanInput, Trigger};
+use crate::compactor::{self, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
 use crate::summarize::extractive::Extractive;
@@ -32,6 +32,13 @@ pub struct SummarizeOutcome {
     pub compaction: Option<CompactionRow>,
 }
 
+/// Whether a session should compact automatically now.
+enum Decision {
+    Idle,
+    Compact(Trigger),
+    BreakerOpen(Trigger),
+}
+
 /// How one attempt ended.
 enum Attempt {
     Compacted(Box<CompactionRow>, Box<SessionRow>),
@@ -46,12 +53,11 @@ impl Service {
         session: &SessionRow,
         wait: bool,
     ) -> Option<CompactionStatus> {
-        let trigger = self.trigger_of(session)?;
-        let config = self.compaction_config(session);
-        if session.turn_attempts >= config.breaker_threshold {
-            self.announce_breaker(session, &config);
-            return Some(CompactionStatus::breaker_open(trigger));
-        }
+        let trigger = match self.decide(session) {
+            Decision::Idle => return None,
+            Decision::BreakerOpen(trigger) => return Some(CompactionStatus::breaker_open(trigger)),
+            Decision::Compact(trigger) => trigger,
+        };
         let Some(guard) = self.locks.try_lock(&session.id) else {
             return Some(CompactionStatus::in_progress(trigger));
         };
@@ -77,14 +83,13 @@ impl Service {
                 Ok(session) => session,
                 Err(e) => return CompactionStatus::failed(Trigger::Tokens, e.to_string()),
             };
-            let Some(trigger) = self.trigger_of(&session) else {
-                break;
+            let trigger = match self.decide(&session) {
+                Decision::Idle => break,
+                Decision::BreakerOpen(trigger) => {
+                    return status.unwrap_or(CompactionStatus::breaker_open(trigger));
+                }
+                Decision::Compact(trigger) => trigger,
             };
-            let config = self.compaction_config(&session);
-            if session.turn_attempts >= config.breaker_threshold {
-                self.announce_breaker(&session, &config);
-                return status.unwrap_or(CompactionStatus::breaker_open(trigger));
-            }
             let _ = self
                 .store
                 .record_attempt(id.clone(), session.turn_start_seq)
@@ -106,6 +111,21 @@ impl Service {
             }
         }
         status.unwrap_or(CompactionStatus::not_needed())
+    }
+
+    /// What the trigger and the circuit breaker say about the session now. An open breaker
+    /// is announced (once per turn).
+    fn decide(&self, session: &SessionRow) -> Decision {
+        let config = self.compaction_config(session);
+        let Some(trigger) = super::trigger_under(session, &config) else {
+            return Decision::Idle;
+        };
+        if session.turn_attempts >= config.breaker_threshold {
+            self.announce_breaker(session, &config);
+            Decision::BreakerOpen(trigger)
+        } else {
+            Decision::Compact(trigger)
+        }
     }
 
     fn announce_breaker(&self, session: &SessionRow, config: &CompactionConfig) {
@@ -174,7 +194,8 @@ impl Service {
             .iter()
             .map(|m| m.to_message())
             .collect::<Result<_, _>>()?;
-        let tokens = estimate_each(&messages, &self.estimator);
+        // Estimated once, when each message was appended.
+        let tokens: Vec<usize> = snapshot.tail.iter().map(|m| m.tokens).collect();
         // The caller holds the session's lock: no compaction can commit between these reads.
         let prior_files = self.store.prior_files(id)?;
         let config = self.compaction_config(session);
@@ -214,9 +235,7 @@ impl Service {
                     session_id: id.to_string(),
                     trigger,
                     focus: focus.clone(),
-                    summary_tokens: self
-                        .estimator
-                        .message(&summary_message(&done.result.summary)),
+                    summary_tokens: done.summary_tokens(),
                     first_seq: session.active_from_seq,
                     boundary_seq: session.active_from_seq + done.boundary.index as u64,
                     summarizer: done.summarizer.clone(),
@@ -301,5 +320,3 @@ impl Service {
         }
     }
 }
-
-const NOTHING_TO_COMPACT: &str = "nothing to compact: every message fits in the preserved tail";

@@ -187,13 +187,7 @@ impl Service {
 
     /// Whether the session should compact now.
     fn trigger_of(&self, session: &SessionRow) -> Option<Trigger> {
-        let (tokens, _) = session.context_tokens();
-        check_trigger(
-            session.active_messages,
-            tokens,
-            session.context_limit,
-            &self.compaction_config(session),
-        )
+        trigger_under(session, &self.compaction_config(session))
     }
 
     fn view(&self, session: SessionRow) -> SessionView {
@@ -322,7 +316,7 @@ impl Service {
             self.locks.wait_idle(id).await;
         }
         let snapshot = self.store.context(id)?;
-        Ok(ContextView::new(snapshot, &self.estimator))
+        Ok(ContextView::new(snapshot))
     }
 
     pub fn compaction_history(
@@ -338,6 +332,17 @@ impl Service {
         validate_session_id(id)?;
         Ok(self.store.compaction_history(id)?)
     }
+}
+
+/// Whether `session` should compact now under `config`.
+fn trigger_under(session: &SessionRow, config: &CompactionConfig) -> Option<Trigger> {
+    let (tokens, _) = session.context_tokens();
+    check_trigger(
+        session.active_messages,
+        tokens,
+        session.context_limit,
+        config,
+    )
 }
 
 /// Session ids are `[A-Za-z0-9._:-]{1,128}`: safe in paths, URLs, logs and shells.

@@ -1,6 +1,6 @@
 //! The shapes the API answers with.
 
-use crate::compaction::{CompactionConfig, LazyEstimator, Trigger, summary_message};
+use crate::compaction::{CompactionConfig, Trigger, summary_message};
 use crate::store::{
     AppendOutcome, CompactionRow, ContextSnapshot, SessionRow, StoredMessage, TokenSource,
 };
@@ -208,12 +208,12 @@ pub enum ContextMessage {
 }
 
 impl ContextView {
-    pub fn new(snapshot: ContextSnapshot, estimator: &LazyEstimator) -> ContextView {
+    pub fn new(snapshot: ContextSnapshot) -> ContextView {
         let mut messages = Vec::with_capacity(snapshot.tail.len() + 1);
-        let mut tokens = 0;
+        // The summary message's estimate was stored with the compaction.
+        let mut tokens = snapshot.session.summary_tokens;
         if let Some(latest) = &snapshot.latest {
             let message = summary_message(&latest.summary);
-            tokens += estimator.message(&message);
             messages.push(ContextMessage::Summary {
                 role: "user",
                 parts: serde_json::to_value(&message.parts).unwrap_or_default(),
