@@ -5,7 +5,7 @@ use super::read_input;
 use crate::compaction::{
     CompactionConfig, CompactionPlan, FileLists, LazyEstimator, PlanInput, estimate_each,
 };
-use crate::compactor::compact;
+use crate::compactor::{NOTHING_TO_COMPACT, compact};
 use crate::message::{Message, parse_message_list};
 use crate::summarize::extractive::Extractive;
 use anyhow::{Context, Result};
@@ -15,10 +15,14 @@ use std::path::Path;
 /// The inputs both commands share.
 pub struct OfflineInput {
     pub messages: Vec<Message>,
+    /// The messages' token estimates, as the daemon stores them at append.
+    pub tokens: Vec<usize>,
     pub prior_summary: Option<String>,
     pub focus: Option<String>,
     pub context_limit: usize,
     pub config: CompactionConfig,
+    /// A file holds no earlier compaction, so no earlier file lists.
+    no_prior_files: FileLists,
 }
 
 impl OfflineInput {
@@ -39,6 +43,8 @@ impl OfflineInput {
         }
         let prior_summary = prior_summary.map(read_input).transpose()?;
         Ok(OfflineInput {
+            tokens: estimate_each(&messages, &LazyEstimator::default()),
+            no_prior_files: FileLists::default(),
             messages,
             prior_summary,
             focus,
@@ -50,10 +56,7 @@ impl OfflineInput {
 
 /// `compactd plan`: the engine's decisions as JSON.
 pub fn plan(input: &OfflineInput) -> Value {
-    let estimator = LazyEstimator::default();
-    let tokens = estimate_each(&input.messages, &estimator);
-    let no_files = FileLists::default();
-    let plan_input = plan_input(input, &tokens, &no_files, estimator);
+    let plan_input = input.plan_input();
     let plan = CompactionPlan::new(&plan_input);
     json!({
         "should_compact": plan.trigger.is_some(),
@@ -69,12 +72,8 @@ pub fn plan(input: &OfflineInput) -> Value {
 
 /// `compactd summarize`: a full compaction with the extractive summarizer.
 pub async fn summarize(input: &OfflineInput) -> Result<Value> {
-    let estimator = LazyEstimator::default();
-    let tokens = estimate_each(&input.messages, &estimator);
-    let no_files = FileLists::default();
-    let plan_input = plan_input(input, &tokens, &no_files, estimator);
     let compaction_num = if input.prior_summary.is_some() { 2 } else { 1 };
-    match compact(&plan_input, &Extractive, compaction_num).await? {
+    match compact(&input.plan_input(), &Extractive, compaction_num).await? {
         Some(done) => {
             let mut out = serde_json::to_value(&done.result)?;
             out["compacted"] = json!(true);
@@ -83,25 +82,22 @@ pub async fn summarize(input: &OfflineInput) -> Result<Value> {
         }
         None => Ok(json!({
             "compacted": false,
-            "reason": "nothing to compact: every message fits in the preserved tail",
+            "reason": NOTHING_TO_COMPACT,
         })),
     }
 }
 
-fn plan_input<'a>(
-    input: &'a OfflineInput,
-    tokens: &'a [usize],
-    prior_files: &'a FileLists,
-    estimator: LazyEstimator,
-) -> PlanInput<'a> {
-    PlanInput {
-        messages: &input.messages,
-        tokens,
-        prior_summary: input.prior_summary.as_deref(),
-        prior_files,
-        focus: input.focus.as_deref(),
-        context_limit: input.context_limit,
-        config: &input.config,
-        estimator,
+impl OfflineInput {
+    fn plan_input(&self) -> PlanInput<'_> {
+        PlanInput {
+            messages: &self.messages,
+            tokens: &self.tokens,
+            prior_summary: self.prior_summary.as_deref(),
+            prior_files: &self.no_prior_files,
+            focus: self.focus.as_deref(),
+            context_limit: self.context_limit,
+            config: &self.config,
+            estimator: LazyEstimator::default(),
+        }
     }
 }

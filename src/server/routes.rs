@@ -2,7 +2,7 @@
 
 use super::error::ApiError;
 use super::extract::{ApiQuery, JsonBody, SessionPath};
-use crate::message::{Message, parse_message_list};
+use crate::message::Message;
 use crate::service::{AppendRequest, CreateSession, Service};
 use crate::store::SessionUpdate;
 use axum::Json;
@@ -103,12 +103,9 @@ pub async fn append(
 }
 
 fn parse_append(body: Value) -> Result<AppendRequest, ApiError> {
-    let invalid = |e: serde_json::Error| {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", e.to_string())
-    };
     match body {
-        Value::Array(_) => Ok(AppendRequest {
-            messages: parse_message_list(&body.to_string()).map_err(invalid)?,
+        Value::Array(items) => Ok(AppendRequest {
+            messages: parse_messages(items)?,
             ..Default::default()
         }),
         Value::Object(mut map) if map.contains_key("messages") => {
@@ -137,33 +134,38 @@ fn parse_append(body: Value) -> Result<AppendRequest, ApiError> {
             let Value::Array(items) = messages else {
                 return Err(ApiError::bad_request("messages must be an array"));
             };
-            let messages = items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    serde_json::from_value::<Message>(item).map_err(|e| {
-                        ApiError::new(
-                            StatusCode::BAD_REQUEST,
-                            "invalid_message",
-                            format!("message {i}: {e}"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?;
             Ok(AppendRequest {
-                messages,
+                messages: parse_messages(items)?,
                 input_tokens,
                 wait,
             })
         }
         Value::Object(_) => Ok(AppendRequest {
-            messages: vec![serde_json::from_value(body).map_err(invalid)?],
+            messages: vec![
+                serde_json::from_value(body).map_err(|e| invalid_message(e.to_string()))?,
+            ],
             ..Default::default()
         }),
         _ => Err(ApiError::bad_request(
             "expected a message, an array of messages, or {\"messages\": [...]}",
         )),
     }
+}
+
+/// Messages of a list, each error naming its index.
+fn parse_messages(items: Vec<Value>) -> Result<Vec<Message>, ApiError> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            serde_json::from_value::<Message>(item)
+                .map_err(|e| invalid_message(format!("message {i}: {e}")))
+        })
+        .collect()
+}
+
+fn invalid_message(message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", message)
 }
 
 #[derive(Deserialize)]
