@@ -9,6 +9,8 @@
 --
 -- Nothing is ever deleted. A compaction does not remove messages: it records a boundary, and
 -- "compacted" means "seq below the session's latest boundary". Deleting a session only marks it.
+-- Pinned messages (system messages, and the session's task when small enough) are never
+-- compacted: a context holds them first, then the latest summary, then the active messages.
 -- Timestamps are UTC text in ISO 8601 (2026-11-30T12:00:00.000Z), so they sort and read as is.
 
 -- One agent conversation.
@@ -25,13 +27,15 @@ CREATE TABLE sessions (
     message_count       INTEGER NOT NULL DEFAULT 0,     -- messages ever appended (= the highest seq)
     active_from_seq     INTEGER NOT NULL DEFAULT 1,     -- first message not compacted (the latest boundary)
     active_messages     INTEGER NOT NULL DEFAULT 0,     -- messages with seq >= active_from_seq
-    active_tokens       INTEGER NOT NULL DEFAULT 0,     -- their estimated tokens
+    active_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of those that are not pinned
     summary_tokens      INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of the latest summary message
     compaction_count    INTEGER NOT NULL DEFAULT 0,     -- successful compactions (= the latest compaction num)
     reported_tokens     INTEGER,                        -- usage.input_tokens the agent last reported, if any
     tokens_since_report INTEGER NOT NULL DEFAULT 0,     -- estimated tokens appended after that report
     turn_start_seq      INTEGER NOT NULL DEFAULT 0,     -- seq of the user message that opened the current turn
-    turn_attempts       INTEGER NOT NULL DEFAULT 0      -- automatic compaction attempts in this turn (circuit breaker)
+    turn_attempts       INTEGER NOT NULL DEFAULT 0,     -- automatic compaction attempts in this turn (circuit breaker)
+    pinned_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of the pinned messages, which every context holds
+    task_seq            INTEGER                         -- seq of the session's first user instruction (its task), once there is one
 );
 
 -- Every message ever appended, in order. Append-only.
@@ -43,8 +47,11 @@ CREATE TABLE messages (
     parts       TEXT NOT NULL CHECK (json_valid(parts)),-- JSON array: text, reasoning, tool_call, tool_result parts
     tokens      INTEGER NOT NULL,                       -- estimated tokens (about 4 characters each)
     created_at  TEXT NOT NULL,
+    pinned      INTEGER NOT NULL DEFAULT 0              -- 1: a system message or the session's task, never compacted
+                CHECK (pinned IN (0, 1)),
     UNIQUE (session_id, seq)
 );
+CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
 
 -- The tool calls of each session, so a tool_result can be checked against its call.
 CREATE TABLE tool_calls (
@@ -64,7 +71,7 @@ CREATE TABLE compactions (
     focus           TEXT,                               -- instructions of a manual compaction, if any
     summary         TEXT NOT NULL,                      -- the 9-section summary that replaced seq first_seq .. boundary_seq-1
     read_files      TEXT NOT NULL CHECK (json_valid(read_files)),     -- JSON array of paths read in the session
-    modified_files  TEXT NOT NULL CHECK (json_valid(modified_files)), -- JSON array of paths modified
+    modified_files  TEXT NOT NULL CHECK (json_valid(modified_files)), -- JSON array of paths that existed and were changed
     pre_tokens      INTEGER NOT NULL,                   -- estimated context tokens before
     post_tokens     INTEGER NOT NULL,                   -- estimated context tokens after (summary + tail)
     first_seq       INTEGER NOT NULL,                   -- first message this compaction summarized
@@ -75,6 +82,10 @@ CREATE TABLE compactions (
     started_at      TEXT NOT NULL,
     finished_at     TEXT NOT NULL,
     duration_ms     INTEGER NOT NULL,
+    created_files   TEXT NOT NULL DEFAULT '[]'          -- JSON array of paths the session made (first touched by a whole-file write)
+                    CHECK (json_valid(created_files)),
+    deleted_files   TEXT NOT NULL DEFAULT '[]'          -- JSON array of paths the session removed
+                    CHECK (json_valid(deleted_files)),
     UNIQUE (session_id, num)
 );
 
@@ -105,6 +116,8 @@ SELECT c.session_id,
        c.boundary_seq,
        json_array_length(c.read_files)            AS read_files,
        json_array_length(c.modified_files)        AS modified_files,
+       json_array_length(c.created_files)         AS created_files,
+       json_array_length(c.deleted_files)         AS deleted_files,
        c.summarizer,
        c.chunks,
        c.fallback_reason,
@@ -120,7 +133,7 @@ SELECT s.id,
        s.context_limit,
        s.message_count,
        s.active_messages,
-       s.summary_tokens + s.active_tokens         AS context_tokens,
+       s.pinned_tokens + s.summary_tokens + s.active_tokens AS context_tokens,
        s.compaction_count,
        (SELECT count(*) FROM compaction_failures f WHERE f.session_id = s.id) AS failed_compactions,
        s.created_at,
@@ -134,7 +147,8 @@ CREATE VIEW message_text AS
 SELECT m.session_id,
        m.seq,
        m.role,
-       m.seq < s.active_from_seq                  AS compacted,
+       m.seq < s.active_from_seq AND NOT m.pinned AS compacted,
+       m.pinned,
        (SELECT group_concat(
                    CASE json_extract(p.value, '$.type')
                        WHEN 'text'        THEN json_extract(p.value, '$.text')

@@ -4,7 +4,7 @@
 //! the per-message cost at each size so the ratio is visible.
 
 use compactd::compaction::{
-    CompactionConfig, CompactionPlan, FileLists, LazyEstimator, PlanInput, estimate_each,
+    CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
 use compactd::synthetic::synthetic_session;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -13,17 +13,7 @@ use std::time::Instant;
 
 fn plan_once(messages: &[compactd::message::Message], tokens: &[usize]) -> usize {
     let config = CompactionConfig::default();
-    let files = FileLists::default();
-    let input = PlanInput {
-        messages,
-        tokens,
-        prior_summary: None,
-        prior_files: &files,
-        focus: None,
-        context_limit: 128_000,
-        config: &config,
-        estimator: LazyEstimator::default(),
-    };
+    let input = PlanInput::new(messages, tokens, 128_000, &config);
     let plan = CompactionPlan::new(&input);
     plan.prompt(&input).len()
 }

@@ -7,7 +7,7 @@
 
 use crate::client::{Client, Connection};
 use crate::compaction::{
-    CompactionConfig, CompactionPlan, FileLists, LazyEstimator, PlanInput, estimate_each,
+    CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
 use crate::config::Synchronous;
 use crate::message::Message;
@@ -328,21 +328,11 @@ fn raw_sqlite_rate(path: &Path, synchronous: Synchronous, rows: usize) -> Result
 pub fn plan_ms(n: usize, runs: usize) -> f64 {
     let messages = synthetic_session(n);
     let config = CompactionConfig::default();
-    let files = FileLists::default();
     let estimator = LazyEstimator::default();
     let start = Instant::now();
     for _ in 0..runs.max(1) {
         let tokens = estimate_each(&messages, &estimator);
-        let input = PlanInput {
-            messages: &messages,
-            tokens: &tokens,
-            prior_summary: None,
-            prior_files: &files,
-            focus: None,
-            context_limit: 128_000,
-            config: &config,
-            estimator,
-        };
+        let input = PlanInput::new(&messages, &tokens, 128_000, &config);
         let plan = CompactionPlan::new(&input);
         std::hint::black_box(plan.prompt(&input));
     }

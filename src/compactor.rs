@@ -1,32 +1,41 @@
 //! One compaction, start to finish: plan it with the engine, have a summarizer write the
-//! summary (in chunks when the prompt does not fit the summarizer's window), and build the
-//! CompactionResult. The daemon, `compactd summarize` and `compactd replay` all go through here,
-//! so they compact identically; storing the outcome is the caller's business.
+//! summary (in chunks when the prompt does not fit the summarizer's window), redact
+//! credentials, and build the CompactionResult. The daemon, `compactd summarize` and
+//! `compactd replay` all go through here, so they compact identically; storing the outcome is
+//! the caller's business.
 
 use crate::compaction::chunk::{block_tokens, chunk_ranges};
 use crate::compaction::prompt::{PromptInput, build_compaction_prompt};
-use crate::compaction::{Boundary, CompactionPlan, CompactionResult, PlanInput, is_blank};
-use crate::summarize::{SYSTEM_PROMPT, SummarizeError, Summarizer, SummaryRequest};
+use crate::compaction::redact::redact_secrets;
+use crate::compaction::{
+    Boundary, CompactionPlan, CompactionResult, PinnedOverflow, PlanInput, is_blank,
+    summary_message,
+};
+use crate::summarize::{SYSTEM_PROMPT, SummarizeError, Summarizer, SummaryRequest, TaskNote};
 
 /// Why a compaction did not happen when the whole history fits in the preserved tail.
 pub const NOTHING_TO_COMPACT: &str = "nothing to compact: every message fits in the preserved tail";
+
+/// Why a compaction failed. Either way the session is left as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactError {
+    #[error(transparent)]
+    Summarizer(#[from] SummarizeError),
+    #[error(transparent)]
+    PinnedOverflow(#[from] PinnedOverflow),
+}
 
 /// A finished compaction, ready to be stored.
 #[derive(Debug, Clone)]
 pub struct Compacted {
     pub result: CompactionResult,
     pub boundary: Boundary,
+    /// Tokens of the summary message.
+    pub summary_tokens: usize,
     /// Summarizer calls made (more than one when the prompt was chunked).
     pub chunks: usize,
     /// The summarizer that wrote the summary.
     pub summarizer: String,
-}
-
-impl Compacted {
-    /// Tokens of the summary message: what the context holds besides the preserved tail.
-    pub fn summary_tokens(&self) -> usize {
-        self.result.post_tokens - self.boundary.preserved_tokens
-    }
 }
 
 /// Compacts `input` with `summarizer`. `Ok(None)` when there is nothing before the boundary.
@@ -34,58 +43,87 @@ pub async fn compact(
     input: &PlanInput<'_>,
     summarizer: &dyn Summarizer,
     compaction_num: u32,
-) -> Result<Option<Compacted>, SummarizeError> {
+) -> Result<Option<Compacted>, CompactError> {
     let plan = CompactionPlan::new(input);
+    if let Some(overflow) = plan.pinned_overflow {
+        return Err(overflow.into());
+    }
     if !plan.has_work() {
         return Ok(None);
     }
-    let compacted = &input.messages[..plan.boundary.index];
+    let (messages, seqs) = plan.summarized_messages(input);
     let ranges = match summarizer.context_window() {
         Some(window) => {
             let fixed = fixed_prompt_tokens(input, &plan, summarizer.max_output_tokens());
-            let blocks = block_tokens(compacted, plan.masking, &input.estimator);
+            let blocks = block_tokens(&messages, plan.masking, &input.estimator);
             chunk_ranges(&blocks, fixed + summarizer.max_output_tokens(), window)
         }
-        None => std::iter::once(0..compacted.len()).collect(),
+        None => std::iter::once(0..messages.len()).collect(),
     };
+    let redact = |text: String| {
+        if input.redact_secrets {
+            redact_secrets(&text).into_owned()
+        } else {
+            text
+        }
+    };
+    let task = task_note(input, &plan);
     let mut summary: Option<String> = input.prior_summary.map(str::to_string);
     for range in &ranges {
-        let messages = &compacted[range.clone()];
         let prompt = build_compaction_prompt(&PromptInput {
-            messages,
+            messages: &messages[range.clone()],
             masking: plan.masking.from_message(range.start),
             prior_summary: summary.as_deref(),
             files: &plan.files,
             focus: input.focus,
         });
         let request = SummaryRequest {
-            prompt,
-            messages: messages.to_vec(),
+            prompt: redact(prompt),
+            messages: messages[range.clone()].to_vec(),
+            seqs: seqs[range.clone()].to_vec(),
             prior_summary: summary.clone(),
             files: plan.files.clone(),
             focus: input.focus.map(str::to_string),
-            max_summary_tokens: Some(input.config.summary_budget(input.context_limit)),
+            max_summary_tokens: Some(plan.summary_budget),
+            task: task.clone(),
         };
         let written = summarizer.summarize(&request).await?;
         if is_blank(&written) {
-            return Err(SummarizeError::Blank);
+            return Err(SummarizeError::Blank.into());
         }
-        summary = Some(written.trim().to_string());
+        summary = Some(redact(written.trim().to_string()));
     }
     let summary = summary.ok_or(SummarizeError::Blank)?;
+    let summary_tokens = input.estimator.message(&summary_message(&summary));
     Ok(Some(Compacted {
-        result: CompactionResult::new(
+        result: CompactionResult {
             summary,
-            plan.files,
-            plan.pre_tokens,
-            plan.boundary.preserved_tokens,
+            read_files: plan.files.read,
+            modified_files: plan.files.modified,
+            created_files: plan.files.created,
+            deleted_files: plan.files.deleted,
+            pre_tokens: plan.pre_tokens,
+            post_tokens: input.pinned_tokens + summary_tokens + plan.boundary.preserved_tokens,
             compaction_num,
-            &input.estimator,
-        ),
+        },
         boundary: plan.boundary,
+        summary_tokens,
         chunks: ranges.len(),
         summarizer: summarizer.name(),
     }))
+}
+
+/// The session's task, when it lies in what this compaction replaces or moves in front.
+fn task_note(input: &PlanInput, plan: &CompactionPlan) -> Option<TaskNote> {
+    let seq = input.task_seq?;
+    let index = seq.checked_sub(input.first_seq)? as usize;
+    (index < plan.boundary.index).then(|| TaskNote {
+        seq,
+        text: input.messages[index].joined_text(),
+        pinned: input.pinned.get(index).copied().unwrap_or(false),
+        max_chars: (input.config.pin_first_user_tokens as f64 / input.estimator.tokens_per_char)
+            as usize,
+    })
 }
 
 /// Tokens of a prompt's parts other than the conversation: system prompt, task, focus, file

@@ -48,6 +48,8 @@ pub struct SummarizerConfig {
     pub command: Option<CommandLine>,
     /// What to do when the summarizer fails: `"extractive"` compacts with the built-in one.
     pub fallback: Option<Fallback>,
+    /// Replace credentials with `[redacted]` in summaries and in every prompt sent to a model.
+    pub redact_secrets: bool,
 }
 
 impl Default for SummarizerConfig {
@@ -63,6 +65,7 @@ impl Default for SummarizerConfig {
             max_output_tokens: 4_096,
             command: None,
             fallback: None,
+            redact_secrets: true,
         }
     }
 }

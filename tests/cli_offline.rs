@@ -53,7 +53,11 @@ fn plan_reports_the_trigger_boundary_prompt_and_files() {
     assert_eq!(plan["modified_files"].as_array().unwrap().len(), 30);
     let prompt = plan["prompt"].as_str().unwrap();
     assert!(prompt.starts_with("<task>\n"));
-    assert!(prompt.contains("instruction 0: fix module 0"));
+    // The system message and the task are pinned: they stay verbatim, never summarized.
+    assert!(!prompt.contains("You are a coding agent."));
+    assert!(!prompt.contains("instruction 0: fix module 0"));
+    assert!(prompt.contains("instruction 1: fix module 1"));
+    assert_eq!(plan["summarized"].as_u64().unwrap(), boundary - 2);
     assert!(prompt.contains("[output masked for compaction]"));
 
     // A short session does not need compaction; the tokens trigger reports its reason.
@@ -123,7 +127,9 @@ fn summarize_prints_the_compaction_result() {
     assert!(summary.contains("## 6. All user messages"));
     // Every compacted user message is in the summary.
     let boundary = r["boundary"].as_u64().unwrap() as usize;
-    for i in 0..30 {
+    // The task is pinned, so the summary points to it.
+    assert!(summary.contains("[#1, seq 2] (the session's task: quoted whole at the start"));
+    for i in 1..30 {
         if 1 + 3 * i < boundary {
             assert!(
                 summary.contains(&format!("instruction {i}: fix module {i}")),

@@ -69,16 +69,25 @@ async fn lifecycle_auto_compaction_context_manual_summarize_history_restart() {
     assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
     append_all(&client, "demo", &rest[1..]).await;
 
-    // The context starts with the summary, as a user message, then the verbatim tail.
+    // The context starts with the session's task, pinned verbatim, then the summary, as a
+    // user message, then the verbatim tail.
     let context = client.get("/session/demo/context").await.unwrap();
-    let first = &context["messages"][0];
+    let task = &context["messages"][0];
+    assert_eq!(task["seq"], 1);
+    assert_eq!(task["pinned"], true);
+    assert_eq!(
+        task["parts"][0]["text"],
+        "demo: please fix the failing tests in src/"
+    );
+    let first = &context["messages"][1];
     assert_eq!(first["role"], "user");
     assert_eq!(first["summary"], true);
     let summary = first["parts"][0]["text"].as_str().unwrap();
     assert!(summary.contains("## 6. All user messages"));
-    assert!(summary.contains("demo: please fix the failing tests in src/"));
+    assert!(summary.contains("Original request: demo: please fix the failing tests in src/"));
+    assert!(summary.contains("demo: instruction 9, keep going"));
     assert_eq!(context["compaction_num"], 1);
-    let tail_seqs: Vec<u64> = context["messages"].as_array().unwrap()[1..]
+    let tail_seqs: Vec<u64> = context["messages"].as_array().unwrap()[2..]
         .iter()
         .map(|m| m["seq"].as_u64().unwrap())
         .collect();
@@ -92,7 +101,7 @@ async fn lifecycle_auto_compaction_context_manual_summarize_history_restart() {
         "the tail is contiguous"
     );
     // No orphaned result at the start of the tail.
-    assert_ne!(context["messages"][1]["role"], "tool");
+    assert_ne!(context["messages"][2]["role"], "tool");
     assert!(context["tokens"].as_u64().unwrap() < 25_600);
 
     // Manual compaction with focus.
@@ -125,7 +134,7 @@ async fn lifecycle_auto_compaction_context_manual_summarize_history_restart() {
         manual["summary"]
             .as_str()
             .unwrap()
-            .contains("demo: please fix the failing tests in src/")
+            .contains("demo: instruction 9, keep going")
     );
     assert!(
         manual["modified_files"]
@@ -146,7 +155,9 @@ async fn lifecycle_auto_compaction_context_manual_summarize_history_restart() {
     // The full history is still there, paged, with compacted flags.
     let page = client.get("/session/demo/message?limit=50").await.unwrap();
     assert_eq!(page["messages"].as_array().unwrap().len(), 50);
-    assert_eq!(page["messages"][0]["compacted"], true);
+    // The pinned task is never compacted; what followed it was.
+    assert_eq!(page["messages"][0]["compacted"], false);
+    assert_eq!(page["messages"][1]["compacted"], true);
     assert_eq!(page["next_after"], 50);
     let page2 = client
         .get("/session/demo/message?after=50&limit=100")
@@ -162,14 +173,12 @@ async fn lifecycle_auto_compaction_context_manual_summarize_history_restart() {
         false
     );
 
-    // A restart keeps everything.
+    // A restart keeps everything: the same context, byte for byte.
+    let before = client.get("/session/demo/context").await.unwrap();
     daemon.restart();
     let client = daemon.client();
-    assert_eq!(
-        client.get("/session/demo/context").await.unwrap()["messages"],
-        client.get("/session/demo/context").await.unwrap()["messages"]
-    );
     let after = client.get("/session/demo/context").await.unwrap();
+    assert_eq!(after, before);
     assert_eq!(after["compaction_num"], 2);
     assert_eq!(
         client.get("/session/demo").await.unwrap()["message_count"],
@@ -261,6 +270,10 @@ async fn bad_input_is_refused_and_changes_nothing() {
     let daemon = TestDaemon::start("[server]\nmax_body_bytes = 65536\n");
     let client = daemon.client();
     client.post("/session", &json!({"id": "s1"})).await.unwrap();
+    client
+        .post("/session", &json!({"id": "small", "context_limit": 16000}))
+        .await
+        .unwrap();
     let [call, result] = bash_round("c1", "ls", "a.txt");
     append_all(&client, "s1", &[user("start"), call, result]).await;
     let before = client.get("/session/s1/message?limit=1000").await.unwrap();
@@ -367,6 +380,16 @@ async fn bad_input_is_refused_and_changes_nothing() {
             "invalid session id",
         ),
         (
+            "system message larger than the context can pin",
+            Method::POST,
+            "/session/small/message".into(),
+            json!({"role": "system", "content": "r".repeat(60_000)})
+                .to_string()
+                .into_bytes(),
+            StatusCode::BAD_REQUEST,
+            "pinned messages",
+        ),
+        (
             "empty batch",
             Method::POST,
             "/session/s1/message".into(),
@@ -448,12 +471,56 @@ async fn bad_input_is_refused_and_changes_nothing() {
     }
     let after = client.get("/session/s1/message?limit=1000").await.unwrap();
     assert_eq!(before, after, "a refused request changed stored messages");
+    assert_eq!(
+        client.get("/session/small").await.unwrap()["message_count"],
+        0
+    );
     assert!(
         client.get("/session/s2").await.is_err(),
         "a refused create stored a session"
     );
     // Still serving.
     assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+}
+
+#[tokio::test]
+async fn system_messages_and_the_task_stay_first_in_every_context() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "pin", "context_limit": 32000}))
+        .await
+        .unwrap();
+    let system =
+        json!({"role": "system", "content": "You are a careful agent. Never push to main."});
+    let mut messages = vec![system.clone()];
+    messages.extend(work(40, "pin"));
+    let later_rule = json!({"role": "system", "content": "From now on, answer in French."});
+    messages.insert(20, later_rule.clone());
+    append_all(&client, "pin", &messages).await;
+
+    // The context waits for the compaction the 81st message started.
+    let context = client.get("/session/pin/context").await.unwrap();
+    assert_eq!(context["compaction_num"], 1);
+    let shown = context["messages"].as_array().unwrap();
+    // Both system messages and the task, verbatim, in their order, marked pinned; then the
+    // summary; then the tail.
+    assert_eq!(shown[0]["parts"][0]["text"], system["content"]);
+    assert_eq!(
+        shown[1]["parts"][0]["text"],
+        "pin: please fix the failing tests in src/"
+    );
+    assert_eq!(shown[2]["parts"][0]["text"], later_rule["content"]);
+    for m in &shown[..3] {
+        assert_eq!(m["pinned"], true, "{m}");
+    }
+    assert_eq!(shown[3]["summary"], true);
+    let summary = shown[3]["parts"][0]["text"].as_str().unwrap();
+    assert!(!summary.contains("Never push to main") && !summary.contains("answer in French"));
+    assert!(shown[4..].iter().all(|m| m.get("summary").is_none()));
+    // The session's token figure is the context's.
+    let session = client.get("/session/pin").await.unwrap();
+    assert_eq!(session["tokens"], context["tokens"]);
 }
 
 #[tokio::test]

@@ -90,7 +90,7 @@ fn every_cli_command_against_a_real_daemon() {
     event_err.read_line(&mut line).unwrap();
     assert!(line.contains("following events"), "{line}");
 
-    for i in 0..6 {
+    for i in 0..8 {
         let out = ok(
             &s,
             &[
@@ -111,7 +111,7 @@ fn every_cli_command_against_a_real_daemon() {
         {"type": "tool_call", "id": "k1", "name": "bash", "args": {"command": "cat notes.md"}}]});
     let (code, out, err) = cli(&s, &["append", "cli"], Some(&stdin.to_string()));
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("appended seq 7..7"), "{out}");
+    assert!(out.contains("appended seq 9..9"), "{out}");
     let (code, _, err) = cli(&s, &["append", "cli"], Some("{not json"));
     assert_ne!(code, 0);
     assert!(err.contains("not valid JSON"), "{err}");
@@ -119,7 +119,7 @@ fn every_cli_command_against_a_real_daemon() {
     let list = ok(&s, &["session", "list"]);
     assert!(list.starts_with("ID") && list.contains("cli"), "{list}");
     let show = ok(&s, &["session", "show", "cli"]);
-    assert!(show.contains("messages:     7 total"), "{show}");
+    assert!(show.contains("messages:     9 total"), "{show}");
 
     let compacted = ok(&s, &["compact", "cli", "--focus", "the instructions"]);
     assert!(compacted.contains("compaction #1 of cli"), "{compacted}");
@@ -130,7 +130,7 @@ fn every_cli_command_against_a_real_daemon() {
     );
     let context = ok(&s, &["context", "cli"]);
     assert!(context.contains("[summary] user:"), "{context}");
-    assert!(context.contains("[#7] assistant: → bash"), "{context}");
+    assert!(context.contains("[#9] assistant: → bash"), "{context}");
     let context: Value = serde_json::from_str(&ok(&s, &["--json", "context", "cli"])).unwrap();
     assert_eq!(context["compaction_num"], 1);
 

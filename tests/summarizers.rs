@@ -109,9 +109,11 @@ async fn openai_request_shape_and_summary() {
             && prompt.contains("<modified-files>\nsrc/module_0.py")
     );
 
+    // The pinned task first, then the model's summary.
     let context = client.get("/session/oa/context").await.unwrap();
+    assert_eq!(context["messages"][0]["pinned"], true);
     assert!(
-        context["messages"][0]["parts"][0]["text"]
+        context["messages"][1]["parts"][0]["text"]
             .as_str()
             .unwrap()
             .contains("model-written summary")
@@ -324,7 +326,7 @@ async fn a_tiny_window_compacts_in_chunks_each_refining_the_last() {
         )
         .await
         .unwrap();
-    fill(&client, "chunky", 60).await;
+    fill(&client, "chunky", 75).await;
     let answer = client
         .post("/session/chunky/summarize", &json!({}))
         .await
@@ -660,4 +662,90 @@ async fn shutdown_cancels_an_in_flight_model_call_cleanly() {
             .contains("cancelled"),
         "{history}"
     );
+}
+
+/// A session whose tool calls and results carry credentials.
+async fn fill_with_secrets(client: &Client, id: &str) {
+    let mut messages = vec![user(&format!("{id}: deploy the service"))];
+    for i in 0..30 {
+        messages.extend(bash_round(
+            &format!("{id}-{i}"),
+            &format!("export DB_PASSWORD=hunter2hunter2 && ./deploy.sh --step {i}"),
+            &format!("step {i} ok\nusing key sk-abcdefghijklmnopqrstuvwx{i}\n"),
+        ));
+    }
+    client
+        .post(
+            &format!("/session/{id}/message"),
+            &json!({"messages": messages}),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_reach_neither_the_model_nor_a_summary_but_stay_in_the_history() {
+    // A model that leaks credentials into its answer (it saw them elsewhere, or made them up).
+    let mock = MockModel::start(
+        vec![],
+        Reply::OpenAi(nine_sections(
+            "deployed with DB_PASSWORD=hunter2hunter2 and sk-abcdefghijklmnopqrstuvwx0",
+        )),
+    );
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill_with_secrets(&client, "sec").await;
+    let answer = client
+        .post("/session/sec/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    let prompt = mock.requests()[0].prompt();
+    assert!(
+        prompt.contains("DB_PASSWORD=[redacted]"),
+        "the call is shown, redacted"
+    );
+    for secret in ["hunter2hunter2", "sk-abcdefghijklmnopqrstuvwx"] {
+        assert!(!prompt.contains(secret), "{secret} sent to the model");
+        assert!(!answer["summary"].as_str().unwrap().contains(secret));
+        let context = client
+            .get("/session/sec/context")
+            .await
+            .unwrap()
+            .to_string();
+        assert!(
+            !context.contains(&format!("{secret}0")),
+            "{secret} in the summary"
+        );
+    }
+    // Nothing stored is changed: the history keeps every message verbatim.
+    let history = common::all_messages(&client, "sec").await;
+    assert!(
+        serde_json::to_string(&history)
+            .unwrap()
+            .contains("hunter2hunter2")
+    );
+
+    // The extractive summarizer redacts too, and `redact_secrets = false` turns it off.
+    let plain = TestDaemon::start("");
+    let client = plain.client();
+    fill_with_secrets(&client, "ext").await;
+    let summary = client
+        .post("/session/ext/summarize", &json!({}))
+        .await
+        .unwrap()["summary"]
+        .to_string();
+    assert!(
+        summary.contains("[redacted]") && !summary.contains("hunter2hunter2"),
+        "{summary}"
+    );
+    let off = TestDaemon::start("[summarizer]\nredact_secrets = false\n");
+    let client = off.client();
+    fill_with_secrets(&client, "off").await;
+    let summary = client
+        .post("/session/off/summarize", &json!({}))
+        .await
+        .unwrap()["summary"]
+        .to_string();
+    assert!(summary.contains("hunter2hunter2"), "{summary}");
 }

@@ -139,6 +139,34 @@ async fn every_shared_transcript_imports_with_every_tool_call_and_result() {
     );
 }
 
+/// What an agent continues from after compaction, against the transcript's ground truth
+/// (`null` where a probe does not apply).
+fn assert_continuation_probes_pass(name: &str, probes: &Value) {
+    for probe in [
+        "system_messages_kept",
+        "first_user_kept",
+        "latest_user_kept",
+        "diff_files_listed",
+    ] {
+        assert_ne!(probes[probe], false, "{name}: {probe}");
+    }
+    assert!(
+        probes["short_user_kept"].is_null() || probes["short_user_kept"] == 1.0,
+        "{name}: a user message of at most 2,000 characters lost: {probes}"
+    );
+    assert_eq!(probes["next_step_present"], true, "{name}: no next step");
+    assert_eq!(
+        probes["credentials_leaked"], 0,
+        "{name}: a credential in a summary"
+    );
+    if let Some(ratio) = probes["modified_ratio"].as_f64() {
+        assert!(
+            ratio <= 5.0,
+            "{name}: {ratio} modified files per file of the diff"
+        );
+    }
+}
+
 #[test]
 fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
     let Some(files) = transcripts() else { return };
@@ -180,6 +208,7 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
                     r["modified_file_recall"], 1.0,
                     "{name}: forgot a modified file"
                 );
+                assert_continuation_probes_pass(name, &r["probes"]);
             }
             let t = &r["input_tokens"];
             let (raw, m10, compactd) = (

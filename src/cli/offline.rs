@@ -3,7 +3,7 @@
 
 use super::read_input;
 use crate::compaction::{
-    CompactionConfig, CompactionPlan, FileLists, LazyEstimator, PlanInput, estimate_each,
+    CompactionConfig, CompactionPlan, LazyEstimator, Pins, PlanInput, estimate_each,
 };
 use crate::compactor::{NOTHING_TO_COMPACT, compact};
 use crate::message::{Message, parse_message_list};
@@ -21,8 +21,8 @@ pub struct OfflineInput {
     pub focus: Option<String>,
     pub context_limit: usize,
     pub config: CompactionConfig,
-    /// A file holds no earlier compaction, so no earlier file lists.
-    no_prior_files: FileLists,
+    /// The file stands for a session from its start: its system messages and task are pinned.
+    pins: Pins,
 }
 
 impl OfflineInput {
@@ -42,9 +42,10 @@ impl OfflineInput {
                 .with_context(|| format!("{}: message {i} is invalid", input.display()))?;
         }
         let prior_summary = prior_summary.map(read_input).transpose()?;
+        let tokens = estimate_each(&messages, &LazyEstimator::default());
         Ok(OfflineInput {
-            tokens: estimate_each(&messages, &LazyEstimator::default()),
-            no_prior_files: FileLists::default(),
+            pins: Pins::of(&messages, &tokens, &config),
+            tokens,
             messages,
             prior_summary,
             focus,
@@ -65,8 +66,11 @@ pub fn plan(input: &OfflineInput) -> Value {
         "boundary": plan.boundary.index,
         "preserved_tokens": plan.boundary.preserved_tokens,
         "prompt": plan.prompt(&plan_input),
+        "summarized": plan.summarized.len(),
         "read_files": plan.files.read,
         "modified_files": plan.files.modified,
+        "created_files": plan.files.created,
+        "deleted_files": plan.files.deleted,
     })
 }
 
@@ -90,14 +94,17 @@ pub async fn summarize(input: &OfflineInput) -> Result<Value> {
 impl OfflineInput {
     fn plan_input(&self) -> PlanInput<'_> {
         PlanInput {
-            messages: &self.messages,
-            tokens: &self.tokens,
+            pinned: &self.pins.flags,
+            pinned_tokens: self.pins.tokens,
+            task_seq: self.pins.task.map(|i| i as u64 + 1),
             prior_summary: self.prior_summary.as_deref(),
-            prior_files: &self.no_prior_files,
             focus: self.focus.as_deref(),
-            context_limit: self.context_limit,
-            config: &self.config,
-            estimator: LazyEstimator::default(),
+            ..PlanInput::new(
+                &self.messages,
+                &self.tokens,
+                self.context_limit,
+                &self.config,
+            )
         }
     }
 }

@@ -135,9 +135,43 @@ pub async fn replay_files(
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", replay_table(&reports));
+        print!("{}\n{}", replay_table(&reports), probe_table(&reports));
     }
     Ok(())
+}
+
+/// The continuation probes as a Markdown table: ✓ passed, ✗ failed, n/a does not apply.
+pub fn probe_table(reports: &[(PathBuf, ReplayReport)]) -> String {
+    let mut s = String::from(
+        "| transcript | compactions | system msgs kept | first user msg kept | user msgs ≤2,000 chars kept | latest request kept | diff files listed | modified / diff (with created) | next step | credentials in summaries |\n|---|---:|:-:|:-:|---:|:-:|:-:|---:|:-:|---:|\n",
+    );
+    let mark = |x: Option<bool>| match x {
+        Some(true) => "✓",
+        Some(false) => "✗",
+        None => "n/a",
+    };
+    for (path, r) in reports {
+        let p = &r.probes;
+        let ratio = match (p.modified_ratio, p.changed_ratio) {
+            (Some(m), Some(c)) => format!("{m:.1} ({c:.1})"),
+            _ => "n/a".into(),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            short_name(path),
+            r.compactions,
+            mark(p.system_messages_kept),
+            mark(p.first_user_kept),
+            p.short_user_kept
+                .map_or("n/a".into(), |v| format!("{v:.2}")),
+            mark(p.latest_user_kept),
+            mark(p.diff_files_listed),
+            ratio,
+            mark(p.next_step_present),
+            p.credentials_leaked,
+        ));
+    }
+    s
 }
 
 /// The replay reports as a Markdown table (readable in a terminal, pasteable into docs).

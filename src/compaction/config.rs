@@ -22,6 +22,10 @@ pub struct CompactionConfig {
     pub breaker_threshold: u32,
     /// The context limit of a session created without one.
     pub default_context_limit: usize,
+    /// The session's first user instruction (its task) stays verbatim at the start of the
+    /// context when it is at most this many tokens; a larger one is kept whole in the
+    /// summary's section 6 up to this size. 0 turns task pinning off.
+    pub pin_first_user_tokens: usize,
 }
 
 impl Default for CompactionConfig {
@@ -34,6 +38,7 @@ impl Default for CompactionConfig {
             reserve_tokens: None,
             breaker_threshold: COMPACTION_CIRCUIT_BREAKER_THRESHOLD,
             default_context_limit: DEFAULT_CONTEXT_LIMIT,
+            pin_first_user_tokens: PIN_FIRST_USER_TOKENS,
         }
     }
 }
@@ -52,10 +57,17 @@ impl CompactionConfig {
         context_limit - self.reserve(context_limit)
     }
 
+    /// What the summary and the tail may share: the threshold less the pinned messages
+    /// (system messages and the task), which stay in every context.
+    pub fn usable(&self, context_limit: usize, pinned_tokens: usize) -> usize {
+        self.token_threshold(context_limit)
+            .saturating_sub(pinned_tokens)
+    }
+
     /// The preserve boundary's budget: a quarter of the usable context, clamped to
     /// [min_preserve, max_preserve].
-    pub fn preserve_budget(&self, context_limit: usize) -> usize {
-        let quarter = self.token_threshold(context_limit) / PRESERVE_DIVISOR;
+    pub fn preserve_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
+        let quarter = self.usable(context_limit, pinned_tokens) / PRESERVE_DIVISOR;
         quarter.clamp(self.min_preserve, self.max_preserve.max(self.min_preserve))
     }
 
@@ -66,12 +78,19 @@ impl CompactionConfig {
         (self.max_messages / 2).max(1)
     }
 
-    /// How long a summary may be: it and the tail together stay under half the threshold, so a
-    /// compaction always leaves room to work (never less than `min_preserve`).
-    pub fn summary_budget(&self, context_limit: usize) -> usize {
-        (self.token_threshold(context_limit) / 2)
-            .saturating_sub(self.preserve_budget(context_limit))
+    /// How long a summary may be: it and the tail together stay under half the usable
+    /// context, so a compaction always leaves room to work (never less than `min_preserve`).
+    pub fn summary_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
+        (self.usable(context_limit, pinned_tokens) / 2)
+            .saturating_sub(self.preserve_budget(context_limit, pinned_tokens))
             .max(self.min_preserve)
+    }
+
+    /// The most tokens pinned messages may take: what leaves room for the smallest summary
+    /// and tail below the threshold. A session whose pinned part is larger cannot fit.
+    pub fn max_pinned_tokens(&self, context_limit: usize) -> usize {
+        self.token_threshold(context_limit)
+            .saturating_sub(2 * self.min_preserve)
     }
 
     /// Checks values that would make compaction meaningless.
@@ -117,9 +136,19 @@ mod tests {
     #[test]
     fn preserve_budget_is_clamped_to_the_spec_range() {
         let c = CompactionConfig::default();
-        assert_eq!(c.preserve_budget(4_000), MIN_PRESERVE_RECENT_TOKENS);
-        assert_eq!(c.preserve_budget(32_000), 6_400);
-        assert_eq!(c.preserve_budget(1_000_000), MAX_PRESERVE_RECENT_TOKENS);
+        assert_eq!(c.preserve_budget(4_000, 0), MIN_PRESERVE_RECENT_TOKENS);
+        assert_eq!(c.preserve_budget(32_000, 0), 6_400);
+        assert_eq!(c.preserve_budget(1_000_000, 0), MAX_PRESERVE_RECENT_TOKENS);
+    }
+
+    #[test]
+    fn pinned_messages_come_out_of_the_usable_context() {
+        let c = CompactionConfig::default();
+        // 32k: threshold 25,600; 5,600 pinned leaves 20,000 for summary and tail.
+        assert_eq!(c.usable(32_000, 5_600), 20_000);
+        assert_eq!(c.preserve_budget(32_000, 5_600), 5_000);
+        assert_eq!(c.summary_budget(32_000, 5_600), 5_000);
+        assert_eq!(c.max_pinned_tokens(32_000), 21_600);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! [`LazyEstimator`] (SPEC.md 5.5): token estimates without a tokenizer, from character counts.
 
 use super::constants::DEFAULT_TOKENS_PER_CHAR;
+use super::prompt::render_args;
 use crate::message::{Message, Part};
 
 /// Estimates tokens as characters times `tokens_per_char` (0.25: about four characters a token).
@@ -42,12 +43,10 @@ impl LazyEstimator {
 fn part_chars(part: &Part) -> usize {
     match part {
         Part::Text { text } | Part::Reasoning { text } => text.chars().count(),
+        // Arguments are counted as the prompt prints them (a string argument without the
+        // quotes and escapes of its JSON form).
         Part::ToolCall { name, args, .. } => {
-            let args_chars = match args {
-                serde_json::Value::Null => 0,
-                other => other.to_string().chars().count(),
-            };
-            name.chars().count() + args_chars
+            name.chars().count() + render_args(args).chars().count()
         }
         Part::ToolResult { output, .. } => output.chars().count(),
     }
@@ -86,5 +85,19 @@ mod tests {
         };
         // 40 + 4 ("bash") + 16 ({"command":"ls"}) = 60 chars
         assert_eq!(e.message(&m), 15);
+    }
+
+    #[test]
+    fn string_arguments_count_as_the_prompt_prints_them() {
+        // An OpenAI-style `arguments` string: 17 characters, not the 23 of its JSON form.
+        let args = serde_json::Value::String(r#"{"command": "ls"}"#.into());
+        assert_eq!(
+            part_chars(&Part::ToolCall {
+                id: "c".into(),
+                name: "bash".into(),
+                args
+            }),
+            4 + 17
+        );
     }
 }

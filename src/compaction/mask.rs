@@ -4,6 +4,7 @@
 //! decides *which* outputs the prompt builder hides.
 
 use crate::message::{Message, Part};
+use std::borrow::Borrow;
 
 /// Which tool results of a message list are masked: every result before a cut-off position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,10 +21,10 @@ impl Masking {
     }
 
     /// Masks all tool results but the `keep_recent` newest.
-    pub fn keep_recent(messages: &[Message], keep_recent: usize) -> Masking {
+    pub fn keep_recent<M: Borrow<Message>>(messages: &[M], keep_recent: usize) -> Masking {
         let mut seen = 0;
         for (mi, message) in messages.iter().enumerate().rev() {
-            for (pi, part) in message.parts.iter().enumerate().rev() {
+            for (pi, part) in message.borrow().parts.iter().enumerate().rev() {
                 if matches!(part, Part::ToolResult { .. }) {
                     seen += 1;
                     if seen == keep_recent {

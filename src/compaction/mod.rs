@@ -6,8 +6,13 @@
 //! - [`constants`]: the spec's constants; [`config`]: CompactionConfig and what derives from it
 //! - [`estimate`]: LazyEstimator; [`trigger`]: when to compact
 //! - [`boundary`]: FindPreserveBoundary with the tool-pair rule
-//! - [`mask`]: observation masking; [`files`] and [`shell`]: trackFiles
+//! - [`mask`]: observation masking
+//! - [`files`]: trackFiles, with [`shell`] and [`shell_lex`] (what a command line does),
+//!   [`patch`] (a patch's headers) and [`script`] (what a Python snippet writes)
+//! - [`redact`]: credentials out of summaries and prompts; [`instruction`]: which user
+//!   messages are instructions
 //! - [`truncate`], [`sections`], [`prompt`]: buildCompactionPrompt
+//! - [`pin`]: system messages and the task, never summarized away
 //! - [`plan`]: the decisions of one compaction; [`result`]: CompactionResult
 //! - [`chunk`]: splitting a prompt that does not fit the summarizer's window
 
@@ -17,12 +22,18 @@ pub mod config;
 pub mod constants;
 pub mod estimate;
 pub mod files;
+pub mod instruction;
 pub mod mask;
+pub mod patch;
+pub mod pin;
 pub mod plan;
 pub mod prompt;
+pub mod redact;
 pub mod result;
+pub mod script;
 pub mod sections;
 pub mod shell;
+pub mod shell_lex;
 pub mod trigger;
 pub mod truncate;
 
@@ -30,6 +41,7 @@ pub use boundary::{Boundary, find_preserve_boundary};
 pub use config::CompactionConfig;
 pub use estimate::LazyEstimator;
 pub use files::{FileLists, track_files};
-pub use plan::{CompactionPlan, PlanInput, estimate_each};
+pub use pin::Pins;
+pub use plan::{CompactionPlan, PinnedOverflow, PlanInput, estimate_each};
 pub use result::{CompactionResult, is_blank, summary_message};
 pub use trigger::{Trigger, check_trigger};

@@ -20,6 +20,7 @@ use super::sections::{SUMMARY_SECTIONS, heading};
 use super::truncate::truncate_chars;
 use crate::message::{Message, Part};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -67,7 +68,12 @@ pub fn build_compaction_prompt(input: &PromptInput) -> String {
     out.push_str("</conversation>\n\n");
     write_file_block(&mut out, "read-files", &input.files.read);
     out.push('\n');
-    write_file_block(&mut out, "modified-files", &input.files.modified);
+    // The spec's modified files: those changed and those the session created.
+    write_file_block(&mut out, "modified-files", input.files.changed());
+    if !input.files.deleted.is_empty() {
+        out.push('\n');
+        write_file_block(&mut out, "deleted-files", &input.files.deleted);
+    }
     out
 }
 
@@ -112,15 +118,10 @@ pub fn write_message(
                 let _ = writeln!(out, "[reasoning: {}]", truncate_chars(text, MAX_TEXT_CHARS));
             }
             Part::ToolCall { name, args, .. } => {
-                let args = match args {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                };
                 let _ = writeln!(
                     out,
                     "[tool_call: {name}({})]",
-                    truncate_chars(&args, MAX_TOOL_ARGS_CHARS)
+                    truncate_chars(&render_args(args), MAX_TOOL_ARGS_CHARS)
                 );
             }
             Part::ToolResult {
@@ -146,7 +147,18 @@ pub fn write_message(
     let _ = writeln!(out, "</{tag}>");
 }
 
-fn write_file_block(out: &mut String, tag: &str, paths: &[String]) {
+/// Tool arguments as text: a string as it is (clients that forward OpenAI's `arguments`
+/// string send JSON text), no arguments as nothing, anything else as compact JSON. The
+/// estimator counts arguments the same way.
+pub fn render_args(args: &Value) -> Cow<'_, str> {
+    match args {
+        Value::String(s) => Cow::Borrowed(s),
+        Value::Null => Cow::Borrowed(""),
+        other => Cow::Owned(other.to_string()),
+    }
+}
+
+fn write_file_block<'a>(out: &mut String, tag: &str, paths: impl IntoIterator<Item = &'a String>) {
     let _ = writeln!(out, "<{tag}>");
     for path in paths {
         let _ = writeln!(out, "{path}");
@@ -209,7 +221,7 @@ mod tests {
         ];
         let files = FileLists {
             read: vec!["src/parse.go".into()],
-            modified: vec![],
+            ..Default::default()
         };
         let prompt = build_compaction_prompt(&PromptInput {
             messages: &messages,

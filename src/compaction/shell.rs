@@ -1,277 +1,94 @@
-//! Which files a shell command reads and modifies, judged by what the command does.
+//! What a shell command does to files, judged by its verbs ([`super::shell_lex`] splits it).
 //!
-//! This is a small, forgiving shell lexer, not a shell: it understands quotes, escapes,
-//! pipelines and lists (`|`, `&&`, `||`, `;`, newlines), redirections (`>`, `>>`, `<`, `2>&1`)
-//! and here-documents (whose bodies are data, not commands). Each simple command is then
-//! classified by its verb: `cat`/`head`/`tail`/`grep`/`rg`/`sed` (without `-i`) read their file
-//! arguments; redirections, `sed -i`, `tee`, `mv`, `cp` (its destination), `rm`, `touch` and
-//! `truncate` modify them. Anything else contributes only its redirections.
+//! | verb                                             | effect                                   |
+//! |--------------------------------------------------|------------------------------------------|
+//! | `cat` `head` `tail` `grep` `rg` `sed -n` `awk` ... | reads its file arguments                 |
+//! | `>` / `>|` / `&>` / `tee`                         | writes the file whole (content known for here-documents) |
+//! | `>>`, `tee -a`                                   | edits (appends to) the file              |
+//! | `sed -i`, `perl -pi`, `truncate`, `git checkout -- P`, `git restore P` | edits in place    |
+//! | `cp A B`                                         | reads A, writes B                        |
+//! | `mv A B`, `git mv A B`                           | deletes A, writes B                      |
+//! | `rm`, `unlink`, `shred`, `git rm`                | deletes                                  |
+//! | `touch`                                          | creates (when new)                       |
+//! | `mkdir`, `cd`                                    | names directories (which are not files)  |
+//! | `patch [-pN] [-i F] [< F]`, `git apply F`, `patch`/`git apply` with a here-document | applies a patch |
+//! | `python F`, `python -c CODE`, `python - <<EOF`   | runs Python (its writes are found in [`super::script`]) |
+//! | `bash F`, `sh F`                                 | runs a shell script                      |
+//!
+//! Wrappers (`sudo`, `env`, `timeout 10`, `nohup`, `VAR=value`) are looked through. Words with
+//! globs, variables or substitutions are not files.
 
-/// Files named by one shell command, in the order they appear.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ShellFiles {
-    pub read: Vec<String>,
-    pub modified: Vec<String>,
+use super::shell_lex::{SimpleCommand, simple_commands};
+
+/// One thing a command does to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileEffect {
+    Read(String),
+    /// Changed in place.
+    Edit(String),
+    /// Written whole; the content when the command carries it (a here-document).
+    Write(String, Option<String>),
+    Delete(String),
+    /// A directory (a `cd` or `mkdir` target), never a file.
+    Directory(String),
+    /// A patch applied: its text, or the file holding it; `strip` is `-pN`.
+    ApplyPatch {
+        body: Option<String>,
+        file: Option<String>,
+        strip: Option<usize>,
+    },
+    /// Python code run inline, or a Python file run.
+    RunPython {
+        code: Option<String>,
+        file: Option<String>,
+    },
+    /// A shell script file run.
+    RunShell(String),
 }
 
-/// Classifies the files of `command`.
-pub fn classify_shell_command(command: &str) -> ShellFiles {
-    let mut files = ShellFiles::default();
-    for simple in split_commands(&lex(command)) {
-        files.read.extend(simple.read_redirects.iter().cloned());
-        classify_simple(&simple.words, &mut files);
-        files
-            .modified
-            .extend(simple.write_redirects.iter().cloned());
-    }
-    files.read.retain(|p| plausible_file(p));
-    files.modified.retain(|p| plausible_file(p));
-    files
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Token {
-    Word(String),
-    /// `|`, `||`, `&&`, `;`, `&`, newline, parentheses: the end of a simple command.
-    Separator,
-    /// `>`, `>>`, `>|`, `&>`: the next word is written.
-    WriteTo,
-    /// `<`: the next word is read.
-    ReadFrom,
-    /// `>&N`, `<<<`: the next word is not a file.
-    SkipNext,
-}
-
-fn lex(command: &str) -> Vec<Token> {
-    let mut tokens = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut heredocs: Vec<(String, bool)> = Vec::new();
-    let mut chars = command.chars().peekable();
-
-    macro_rules! end_word {
-        () => {
-            if in_word {
-                tokens.push(Token::Word(std::mem::take(&mut word)));
-                in_word = false;
-            }
-        };
-    }
-
-    while let Some(c) = chars.next() {
-        match c {
-            ' ' | '\t' | '\r' => end_word!(),
-            '\n' => {
-                end_word!();
-                tokens.push(Token::Separator);
-                // Here-document bodies follow the line that opened them: skip them.
-                for (delimiter, strip_tabs) in heredocs.drain(..) {
-                    loop {
-                        let mut line = String::new();
-                        let mut ended = false;
-                        for c in chars.by_ref() {
-                            if c == '\n' {
-                                ended = true;
-                                break;
-                            }
-                            line.push(c);
-                        }
-                        let line = if strip_tabs {
-                            line.trim_start_matches('\t')
-                        } else {
-                            &line
-                        };
-                        if line.trim_end() == delimiter || !ended {
-                            break;
-                        }
-                    }
-                }
-            }
-            '\'' => {
-                in_word = true;
-                for c in chars.by_ref() {
-                    if c == '\'' {
-                        break;
-                    }
-                    word.push(c);
-                }
-            }
-            '"' => {
-                in_word = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => {
-                            if let Some(next) = chars.next() {
-                                word.push(next);
-                            }
-                        }
-                        _ => word.push(c),
-                    }
-                }
-            }
-            '\\' => match chars.next() {
-                Some('\n') | None => {}
-                Some(next) => {
-                    in_word = true;
-                    word.push(next);
-                }
-            },
-            '#' if !in_word => {
-                while chars.peek().is_some_and(|&c| c != '\n') {
-                    chars.next();
-                }
-            }
-            '`' => {
-                // Command substitution: kept inside the word, which then is not a file.
-                in_word = true;
-                word.push('`');
-                for c in chars.by_ref() {
-                    word.push(c);
-                    if c == '`' {
-                        break;
-                    }
-                }
-            }
-            '(' if word.ends_with('$') => {
-                word.push('(');
-                let mut depth = 1;
-                for c in chars.by_ref() {
-                    word.push(c);
-                    match c {
-                        '(' => depth += 1,
-                        ')' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            '|' | ';' | '(' | ')' => {
-                end_word!();
-                if matches!(chars.peek(), Some('|' | '&' | ';')) {
-                    chars.next();
-                }
-                tokens.push(Token::Separator);
-            }
-            '&' => {
-                end_word!();
-                if chars.peek() == Some(&'>') {
-                    chars.next();
-                    if chars.peek() == Some(&'>') {
-                        chars.next();
-                    }
-                    tokens.push(Token::WriteTo);
-                } else {
-                    if chars.peek() == Some(&'&') {
-                        chars.next();
-                    }
-                    tokens.push(Token::Separator);
-                }
-            }
-            '>' => {
-                // `2>file`: the digits before `>` name a descriptor, not a word.
-                if in_word && word.chars().all(|c| c.is_ascii_digit()) {
-                    word.clear();
-                    in_word = false;
-                }
-                end_word!();
-                match chars.peek() {
-                    Some('&') => {
-                        chars.next();
-                        tokens.push(Token::SkipNext);
-                        // `>&2` has the target glued on; `>& file` is rare and not a file we track.
-                    }
-                    Some('>') | Some('|') => {
-                        chars.next();
-                        tokens.push(Token::WriteTo);
-                    }
-                    _ => tokens.push(Token::WriteTo),
-                }
-            }
-            '<' => {
-                if in_word && word.chars().all(|c| c.is_ascii_digit()) {
-                    word.clear();
-                    in_word = false;
-                }
-                end_word!();
-                if chars.peek() == Some(&'<') {
-                    chars.next();
-                    if chars.peek() == Some(&'<') {
-                        chars.next();
-                        tokens.push(Token::SkipNext);
-                        continue;
-                    }
-                    let strip_tabs = chars.peek() == Some(&'-');
-                    if strip_tabs {
-                        chars.next();
-                    }
-                    while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
-                        chars.next();
-                    }
-                    let mut delimiter = String::new();
-                    while let Some(&c) = chars.peek() {
-                        if c.is_whitespace() || matches!(c, ';' | '|' | '&' | '>' | '<' | ')') {
-                            break;
-                        }
-                        chars.next();
-                        if c != '\'' && c != '"' && c != '\\' {
-                            delimiter.push(c);
-                        }
-                    }
-                    heredocs.push((delimiter, strip_tabs));
-                } else {
-                    tokens.push(Token::ReadFrom);
-                }
-            }
-            _ => {
-                in_word = true;
-                word.push(c);
-            }
+/// The effects of `command`, in order.
+pub fn shell_effects(command: &str) -> Vec<FileEffect> {
+    let mut effects = Vec::new();
+    for simple in simple_commands(command) {
+        effects.extend(simple.read_redirects.iter().cloned().map(FileEffect::Read));
+        command_effects(&simple, &mut effects);
+        for path in &simple.write_redirects {
+            // `cat > f <<EOF`: the here-document is what lands in the file.
+            let content = (verb_of(&simple.words) == Some("cat"))
+                .then(|| simple.stdin.clone())
+                .flatten();
+            effects.push(FileEffect::Write(path.clone(), content));
         }
+        effects.extend(
+            simple
+                .append_redirects
+                .iter()
+                .cloned()
+                .map(FileEffect::Edit),
+        );
     }
-    if in_word {
-        tokens.push(Token::Word(word));
-    }
-    tokens
-}
-
-/// One simple command: its words, and the files its redirections read and write.
-#[derive(Debug, Default)]
-struct SimpleCommand {
-    words: Vec<String>,
-    read_redirects: Vec<String>,
-    write_redirects: Vec<String>,
-}
-
-fn split_commands(tokens: &[Token]) -> Vec<SimpleCommand> {
-    let mut commands = vec![SimpleCommand::default()];
-    let mut pending: Option<&Token> = None;
-    for token in tokens {
-        let current = commands.last_mut().expect("never empty");
-        match (token, pending.take()) {
-            (Token::Word(w), Some(Token::WriteTo)) => current.write_redirects.push(w.clone()),
-            (Token::Word(w), Some(Token::ReadFrom)) => current.read_redirects.push(w.clone()),
-            (Token::Word(_), Some(_)) => {}
-            (Token::Word(w), None) => current.words.push(w.clone()),
-            (Token::Separator, _) => commands.push(SimpleCommand::default()),
-            (redirect, _) => pending = Some(redirect),
+    effects.retain(|e| match e {
+        FileEffect::Read(p)
+        | FileEffect::Edit(p)
+        | FileEffect::Write(p, _)
+        | FileEffect::Delete(p)
+        | FileEffect::RunShell(p) => plausible_file(p),
+        FileEffect::Directory(p) => plausible_file(p.trim_end_matches('/')),
+        FileEffect::ApplyPatch { file, .. } | FileEffect::RunPython { file, .. } => {
+            file.as_deref().is_none_or(plausible_file)
         }
-    }
-    commands
+    });
+    effects
 }
 
 /// Verbs that only wrap another command.
 const WRAPPERS: &[&str] = &[
-    "sudo", "env", "time", "nohup", "nice", "exec", "command", "builtin", "stdbuf",
+    "sudo", "env", "time", "nohup", "nice", "exec", "command", "builtin", "stdbuf", "xargs",
 ];
 
-fn classify_simple(words: &[String], files: &mut ShellFiles) {
+/// The command's words after `VAR=value` prefixes and wrappers such as `sudo` or `timeout 10`.
+fn unwrapped(words: &[String]) -> &[String] {
     let mut rest = words;
-    // Skip `VAR=value` prefixes and wrappers such as `sudo` or `timeout 10`.
     loop {
         match rest.first() {
             Some(w) if is_assignment(w) => rest = &rest[1..],
@@ -291,69 +108,318 @@ fn classify_simple(words: &[String], files: &mut ShellFiles) {
                 }
                 rest = rest.get(1..).unwrap_or(&[]);
             }
-            _ => break,
+            _ => return rest,
         }
     }
-    let Some((verb, args)) = rest.split_first() else {
+}
+
+fn verb_of(words: &[String]) -> Option<&str> {
+    unwrapped(words).first().map(|w| verb_name(w))
+}
+
+fn command_effects(simple: &SimpleCommand, out: &mut Vec<FileEffect>) {
+    let Some((verb, args)) = unwrapped(&simple.words).split_first() else {
         return;
     };
-    let verb = verb_name(verb);
-    match verb {
+    let each = |paths: Vec<String>, effect: fn(String) -> FileEffect| paths.into_iter().map(effect);
+    match verb_name(verb) {
         "cat" | "tac" | "less" | "more" | "nl" | "wc" | "bat" | "diff" | "cmp" | "stat"
         | "file" | "xxd" | "od" | "hexdump" | "strings" => {
-            files.read.extend(positionals(args, &[]));
+            out.extend(each(positionals(args, &[]), FileEffect::Read));
         }
-        "head" | "tail" => files.read.extend(positionals(args, &["-n", "-c"])),
-        "grep" | "egrep" | "fgrep" | "rg" | "ag" | "ack" => {
-            let explicit_pattern = args
-                .iter()
-                .any(|a| matches!(a.as_str(), "-e" | "-f" | "--regexp" | "--file"));
-            let mut paths = positionals(
-                args,
-                &[
-                    "-e", "-f", "-A", "-B", "-C", "-m", "-g", "-t", "-T", "-M", "--glob", "--type",
-                ],
-            );
-            if !explicit_pattern && !paths.is_empty() {
-                paths.remove(0);
-            }
-            files.read.extend(paths);
-        }
-        "sed" => {
-            let in_place = args.iter().any(|a| {
-                a.starts_with("-i") || a.starts_with("--in-place") || is_short_flag_with(a, 'i')
-            });
-            let explicit_script = args.iter().any(|a| a == "-e" || a == "-f");
-            let mut paths = positionals(args, &["-e", "-f"]);
-            if !explicit_script && !paths.is_empty() {
-                paths.remove(0);
-            }
-            if in_place {
-                files.modified.extend(paths);
-            } else {
-                files.read.extend(paths);
-            }
-        }
+        "head" | "tail" => out.extend(each(positionals(args, &["-n", "-c"]), FileEffect::Read)),
+        v @ ("grep" | "egrep" | "fgrep" | "rg" | "ag" | "ack") => grep(v, args, out),
+        "sed" => sed(args, out),
+        "perl" => perl(args, out),
         "awk" | "gawk" | "mawk" => {
             let mut paths = positionals(args, &["-F", "-v", "-f"]);
             if !args.iter().any(|a| a == "-f") && !paths.is_empty() {
                 paths.remove(0);
             }
-            files.read.extend(paths);
+            out.extend(each(paths, FileEffect::Read));
         }
-        "tee" | "mv" | "rm" | "touch" | "shred" | "unlink" => {
-            files.modified.extend(positionals(args, &[]));
+        "tee" => {
+            let append = args.iter().any(|a| a == "-a" || a == "--append");
+            for path in positionals(args, &[]) {
+                out.push(if append {
+                    FileEffect::Edit(path)
+                } else {
+                    FileEffect::Write(path, None)
+                });
+            }
         }
-        "truncate" => files.modified.extend(positionals(args, &["-s", "-r"])),
+        "touch" => out.extend(
+            positionals(args, &["-d", "-t", "-r"])
+                .into_iter()
+                .map(|p| FileEffect::Write(p, None)),
+        ),
+        "rm" | "unlink" | "shred" => out.extend(each(positionals(args, &[]), FileEffect::Delete)),
+        "truncate" => out.extend(each(positionals(args, &["-s", "-r"]), FileEffect::Edit)),
+        "mkdir" => out.extend(each(positionals(args, &["-m"]), FileEffect::Directory)),
+        "cd" | "pushd" => out.extend(each(positionals(args, &[]), FileEffect::Directory)),
         "cp" => {
             let mut paths = positionals(args, &["-t", "--target-directory"]);
             if let Some(destination) = paths.pop() {
-                files.read.extend(paths);
-                files.modified.push(destination);
+                out.extend(each(paths, FileEffect::Read));
+                out.push(FileEffect::Write(destination, None));
+            }
+        }
+        "mv" => moved(positionals(args, &["-t", "--target-directory"]), out),
+        "patch" => patch(args, simple, out),
+        "git" => git(args, simple, out),
+        "python" | "python3" | "python2" | "pypy" | "pypy3" => python(args, simple, out),
+        "bash" | "sh" | "zsh" | "dash" => {
+            if let Some(script) = positionals(args, &["-o", "-O"]).into_iter().next() {
+                out.push(FileEffect::RunShell(script));
             }
         }
         _ => {}
     }
+}
+
+fn grep(verb: &str, args: &[String], out: &mut Vec<FileEffect>) {
+    let explicit_pattern = args
+        .iter()
+        .any(|a| matches!(a.as_str(), "-e" | "-f" | "--regexp" | "--file"));
+    let mut paths = positionals(
+        args,
+        &[
+            "-e", "-f", "-A", "-B", "-C", "-m", "-g", "-t", "-T", "-M", "--glob", "--type",
+        ],
+    );
+    if !explicit_pattern && !paths.is_empty() {
+        paths.remove(0);
+    }
+    // rg, ag and ack search directories by default, grep with -r: a path that does not look
+    // like a file (no extension) is then a directory.
+    let recursive = matches!(verb, "rg" | "ag" | "ack")
+        || args.iter().any(|a| {
+            a == "--recursive"
+                || (a.starts_with('-') && !a.starts_with("--") && a.contains(['r', 'R']))
+        });
+    for path in paths {
+        out.push(if recursive && !has_extension(&path) {
+            FileEffect::Directory(path)
+        } else {
+            FileEffect::Read(path)
+        });
+    }
+}
+
+/// `src/lib.rs` has one; `src`, `./pkg` and `.github` do not.
+fn has_extension(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.rfind('.')
+        .is_some_and(|dot| dot > 0 && dot + 1 < name.len())
+}
+
+fn sed(args: &[String], out: &mut Vec<FileEffect>) {
+    let in_place = args
+        .iter()
+        .any(|a| a.starts_with("-i") || a.starts_with("--in-place") || is_short_flag_with(a, 'i'));
+    let explicit_script = args.iter().any(|a| a == "-e" || a == "-f");
+    let mut paths = positionals(args, &["-e", "-f"]);
+    if !explicit_script && !paths.is_empty() {
+        paths.remove(0);
+    }
+    let effect = if in_place {
+        FileEffect::Edit
+    } else {
+        FileEffect::Read
+    };
+    out.extend(paths.into_iter().map(effect));
+}
+
+/// `perl -pi -e SCRIPT FILES`, `perl -i.bak -pe SCRIPT FILES`, `perl prog.pl FILES`.
+fn perl(args: &[String], out: &mut Vec<FileEffect>) {
+    let mut in_place = false;
+    let mut has_script = false;
+    let mut paths = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let Some(flags) = arg
+            .strip_prefix('-')
+            .filter(|f| !f.is_empty() && !f.starts_with('-'))
+        else {
+            paths.push(arg.clone());
+            continue;
+        };
+        let bundle = flags.chars().all(|c| c.is_ascii_alphabetic());
+        in_place |= flags.starts_with('i') || (bundle && flags.contains('i'));
+        if bundle && flags.ends_with(['e', 'E']) {
+            has_script = true;
+            iter.next();
+        }
+    }
+    if !has_script && !paths.is_empty() {
+        paths.remove(0);
+    }
+    let effect = if in_place {
+        FileEffect::Edit
+    } else {
+        FileEffect::Read
+    };
+    out.extend(paths.into_iter().map(effect));
+}
+
+fn moved(mut paths: Vec<String>, out: &mut Vec<FileEffect>) {
+    if let Some(destination) = paths.pop() {
+        out.extend(paths.into_iter().map(FileEffect::Delete));
+        out.push(FileEffect::Write(destination, None));
+    }
+}
+
+/// `patch [-pN] [-i F] [< F] [FILE [PATCHFILE]]`, or a here-document.
+fn patch(args: &[String], simple: &SimpleCommand, out: &mut Vec<FileEffect>) {
+    let input = option_value(args, &["-i", "--input"]);
+    let named = positionals(
+        args,
+        &[
+            "-i",
+            "--input",
+            "-d",
+            "--directory",
+            "-o",
+            "--output",
+            "-D",
+            "-B",
+            "-F",
+            "-V",
+            "-z",
+            "-r",
+            "-p",
+        ],
+    );
+    // `patch FILE PATCHFILE` / `patch FILE < fix.patch`: the file to change is named.
+    if let Some(target) = named.first() {
+        out.push(FileEffect::Edit(target.clone()));
+    }
+    out.push(FileEffect::ApplyPatch {
+        body: simple.stdin.clone(),
+        file: input
+            .or_else(|| named.get(1).cloned())
+            .or_else(|| simple.read_redirects.first().cloned()),
+        strip: strip_level(args),
+    });
+}
+
+/// `git apply`, `git checkout -- P`, `git restore P`, `git rm P`, `git mv A B`.
+fn git(args: &[String], simple: &SimpleCommand, out: &mut Vec<FileEffect>) {
+    // Skip global options such as `-C dir` or `--no-pager`.
+    let mut rest = args;
+    while let Some(first) = rest.first() {
+        if first == "-C" || first == "-c" {
+            rest = rest.get(2..).unwrap_or(&[]);
+        } else if first.starts_with('-') {
+            rest = &rest[1..];
+        } else {
+            break;
+        }
+    }
+    let Some((sub, args)) = rest.split_first() else {
+        return;
+    };
+    match sub.as_str() {
+        "apply" | "am" => {
+            let files = positionals(args, &["-p", "--directory", "--exclude", "--include"]);
+            let strip = strip_level(args).or(Some(1));
+            if files.is_empty() {
+                out.push(FileEffect::ApplyPatch {
+                    body: simple.stdin.clone(),
+                    file: simple.read_redirects.first().cloned(),
+                    strip,
+                });
+            }
+            for file in files {
+                out.push(FileEffect::ApplyPatch {
+                    body: None,
+                    file: Some(file),
+                    strip,
+                });
+            }
+        }
+        "checkout" | "restore" => {
+            let explicit = args.iter().position(|a| a == "--");
+            let paths: Vec<String> = match explicit {
+                Some(at) => args[at + 1..].to_vec(),
+                None if sub == "restore" => positionals(args, &["-s", "--source"]),
+                // `git checkout NAME` may be a branch; only file-looking names are files.
+                None => positionals(args, &["-b", "-B"])
+                    .into_iter()
+                    .filter(|p| p.contains('.') || p.contains('/'))
+                    .collect(),
+            };
+            out.extend(paths.into_iter().map(FileEffect::Edit));
+        }
+        "rm" => out.extend(positionals(args, &[]).into_iter().map(FileEffect::Delete)),
+        "mv" => moved(positionals(args, &[]), out),
+        _ => {}
+    }
+}
+
+/// `python F`, `python -c CODE`, `python - <<EOF` / `python <<EOF`.
+fn python(args: &[String], simple: &SimpleCommand, out: &mut Vec<FileEffect>) {
+    if let Some(code) = option_value(args, &["-c"]) {
+        out.push(FileEffect::RunPython {
+            code: Some(code),
+            file: None,
+        });
+        return;
+    }
+    if args.iter().any(|a| a == "-m") {
+        return;
+    }
+    match positionals(args, &["-W", "-X"]).into_iter().next() {
+        Some(file) if file != "-" => out.push(FileEffect::RunPython {
+            code: None,
+            file: Some(file),
+        }),
+        _ => {
+            if let Some(code) = &simple.stdin {
+                out.push(FileEffect::RunPython {
+                    code: Some(code.clone()),
+                    file: None,
+                });
+            }
+        }
+    }
+}
+
+/// `-p1`, `-p 1`, `--strip=1`.
+fn strip_level(args: &[String]) -> Option<usize> {
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if let Some(n) = arg.strip_prefix("--strip=") {
+            return n.parse().ok();
+        }
+        if arg == "-p" {
+            return iter.next().and_then(|n| n.parse().ok());
+        }
+        if let Some(n) = arg.strip_prefix("-p").filter(|n| !n.is_empty()) {
+            return n.parse().ok();
+        }
+    }
+    None
+}
+
+/// The value of the first of `names` given as `-x VALUE`, `-xVALUE` or `--name=VALUE`.
+fn option_value(args: &[String], names: &[&str]) -> Option<String> {
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        for name in names {
+            if arg == name {
+                return iter.next().cloned();
+            }
+            if name.starts_with("--") {
+                if let Some(v) = arg.strip_prefix(&format!("{name}=")) {
+                    return Some(v.to_string());
+                }
+            } else if let Some(v) = arg.strip_prefix(name).filter(|v| !v.is_empty()) {
+                return Some(v.to_string());
+            }
+        }
+    }
+    None
 }
 
 /// Arguments that are not options, skipping the values of options listed in `with_value`.
@@ -404,19 +470,34 @@ fn verb_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
 
-/// Whether a word can name a regular file we should report.
-fn plausible_file(word: &str) -> bool {
+/// Whether a word can name a file we should report.
+pub fn plausible_file(word: &str) -> bool {
     !(word.is_empty()
         || word.starts_with('-')
         || word.ends_with('/')
-        || matches!(word, "." | ".." | "~")
+        || matches!(word, "." | ".." | "~" | "-")
         || word.starts_with("/dev/")
         || word.starts_with("/proc/")
         || word.contains("://")
         || word.chars().any(|c| {
             matches!(
                 c,
-                '*' | '?' | '$' | '{' | '}' | '`' | '[' | ']' | '\n' | '\0'
+                '*' | '?'
+                    | '$'
+                    | '{'
+                    | '}'
+                    | '`'
+                    | '['
+                    | ']'
+                    | '\n'
+                    | '\0'
+                    | '\\'
+                    | '"'
+                    | '\''
+                    | '<'
+                    | '>'
+                    | '|'
+                    | ' '
             )
         }))
 }
@@ -424,84 +505,180 @@ fn plausible_file(word: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use FileEffect::*;
 
-    fn read(cmd: &str) -> Vec<String> {
-        classify_shell_command(cmd).read
+    fn effects(cmd: &str) -> Vec<FileEffect> {
+        shell_effects(cmd)
     }
-    fn modified(cmd: &str) -> Vec<String> {
-        classify_shell_command(cmd).modified
+    fn s(x: &str) -> String {
+        x.to_string()
     }
 
     #[test]
     fn reading_verbs_read_their_files() {
-        assert_eq!(read("cat src/a.rs"), ["src/a.rs"]);
-        assert_eq!(read("head -n 20 a.py"), ["a.py"]);
-        assert_eq!(read("tail -50 /var/log/x.log"), ["/var/log/x.log"]);
+        assert_eq!(effects("cat src/a.rs"), [Read(s("src/a.rs"))]);
+        assert_eq!(effects("head -n 20 a.py"), [Read(s("a.py"))]);
         assert_eq!(
-            read("grep -n 'fn main' src/main.rs src/lib.rs"),
-            ["src/main.rs", "src/lib.rs"]
-        );
-        assert_eq!(read("grep -e foo -e bar a.txt"), ["a.txt"]);
-        assert_eq!(read("rg -t rust TODO src/x.rs"), ["src/x.rs"]);
-        assert_eq!(read("sed -n '1,20p' setup.py"), ["setup.py"]);
-        for cmd in [
-            "cat a.rs",
-            "head -n 3 a.rs",
-            "tail a.rs",
-            "grep x a.rs",
-            "rg x a.rs",
-        ] {
-            assert!(modified(cmd).is_empty(), "{cmd}");
-        }
-    }
-
-    #[test]
-    fn modifying_verbs_and_redirects_modify() {
-        assert_eq!(modified("echo hi > out.txt"), ["out.txt"]);
-        assert_eq!(modified("echo hi >> log.txt"), ["log.txt"]);
-        assert_eq!(modified("sed -i 's/a/b/' src/x.py"), ["src/x.py"]);
-        assert_eq!(modified("sed -i.bak -e 's/a/b/' x.py"), ["x.py"]);
-        assert_eq!(modified("ls | tee listing.txt"), ["listing.txt"]);
-        assert_eq!(modified("mv old.rs new.rs"), ["old.rs", "new.rs"]);
-        let cp = classify_shell_command("cp -r a.txt b.txt");
-        assert_eq!(
-            (cp.read, cp.modified),
-            (vec!["a.txt".to_string()], vec!["b.txt".to_string()])
+            effects("tail -50 /var/log/x.log"),
+            [Read(s("/var/log/x.log"))]
         );
         assert_eq!(
-            modified("rm -f build.log tmp.txt"),
-            ["build.log", "tmp.txt"]
+            effects("grep -n 'fn main' src/main.rs src/lib.rs"),
+            [Read(s("src/main.rs")), Read(s("src/lib.rs"))]
         );
-        assert_eq!(modified("touch new_file.py"), ["new_file.py"]);
-    }
-
-    #[test]
-    fn lists_pipelines_and_wrappers_are_split() {
-        let f = classify_shell_command(
-            "cd /repo && FOO=1 sudo cat a.txt | grep x; timeout 5 sed -i s/x/y/ b.txt 2>&1",
+        assert_eq!(effects("grep -e foo -e bar a.txt"), [Read(s("a.txt"))]);
+        assert_eq!(effects("sed -n '1,20p' setup.py"), [Read(s("setup.py"))]);
+        assert_eq!(
+            effects("python x.py < input.json")[0],
+            Read(s("input.json"))
         );
-        assert_eq!(f.read, ["a.txt"]);
-        assert_eq!(f.modified, ["b.txt"]);
     }
 
     #[test]
-    fn heredoc_bodies_are_data_not_commands() {
-        let cmd = "cat <<'EOF' > /repo/fix.py\nimport os\ncat /etc/passwd\nrm -rf notes.txt\nEOF\npython /repo/fix.py";
-        let f = classify_shell_command(cmd);
-        assert_eq!(f.modified, ["/repo/fix.py"]);
-        assert!(f.read.is_empty(), "{:?}", f.read);
+    fn a_recursive_grep_names_a_directory() {
+        assert_eq!(effects("grep -rn foo src"), [Directory(s("src"))]);
+        assert_eq!(effects("grep -r X ./pkg"), [Directory(s("./pkg"))]);
     }
 
     #[test]
-    fn descriptors_devices_globs_and_variables_are_not_files() {
-        assert!(modified("make 2>&1 > /dev/null").is_empty());
-        assert_eq!(modified("cargo build 2> err.txt"), ["err.txt"]);
-        assert!(read("cat *.rs $HOME/x").is_empty());
-        assert!(read("grep -r foo src/").is_empty());
+    fn writes_edits_and_deletes() {
+        assert_eq!(effects("echo hi > out.txt"), [Write(s("out.txt"), None)]);
+        assert_eq!(effects("echo hi >> log.txt"), [Edit(s("log.txt"))]);
+        assert_eq!(effects("sed -i 's/a/b/' src/x.py"), [Edit(s("src/x.py"))]);
+        assert_eq!(effects("sed -i.bak -e 's/a/b/' x.py"), [Edit(s("x.py"))]);
+        assert_eq!(
+            effects("ls | tee listing.txt"),
+            [Write(s("listing.txt"), None)]
+        );
+        assert_eq!(effects("ls | tee -a listing.txt"), [Edit(s("listing.txt"))]);
+        assert_eq!(
+            effects("mv old.rs new.rs"),
+            [Delete(s("old.rs")), Write(s("new.rs"), None)]
+        );
+        assert_eq!(
+            effects("cp -r a.txt b.txt"),
+            [Read(s("a.txt")), Write(s("b.txt"), None)]
+        );
+        assert_eq!(
+            effects("rm -f build.log tmp.txt"),
+            [Delete(s("build.log")), Delete(s("tmp.txt"))]
+        );
+        assert_eq!(
+            effects("touch new_file.py"),
+            [Write(s("new_file.py"), None)]
+        );
+        assert_eq!(
+            effects("perl -pi -e 's/a/b/' lib/x.pm"),
+            [Edit(s("lib/x.pm"))]
+        );
+        assert_eq!(effects("perl -i -pe 's/a/b/' y.pm"), [Edit(s("y.pm"))]);
     }
 
     #[test]
-    fn input_redirects_read() {
-        assert_eq!(read("python x.py < input.json"), ["input.json"]);
+    fn heredoc_writes_carry_their_content() {
+        assert_eq!(
+            effects("cat > /repo/fix.py << 'EOF'\nprint(1)\nEOF"),
+            [Write(s("/repo/fix.py"), Some(s("print(1)\n")))]
+        );
+    }
+
+    #[test]
+    fn patches_are_applied_from_files_and_here_documents() {
+        assert_eq!(
+            effects("patch -p1 < fix.patch"),
+            [
+                Read(s("fix.patch")),
+                ApplyPatch {
+                    body: None,
+                    file: Some(s("fix.patch")),
+                    strip: Some(1)
+                }
+            ]
+        );
+        assert_eq!(
+            effects("patch -p0 -i fix.diff"),
+            [ApplyPatch {
+                body: None,
+                file: Some(s("fix.diff")),
+                strip: Some(0)
+            }]
+        );
+        assert_eq!(
+            effects("git apply --reject fix.patch"),
+            [ApplyPatch {
+                body: None,
+                file: Some(s("fix.patch")),
+                strip: Some(1)
+            }]
+        );
+        let inline = effects("git apply <<'EOF'\n--- a/x.py\n+++ b/x.py\nEOF");
+        assert_eq!(
+            inline,
+            [ApplyPatch {
+                body: Some(s("--- a/x.py\n+++ b/x.py\n")),
+                file: None,
+                strip: Some(1)
+            }]
+        );
+    }
+
+    #[test]
+    fn git_restores_removes_and_moves() {
+        assert_eq!(
+            effects("git checkout -- a.py b.py"),
+            [Edit(s("a.py")), Edit(s("b.py"))]
+        );
+        assert_eq!(effects("git checkout main"), []);
+        assert_eq!(effects("git checkout src/x.rs"), [Edit(s("src/x.rs"))]);
+        assert_eq!(
+            effects("git restore --staged lib/y.py"),
+            [Edit(s("lib/y.py"))]
+        );
+        assert_eq!(effects("git rm old.py"), [Delete(s("old.py"))]);
+        assert_eq!(
+            effects("git -C /repo mv a.py b.py"),
+            [Delete(s("a.py")), Write(s("b.py"), None)]
+        );
+    }
+
+    #[test]
+    fn python_and_shell_scripts_are_runs() {
+        assert_eq!(
+            effects("cd /testbed && python fix.py --dry"),
+            [
+                Directory(s("/testbed")),
+                RunPython {
+                    code: None,
+                    file: Some(s("fix.py"))
+                }
+            ]
+        );
+        assert_eq!(
+            effects("python3 -c \"open('a.txt','w').write('x')\""),
+            [RunPython {
+                code: Some(s("open('a.txt','w').write('x')")),
+                file: None
+            }]
+        );
+        assert_eq!(
+            effects("python3 - <<'EOF'\nprint(2)\nEOF"),
+            [RunPython {
+                code: Some(s("print(2)\n")),
+                file: None
+            }]
+        );
+        assert_eq!(effects("python -m pytest tests/"), []);
+        assert_eq!(effects("bash run.sh"), [RunShell(s("run.sh"))]);
+    }
+
+    #[test]
+    fn directories_wrappers_and_non_files() {
+        assert_eq!(effects("mkdir -p a/b"), [Directory(s("a/b"))]);
+        assert_eq!(
+            effects("FOO=1 sudo cat a.txt | grep x; timeout 5 sed -i s/x/y/ b.txt 2>&1"),
+            [Read(s("a.txt")), Edit(s("b.txt"))]
+        );
+        assert!(effects("make 2>&1 > /dev/null").is_empty());
+        assert!(effects("cat *.rs $HOME/x").is_empty());
     }
 }

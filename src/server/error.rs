@@ -59,6 +59,10 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(StoreError::UnknownCall(_)) => {
                 (StatusCode::BAD_REQUEST, "unknown_call")
             }
+            ServiceError::Store(StoreError::PinnedTooLarge { .. }) => {
+                (StatusCode::BAD_REQUEST, "pinned_too_large")
+            }
+            ServiceError::PinnedOverflow(_) => (StatusCode::CONFLICT, "pinned_too_large"),
             ServiceError::Store(StoreError::Closed) | ServiceError::ShuttingDown => {
                 (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
             }

@@ -13,7 +13,7 @@ use super::locks::SessionGuard;
 use super::views::CompactionStatus;
 use super::{Service, ServiceError};
 use crate::compaction::{CompactionConfig, PlanInput, Trigger};
-use crate::compactor::{self, Compacted, NOTHING_TO_COMPACT};
+use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
 use crate::summarize::extractive::Extractive;
@@ -194,20 +194,23 @@ impl Service {
             .iter()
             .map(|m| m.to_message())
             .collect::<Result<_, _>>()?;
-        // Estimated once, when each message was appended.
+        // Estimated once, when each message was appended; pinned when it was appended.
         let tokens: Vec<usize> = snapshot.tail.iter().map(|m| m.tokens).collect();
+        let pinned: Vec<bool> = snapshot.tail.iter().map(|m| m.pinned).collect();
         // The caller holds the session's lock: no compaction can commit between these reads.
         let prior_files = self.store.prior_files(id)?;
         let config = self.compaction_config(session);
         let input = PlanInput {
-            messages: &messages,
-            tokens: &tokens,
+            pinned: &pinned,
+            pinned_tokens: session.pinned_tokens,
+            first_seq: session.active_from_seq,
+            task_seq: session.task_seq,
             prior_summary: snapshot.latest.as_ref().map(|l| l.summary.as_str()),
             prior_files: &prior_files,
             focus: focus.as_deref(),
-            context_limit: session.context_limit,
-            config: &config,
             estimator: self.estimator,
+            redact_secrets: self.settings().config.summarizer.redact_secrets,
+            ..PlanInput::new(&messages, &tokens, session.context_limit, &config)
         };
         let summarizer = self.settings().summarizer.clone();
         let fallback = self.settings().config.summarizer.fallback.is_some();
@@ -235,7 +238,7 @@ impl Service {
                     session_id: id.to_string(),
                     trigger,
                     focus: focus.clone(),
-                    summary_tokens: done.summary_tokens(),
+                    summary_tokens: done.summary_tokens,
                     first_seq: session.active_from_seq,
                     boundary_seq: session.active_from_seq + done.boundary.index as u64,
                     summarizer: done.summarizer.clone(),
@@ -282,7 +285,7 @@ impl Service {
                 tracing::warn!(session = id, trigger = trigger.as_str(), %reason, "compaction failed");
                 self.store.record_failure(failure(reason.clone())).await?;
                 self.announce_failure(id, trigger, &reason);
-                Err(ServiceError::Summarizer(error))
+                Err(error.into())
             }
         }
     }
@@ -303,15 +306,17 @@ impl Service {
         summarizer: &dyn Summarizer,
         num: u32,
         fallback: bool,
-    ) -> Result<(Option<Compacted>, Option<String>), SummarizeError> {
+    ) -> Result<(Option<Compacted>, Option<String>), CompactError> {
         let attempt = tokio::select! {
             result = compactor::compact(input, summarizer, num) => result,
-            _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled),
+            _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
         };
         match attempt {
             Ok(done) => Ok((done, None)),
-            Err(SummarizeError::Cancelled) => Err(SummarizeError::Cancelled),
-            Err(error) if fallback => {
+            Err(CompactError::Summarizer(SummarizeError::Cancelled)) => {
+                Err(SummarizeError::Cancelled.into())
+            }
+            Err(error @ CompactError::Summarizer(_)) if fallback => {
                 tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
                 let done = compactor::compact(input, &Extractive, num).await?;
                 Ok((done, Some(format!("{}: {error}", summarizer.name()))))

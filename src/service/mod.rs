@@ -13,10 +13,13 @@ pub use compact::SummarizeOutcome;
 pub use events::Event;
 pub use views::{AppendResponse, CompactionStatus, ContextView, HistoryPage, SessionView};
 
-use crate::compaction::{CompactionConfig, LazyEstimator, Trigger, check_trigger};
+use crate::compaction::{CompactionConfig, LazyEstimator, PinnedOverflow, Trigger, check_trigger};
+use crate::compactor::CompactError;
 use crate::config::{Config, compaction_with_overrides};
 use crate::message::{Message, MessageError};
-use crate::store::{NewMessage, NewSession, SessionRow, SessionUpdate, Store, StoreError};
+use crate::store::{
+    NewMessage, NewSession, PinRules, SessionRow, SessionUpdate, Store, StoreError,
+};
 use crate::summarize::{self, SummarizeError, Summarizer};
 use locks::SessionLocks;
 use serde_json::Value;
@@ -38,6 +41,8 @@ pub enum ServiceError {
     BadRequest(String),
     #[error(transparent)]
     Summarizer(#[from] SummarizeError),
+    #[error(transparent)]
+    PinnedOverflow(#[from] PinnedOverflow),
     #[error("compactd is shutting down")]
     ShuttingDown,
 }
@@ -289,6 +294,7 @@ impl Service {
             new_messages.push(NewMessage::new(message, self.estimator.message(message)));
         }
         let create = self.new_session(id.to_string(), None, None, None)?;
+        let pins = self.pin_rules(id, &create, &new_messages)?;
         let outcome = self
             .store
             .append(
@@ -296,10 +302,40 @@ impl Service {
                 Some(create),
                 new_messages,
                 request.input_tokens,
+                pins,
             )
             .await?;
         let compaction = self.after_append(&outcome.session, request.wait).await;
         Ok(AppendResponse::new(outcome, compaction))
+    }
+
+    /// How the session's config pins messages. Only an append that could pin something (a
+    /// system message, a user instruction) reads the session for its overrides.
+    fn pin_rules(
+        &self,
+        id: &str,
+        create: &NewSession,
+        messages: &[NewMessage],
+    ) -> Result<PinRules, ServiceError> {
+        let (config, context_limit) = if messages.iter().any(NewMessage::may_pin) {
+            match self.store.session(id) {
+                Ok(session) => (self.compaction_config(&session), session.context_limit),
+                Err(StoreError::NotFound(_)) => (
+                    self.settings().config.compaction.clone(),
+                    create.context_limit,
+                ),
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            (
+                self.settings().config.compaction.clone(),
+                create.context_limit,
+            )
+        };
+        Ok(PinRules {
+            task_max_tokens: config.pin_first_user_tokens,
+            max_pinned_tokens: config.max_pinned_tokens(context_limit),
+        })
     }
 
     pub fn history(&self, id: &str, after: u64, limit: usize) -> Result<HistoryPage, ServiceError> {
@@ -331,6 +367,15 @@ impl Service {
     > {
         validate_session_id(id)?;
         Ok(self.store.compaction_history(id)?)
+    }
+}
+
+impl From<CompactError> for ServiceError {
+    fn from(e: CompactError) -> ServiceError {
+        match e {
+            CompactError::Summarizer(e) => ServiceError::Summarizer(e),
+            CompactError::PinnedOverflow(e) => ServiceError::PinnedOverflow(e),
+        }
     }
 }
 

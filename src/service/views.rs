@@ -160,7 +160,7 @@ pub struct HistoryPage {
 pub struct HistoryMessage {
     #[serde(flatten)]
     pub message: StoredMessage,
-    /// Summarized by a compaction (no longer sent verbatim).
+    /// Summarized by a compaction (no longer sent verbatim; pinned messages never are).
     pub compacted: bool,
 }
 
@@ -174,7 +174,7 @@ impl HistoryPage {
             messages: messages
                 .into_iter()
                 .map(|message| HistoryMessage {
-                    compacted: message.seq < session.active_from_seq,
+                    compacted: message.seq < session.active_from_seq && !message.pinned,
                     message,
                 })
                 .collect(),
@@ -183,7 +183,8 @@ impl HistoryPage {
     }
 }
 
-/// The context: the summary (once there is one) and the verbatim tail.
+/// The context: pinned messages that were compacted past, the summary (once there is one),
+/// and the verbatim tail.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContextView {
     pub session_id: String,
@@ -209,9 +210,10 @@ pub enum ContextMessage {
 
 impl ContextView {
     pub fn new(snapshot: ContextSnapshot) -> ContextView {
-        let mut messages = Vec::with_capacity(snapshot.tail.len() + 1);
-        // The summary message's estimate was stored with the compaction.
-        let mut tokens = snapshot.session.summary_tokens;
+        let mut messages = Vec::with_capacity(snapshot.pinned.len() + 1 + snapshot.tail.len());
+        // Estimates were stored at append, and the summary message's with the compaction.
+        let mut tokens = snapshot.session.pinned_tokens + snapshot.session.summary_tokens;
+        messages.extend(snapshot.pinned.into_iter().map(ContextMessage::Stored));
         if let Some(latest) = &snapshot.latest {
             let message = summary_message(&latest.summary);
             messages.push(ContextMessage::Summary {
@@ -221,7 +223,13 @@ impl ContextView {
                 compaction_num: latest.compaction_num,
             });
         }
-        tokens += snapshot.tail.iter().map(|m| m.tokens).sum::<usize>();
+        // Pinned messages of the tail are in `pinned_tokens` already.
+        tokens += snapshot
+            .tail
+            .iter()
+            .filter(|m| !m.pinned)
+            .map(|m| m.tokens)
+            .sum::<usize>();
         messages.extend(snapshot.tail.into_iter().map(ContextMessage::Stored));
         ContextView {
             session_id: snapshot.session.id,

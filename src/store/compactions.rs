@@ -61,8 +61,9 @@ impl Store {
             conn.prepare_cached(&format!(
                 "INSERT INTO compactions (session_id, num, trigger, focus, summary, read_files,
                      modified_files, pre_tokens, post_tokens, first_seq, boundary_seq, summarizer,
-                     chunks, fallback_reason, started_at, finished_at, duration_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15)",
+                     chunks, fallback_reason, started_at, finished_at, duration_ms, created_files,
+                     deleted_files)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15, ?16, ?17)",
                 started("?15")
             ))?
             .execute(params![
@@ -81,13 +82,15 @@ impl Store {
                 c.chunks,
                 c.fallback_reason,
                 c.duration_ms,
+                serde_json::to_string(&c.result.created_files)?,
+                serde_json::to_string(&c.result.deleted_files)?,
             ])?;
             let session = conn
                 .prepare_cached(&format!(
                     "UPDATE sessions SET
                          active_from_seq = ?2,
                          active_messages = (SELECT count(*) FROM messages WHERE session_id = ?1 AND seq >= ?2),
-                         active_tokens = (SELECT coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?1 AND seq >= ?2),
+                         active_tokens = (SELECT coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0),
                          summary_tokens = ?3,
                          compaction_count = compaction_count + 1,
                          reported_tokens = NULL,

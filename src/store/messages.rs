@@ -4,7 +4,8 @@ use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::FileLists;
-use crate::message::{Message, Part};
+use crate::compaction::instruction::is_instruction;
+use crate::message::{Message, Part, Role};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashSet;
 
@@ -18,12 +19,24 @@ pub struct NewMessage {
     calls: Vec<(String, String)>,
     /// Call ids this message answers.
     answers: Vec<String>,
-    opens_turn: bool,
+    /// A user instruction: it opens a turn, and the session's first is its task.
+    instruction: bool,
+    system: bool,
+}
+
+/// How the session's config pins messages, for an append.
+#[derive(Debug, Clone, Copy)]
+pub struct PinRules {
+    /// The task is pinned when it takes at most this many tokens.
+    pub task_max_tokens: usize,
+    /// Pinned messages may take at most this many tokens in all.
+    pub max_pinned_tokens: usize,
 }
 
 impl NewMessage {
     pub fn new(message: &Message, tokens: usize) -> NewMessage {
         NewMessage {
+            system: message.role == Role::System,
             role: message.role.as_str(),
             parts_json: serde_json::to_string(&message.parts).unwrap_or_else(|_| "[]".into()),
             tokens,
@@ -36,12 +49,17 @@ impl NewMessage {
                 })
                 .collect(),
             answers: message.tool_result_ids().map(str::to_string).collect(),
-            opens_turn: message.is_user_text(),
+            instruction: is_instruction(message),
         }
     }
 
     pub fn tokens(&self) -> usize {
         self.tokens
+    }
+
+    /// Whether this message could be pinned (so an append must know the session's rules).
+    pub fn may_pin(&self) -> bool {
+        self.system || self.instruction
     }
 }
 
@@ -61,6 +79,7 @@ fn append(
     create: Option<&NewSession>,
     messages: &[NewMessage],
     reported_tokens: Option<usize>,
+    pins: PinRules,
 ) -> Result<AppendOutcome> {
     let (session, created) = match (get_live(conn, session_id), create) {
         (Ok(session), _) => (session, false),
@@ -85,27 +104,46 @@ fn append(
 
     let first_seq = session.message_count + 1;
     let mut insert_message = conn.prepare_cached(&format!(
-        "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+        "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6)"
     ))?;
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
     )?;
     let mut turn_start = None;
+    let mut task_seq = session.task_seq;
+    let (mut pinned_tokens, mut unpinned_tokens) = (session.pinned_tokens, 0);
     for (seq, message) in (first_seq..).zip(messages) {
+        let is_task = task_seq.is_none() && message.instruction;
+        if is_task {
+            task_seq = Some(seq);
+        }
+        let pinned = message.system || (is_task && message.tokens <= pins.task_max_tokens);
+        if pinned {
+            pinned_tokens += message.tokens;
+        } else {
+            unpinned_tokens += message.tokens;
+        }
         insert_message.execute(params![
             session_id,
             seq,
             message.role,
             message.parts_json,
-            message.tokens
+            message.tokens,
+            pinned
         ])?;
         for (call_id, name) in &message.calls {
             insert_call.execute(params![session_id, call_id, seq, name])?;
         }
-        if message.opens_turn {
+        if message.instruction {
             turn_start = Some(seq);
         }
+    }
+    if pinned_tokens > session.pinned_tokens && pinned_tokens > pins.max_pinned_tokens {
+        return Err(StoreError::PinnedTooLarge {
+            pinned: pinned_tokens,
+            max: pins.max_pinned_tokens,
+        });
     }
     let count = messages.len() as u64;
     let tokens: usize = messages.iter().map(|m| m.tokens).sum();
@@ -114,7 +152,9 @@ fn append(
             "UPDATE sessions SET
                  message_count = message_count + ?2,
                  active_messages = active_messages + ?2,
-                 active_tokens = active_tokens + ?3,
+                 active_tokens = active_tokens + ?6,
+                 pinned_tokens = ?7,
+                 task_seq = ?8,
                  reported_tokens = coalesce(?4, reported_tokens),
                  tokens_since_report = CASE WHEN ?4 IS NULL THEN tokens_since_report + ?3 ELSE ?3 END,
                  turn_start_seq = coalesce(?5, turn_start_seq),
@@ -124,7 +164,16 @@ fn append(
             SessionRow::COLUMNS
         ))?
         .query_row(
-            params![session_id, count, tokens, reported_tokens, turn_start],
+            params![
+                session_id,
+                count,
+                tokens,
+                reported_tokens,
+                turn_start,
+                unpinned_tokens,
+                pinned_tokens,
+                task_seq
+            ],
             SessionRow::from_row,
         )?;
     Ok(AppendOutcome {
@@ -155,17 +204,42 @@ fn latest_summary(conn: &Connection, session_id: &str) -> Result<Option<LatestSu
 fn latest_files(conn: &Connection, session_id: &str) -> Result<FileLists> {
     let lists = conn
         .prepare_cached(
-            "SELECT read_files, modified_files FROM compactions WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
+            "SELECT read_files, modified_files, created_files, deleted_files FROM compactions
+             WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
         )?
-        .query_row([session_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+        .query_row([session_id], |row| {
+            Ok([
+                row.get::<_, String>(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+            ])
+        })
         .optional()?;
     Ok(match lists {
-        Some((read, modified)) => FileLists {
+        Some([read, modified, created, deleted]) => FileLists {
             read: serde_json::from_str(&read)?,
             modified: serde_json::from_str(&modified)?,
+            created: serde_json::from_str(&created)?,
+            deleted: serde_json::from_str(&deleted)?,
         },
         None => FileLists::default(),
     })
+}
+
+/// The pinned messages before `before_seq`: they stand in front of the summary.
+fn pinned_before(
+    conn: &Connection,
+    session_id: &str,
+    before_seq: u64,
+) -> Result<Vec<StoredMessage>> {
+    let sql = format!(
+        "SELECT {} FROM messages WHERE session_id = ?1 AND pinned = 1 AND seq < ?2 ORDER BY seq",
+        StoredMessage::COLUMNS
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![session_id, before_seq], StoredMessage::from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
 fn messages_from(
@@ -195,6 +269,7 @@ impl Store {
         create: Option<NewSession>,
         messages: Vec<NewMessage>,
         reported_tokens: Option<usize>,
+        pins: PinRules,
     ) -> Result<AppendOutcome> {
         self.write(move |conn| {
             append(
@@ -203,6 +278,7 @@ impl Store {
                 create.as_ref(),
                 &messages,
                 reported_tokens,
+                pins,
             )
         })
         .await
@@ -226,14 +302,17 @@ impl Store {
         self.read(|conn| latest_files(conn, session_id))
     }
 
-    /// The session, its latest summary and its uncompacted messages, in one snapshot.
+    /// The session, its pinned messages, its latest summary and its uncompacted messages, in
+    /// one snapshot.
     pub fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
         self.read(|conn| {
             let session = get_live(conn, session_id)?;
+            let pinned = pinned_before(conn, session_id, session.active_from_seq)?;
             let latest = latest_summary(conn, session_id)?;
             let tail = messages_from(conn, session_id, session.active_from_seq, usize::MAX >> 1)?;
             Ok(ContextSnapshot {
                 session,
+                pinned,
                 latest,
                 tail,
             })

@@ -15,7 +15,7 @@ mod sessions;
 mod writer;
 
 pub use compactions::{NewCompaction, NewFailure};
-pub use messages::{AppendOutcome, NewMessage};
+pub use messages::{AppendOutcome, NewMessage, PinRules};
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage, TokenSource,
 };
@@ -40,6 +40,10 @@ pub enum StoreError {
     UnknownCall(String),
     #[error("{0}")]
     Conflict(String),
+    #[error(
+        "pinned messages (system messages and the task) would take {pinned} tokens, more than the {max} this session's context can spare for them; shorten the system message, raise context_limit or lower pin_first_user_tokens"
+    )]
+    PinnedTooLarge { pinned: usize, max: usize },
     #[error("database error: {0}")]
     Sqlite(String),
     #[error("the store is closed")]

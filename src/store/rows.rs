@@ -27,13 +27,17 @@ pub struct SessionRow {
     pub tokens_since_report: usize,
     pub turn_start_seq: u64,
     pub turn_attempts: u32,
+    /// Tokens of the pinned messages (system messages and the task).
+    pub pinned_tokens: usize,
+    /// The seq of the session's first user instruction, once there is one.
+    pub task_seq: Option<u64>,
 }
 
 /// Where a session's token figure comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TokenSource {
-    /// The LazyEstimator over the summary and the active messages.
+    /// The LazyEstimator over the pinned messages, the summary and the active messages.
     Estimated,
     /// The agent's reported `usage.input_tokens` plus estimates of what came after.
     Reported,
@@ -42,7 +46,7 @@ pub enum TokenSource {
 impl SessionRow {
     pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
-        reported_tokens, tokens_since_report, turn_start_seq, turn_attempts";
+        reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -64,6 +68,8 @@ impl SessionRow {
             tokens_since_report: row.get(13)?,
             turn_start_seq: row.get(14)?,
             turn_attempts: row.get(15)?,
+            pinned_tokens: row.get(16)?,
+            task_seq: row.get(17)?,
         })
     }
 
@@ -72,7 +78,7 @@ impl SessionRow {
         match self.reported_tokens {
             Some(reported) => (reported + self.tokens_since_report, TokenSource::Reported),
             None => (
-                self.summary_tokens + self.active_tokens,
+                self.pinned_tokens + self.summary_tokens + self.active_tokens,
                 TokenSource::Estimated,
             ),
         }
@@ -87,10 +93,13 @@ pub struct StoredMessage {
     pub parts: Box<RawValue>,
     pub tokens: usize,
     pub created_at: String,
+    /// A system message or the session's task: never compacted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
 }
 
 impl StoredMessage {
-    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at";
+    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
         let role: String = row.get(1)?;
@@ -107,6 +116,7 @@ impl StoredMessage {
             })?,
             tokens: row.get(3)?,
             created_at: row.get(4)?,
+            pinned: row.get(5)?,
         })
     }
 
@@ -141,7 +151,7 @@ pub struct CompactionRow {
 impl CompactionRow {
     pub(super) const COLUMNS: &'static str = "num, trigger, focus, summary, read_files, modified_files, \
         pre_tokens, post_tokens, first_seq, boundary_seq, summarizer, chunks, fallback_reason, \
-        started_at, finished_at, duration_ms, session_id";
+        started_at, finished_at, duration_ms, session_id, created_files, deleted_files";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<CompactionRow> {
         let list = |i: usize| -> rusqlite::Result<Vec<String>> {
@@ -154,6 +164,8 @@ impl CompactionRow {
                 summary: row.get(3)?,
                 read_files: list(4)?,
                 modified_files: list(5)?,
+                created_files: list(17)?,
+                deleted_files: list(18)?,
                 pre_tokens: row.get(6)?,
                 post_tokens: row.get(7)?,
             },
@@ -212,6 +224,8 @@ pub struct LatestSummary {
 #[derive(Debug, Clone)]
 pub struct ContextSnapshot {
     pub session: SessionRow,
+    /// Pinned messages before the latest boundary: they come first.
+    pub pinned: Vec<StoredMessage>,
     pub latest: Option<LatestSummary>,
     /// Messages from the latest boundary on.
     pub tail: Vec<StoredMessage>,

@@ -24,14 +24,31 @@ use std::time::Duration;
 pub struct SummaryRequest {
     /// The full compaction prompt (SPEC.md 5.4).
     pub prompt: String,
-    /// The messages being compacted, unmasked and untruncated.
+    /// The messages being compacted, unmasked and untruncated (pinned ones are not here: they
+    /// stay in the context verbatim).
     pub messages: Vec<Message>,
+    /// The stored seq of each message, so a summary can point to the whole original.
+    pub seqs: Vec<u64>,
     pub prior_summary: Option<String>,
     /// The session's files (prior lists plus this compaction's).
     pub files: FileLists,
     pub focus: Option<String>,
     /// How long the summary may be, in tokens, so it never crowds the context it serves.
     pub max_summary_tokens: Option<usize>,
+    /// The session's task (first user instruction), when this compaction covers it.
+    pub task: Option<TaskNote>,
+}
+
+/// Where the session's task stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskNote {
+    pub seq: u64,
+    /// Its text.
+    pub text: String,
+    /// Kept verbatim at the start of the context (so a summary only points to it).
+    pub pinned: bool,
+    /// When not pinned (too large), section 6 keeps this many characters of it.
+    pub max_chars: usize,
 }
 
 /// Why a summary could not be produced. Every variant leaves the session unchanged.

@@ -43,6 +43,8 @@ pub struct Transcript {
     pub skipped: BTreeMap<String, usize>,
     /// A session id the transcript carries (Claude Code's sessionId), if any.
     pub session_hint: Option<String>,
+    /// The diff a SWE run submitted (`info.submission`), if any: what really changed.
+    pub submission: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +64,7 @@ pub(crate) struct Draft {
     pub messages: Vec<Message>,
     pub skipped: BTreeMap<String, usize>,
     pub session_hint: Option<String>,
+    pub submission: Option<String>,
 }
 
 impl Draft {
@@ -171,6 +174,7 @@ fn finish(format: Format, mut draft: Draft) -> Transcript {
         messages,
         skipped: draft.skipped,
         session_hint: draft.session_hint,
+        submission: draft.submission.filter(|s| !s.trim().is_empty()),
     }
 }
 

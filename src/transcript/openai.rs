@@ -28,6 +28,7 @@ pub(super) fn convert_mini_swe_agent(value: &Value) -> Result<Draft, String> {
     let list = value["messages"].as_array().ok_or("no messages array")?;
     let mut draft = Draft {
         session_hint: value["instance_id"].as_str().map(str::to_string),
+        submission: value["info"]["submission"].as_str().map(str::to_string),
         ..Default::default()
     };
     for message in list {

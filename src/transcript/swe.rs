@@ -9,7 +9,10 @@ use serde_json::Value;
 
 pub(super) fn convert(value: &Value) -> Result<Draft, String> {
     let history = value["history"].as_array().ok_or("no history array")?;
-    let mut draft = Draft::default();
+    let mut draft = Draft {
+        submission: value["info"]["submission"].as_str().map(str::to_string),
+        ..Default::default()
+    };
     for entry in history {
         if entry["is_demo"] == true {
             draft.skip("demonstration messages (is_demo)");

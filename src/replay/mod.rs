@@ -5,6 +5,10 @@
 //! - `raw`: the whole history every time;
 //! - `masking_m10`: the whole history with all but the last 10 tool outputs masked
 //!   (the observation-masking baseline of Lindenbauer et al. 2025, "The Complexity Trap").
+//!
+//! It also takes the continuation [`probes`]: what the agent would continue from.
+
+pub mod probes;
 
 use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
 use crate::compaction::{FileLists, LazyEstimator, track_files};
@@ -14,6 +18,7 @@ use crate::service::{AppendRequest, ContextView, CreateSession, Service};
 use crate::store::Store;
 use crate::transcript::Transcript;
 use anyhow::{Context, Result};
+use probes::{LatestCompaction, ProbeInput, Probes};
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -40,6 +45,8 @@ pub struct ReplayReport {
     pub modified_file_recall: Option<f64>,
     /// Tool results sent without their call, summed over every context.
     pub orphaned_tool_results: usize,
+    /// What the agent continues from, against the transcript's ground truth.
+    pub probes: Probes,
 }
 
 /// Input tokens summed over all assistant steps.
@@ -56,6 +63,7 @@ pub async fn replay(
     context_limit: usize,
     config: Config,
 ) -> Result<ReplayReport> {
+    let pin_tokens = config.compaction.pin_first_user_tokens;
     let dir = tempfile::TempDir::new().context("cannot create a temp dir for the replay")?;
     let store = Store::open(&dir.path().join("replay.db"), Synchronous::Normal)?;
     let service = Service::new(store.clone(), config)?;
@@ -86,6 +94,7 @@ pub async fn replay(
         user_message_retention: None,
         modified_file_recall: None,
         orphaned_tool_results: 0,
+        probes: Probes::default(),
     };
     // Messages that existed when the latest compaction ran: what its file lists can know.
     let mut seen_by_latest = 0;
@@ -121,6 +130,22 @@ pub async fn replay(
     report.failed_compactions = failures.len();
     let final_context = context_text(&service.context(id, true).await?);
     report.user_message_retention = retention(&transcript.messages, &final_context);
+    let summaries: Vec<String> = compactions
+        .iter()
+        .map(|c| c.result.summary.clone())
+        .collect();
+    report.probes = Probes::measure(&ProbeInput {
+        messages: &transcript.messages,
+        submission: transcript.submission.as_deref(),
+        context_text: &final_context,
+        summaries: &summaries,
+        latest: compactions.last().map(|c| LatestCompaction {
+            summary: &c.result.summary,
+            modified_files: &c.result.modified_files,
+            created_files: &c.result.created_files,
+        }),
+        pin_tokens,
+    });
     let modified = track_files(
         &transcript.messages[..seen_by_latest],
         &FileLists::default(),

@@ -1,0 +1,427 @@
+use super::*;
+use crate::compaction::FileLists;
+use crate::message::{Message, Part, Role};
+use crate::summarize::TaskNote;
+use serde_json::json;
+
+/// A request over `messages`, numbered from seq 1.
+fn request(messages: Vec<Message>, prior: Option<&str>) -> SummaryRequest {
+    SummaryRequest {
+        seqs: (1..=messages.len() as u64).collect(),
+        messages,
+        prior_summary: prior.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+fn sections_of(summary: &str) -> [String; 9] {
+    split_sections(summary).map(|s| s.unwrap_or_default())
+}
+
+fn bash_call(id: &str, command: &str) -> Message {
+    Message {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            args: json!({ "command": command }),
+        }],
+    }
+}
+
+fn result(id: &str, output: &str) -> Message {
+    Message {
+        role: Role::Tool,
+        parts: vec![Part::ToolResult {
+            call_id: id.into(),
+            name: None,
+            output: output.into(),
+            is_error: false,
+        }],
+    }
+}
+
+fn session() -> Vec<Message> {
+    vec![
+        Message::text(Role::User, "Please make the tests pass."),
+        Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Text {
+                    text: "I will run the tests first to see what fails.".into(),
+                },
+                Part::ToolCall {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    args: json!({"command": "cargo test"}),
+                },
+            ],
+        },
+        result(
+            "c1",
+            "running 3 tests\nthread 'x' panicked at src/lib.rs:3\ntest result: FAILED",
+        ),
+        Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Text {
+                    text: "The parser rejects empty input; fixing src/lib.rs.".into(),
+                },
+                Part::ToolCall {
+                    id: "c2".into(),
+                    name: "TodoWrite".into(),
+                    args: json!({"todos": [
+                        {"content": "fix parser", "status": "completed"},
+                        {"content": "add a regression test", "status": "pending"}]}),
+                },
+            ],
+        },
+        Message::text(
+            Role::User,
+            "Also keep the public API unchanged.\nIt is used elsewhere.",
+        ),
+    ]
+}
+
+#[test]
+fn every_section_heading_and_every_user_message_is_present() {
+    let summary = extractive_summary(&request(session(), None));
+    for s in &SUMMARY_SECTIONS {
+        assert!(summary.contains(&heading(s)), "missing {}", s.title);
+    }
+    assert!(summary.contains("[#1, seq 1] Please make the tests pass."));
+    assert!(
+        summary.contains("[#2, seq 5] Also keep the public API unchanged.\nIt is used elsewhere.")
+    );
+}
+
+#[test]
+fn sections_are_filled_from_the_conversation() {
+    let s = sections_of(&extractive_summary(&request(session(), None)));
+    assert_eq!(
+        s[0],
+        "Original request: Please make the tests pass.\nCurrent request: Also keep the public API unchanged.\nIt is used elsewhere."
+    );
+    assert!(s[1].contains("- Tools used: TodoWrite, bash"));
+    assert_eq!(
+        s[3],
+        "- thread 'x' panicked at src/lib.rs:3\n  from: bash(cargo test)\n  then: The parser rejects empty input; fixing src/lib.rs."
+    );
+    assert_eq!(s[6], "- [pending] add a regression test");
+    assert!(s[7].contains("Last action: TodoWrite("), "{}", s[7]);
+    assert!(s[7].contains("Latest assistant message: The parser rejects empty input"));
+    assert!(s[8].starts_with("Answer the latest user request: Also keep"));
+}
+
+#[test]
+fn user_messages_are_carried_forward_and_numbered_on() {
+    let first = extractive_summary(&request(session(), None));
+    let second = extractive_summary(&SummaryRequest {
+        seqs: vec![9],
+        ..request(
+            vec![Message::text(Role::User, "Now write the changelog.")],
+            Some(&first),
+        )
+    });
+    let s = sections_of(&second);
+    assert!(s[5].contains("[#1, seq 1] Please make the tests pass."));
+    assert!(
+        s[5].contains("[#2, seq 5] Also keep the public API unchanged.\nIt is used elsewhere.")
+    );
+    assert!(s[5].contains("[#3, seq 9] Now write the changelog."));
+    // The original request is kept, the current one moves on; the todo list is carried.
+    assert!(s[0].starts_with(
+        "Original request: Please make the tests pass.\nCurrent request: Now write the changelog."
+    ));
+    assert_eq!(s[6], "- [pending] add a regression test");
+}
+
+#[test]
+fn a_summary_of_an_older_version_is_read() {
+    let old = "## 1. Primary Request and Intent\nBuild it.\n\n## 6. All user messages\n[#1] Build it.\n[#2] Use nom.";
+    let s = sections_of(&extractive_summary(&request(
+        vec![Message::text(Role::User, "and document the parser")],
+        Some(old),
+    )));
+    assert!(
+        s[0].starts_with("Original request: Build it.\nCurrent request: and document the parser")
+    );
+    assert!(s[5].starts_with("[#1] Build it.\n[#2] Use nom.\n[#3, seq 1] and document"));
+}
+
+#[test]
+fn a_prose_prior_summary_is_kept() {
+    let out = extractive_summary(&request(
+        vec![Message::text(Role::User, "next")],
+        Some("The user wants a parser. They said: use nom."),
+    ));
+    assert!(out.contains("The user wants a parser. They said: use nom."));
+}
+
+#[test]
+fn cli_notes_are_not_instructions_and_pasted_summaries_are_named() {
+    let pasted = "This session is being continued from a previous conversation that ran out of context. Long story.";
+    let messages = vec![
+        Message::text(
+            Role::User,
+            "Caveat: The messages below were generated by the user while running local commands.",
+        ),
+        Message::text(Role::User, "<command-name>/clear</command-name>"),
+        Message::text(Role::User, pasted),
+        Message::text(Role::User, "Fix the login form validation"),
+        Message::text(Role::User, "[Request interrupted by user]"),
+    ];
+    let s = sections_of(&extractive_summary(&request(messages, None)));
+    assert_eq!(
+        s[5],
+        format!(
+            "[#1, seq 3] (a pasted summary of earlier work, {} characters; not an instruction)\n[#2, seq 4] Fix the login form validation",
+            pasted.len()
+        )
+    );
+    assert_eq!(s[0], "Original request: Fix the login form validation");
+}
+
+#[test]
+fn a_long_instruction_points_to_its_original_and_the_task_keeps_more() {
+    let long = format!("start {}", "w".repeat(5_000));
+    let messages = vec![
+        Message::text(Role::User, long.clone()),
+        Message::text(Role::Assistant, "ok"),
+        Message::text(Role::User, long.clone()),
+    ];
+    let s = sections_of(&extractive_summary(&SummaryRequest {
+        task: Some(TaskNote {
+            seq: 1,
+            text: long.clone(),
+            pinned: false,
+            max_chars: 16_000,
+        }),
+        ..request(messages, None)
+    }));
+    assert!(
+        s[5].contains(&format!("[#1, seq 1] {long}\n")),
+        "the task is kept whole up to the pin size"
+    );
+    assert!(
+        s[5].contains("…[truncated 3006 chars] (whole message: seq 3)"),
+        "{}",
+        &s[5][s[5].len() - 200..]
+    );
+}
+
+#[test]
+fn a_pinned_task_is_pointed_to_in_its_place() {
+    let messages = vec![
+        Message::text(Role::Assistant, "looking"),
+        Message::text(Role::User, "also run the linter"),
+    ];
+    let s = sections_of(&extractive_summary(&SummaryRequest {
+        seqs: vec![3, 4],
+        task: Some(TaskNote {
+            seq: 2,
+            text: "build the parser".into(),
+            pinned: true,
+            max_chars: 16_000,
+        }),
+        ..request(messages, None)
+    }));
+    assert_eq!(
+        s[5],
+        "[#1, seq 2] (the session's task: quoted whole at the start of this context)\n[#2, seq 4] also run the linter"
+    );
+    assert_eq!(
+        s[0],
+        "Original request: build the parser\nCurrent request: also run the linter"
+    );
+}
+
+#[test]
+fn next_step_names_the_stated_intent_or_the_first_unfinished_todo() {
+    let messages = vec![
+        Message::text(Role::User, "Please make the tests pass."),
+        Message::text(
+            Role::Assistant,
+            "The parser drops CR. Next, I'll patch parse_line to keep it. Then rerun.",
+        ),
+    ];
+    let s = sections_of(&extractive_summary(&request(messages, None)));
+    assert_eq!(
+        s[8],
+        "Continue as stated last: Next, I'll patch parse_line to keep it."
+    );
+    let messages = vec![
+        Message::text(Role::User, "Please make the tests pass."),
+        Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: "t".into(),
+                name: "TodoWrite".into(),
+                args: json!({"todos": [
+                    {"content": "fix parser", "status": "completed"},
+                    {"content": "write docs", "status": "pending"},
+                    {"content": "add a test", "status": "in_progress"}]}),
+            }],
+        },
+    ];
+    let s = sections_of(&extractive_summary(&request(messages, None)));
+    assert_eq!(s[8], "Work on the first unfinished task: add a test");
+}
+
+#[test]
+fn current_work_names_the_last_action_and_its_outcome() {
+    let messages = vec![
+        Message::text(Role::User, "fix it"),
+        bash_call("c1", "python -m pytest tests/test_a.py"),
+        result(
+            "c1",
+            "<returncode>1</returncode>\n<output>\nE   AssertionError: 1 != 2\nFAILED tests/test_a.py::test_x\n</output>",
+        ),
+    ];
+    let s = sections_of(&extractive_summary(&request(messages, None)));
+    assert!(
+        s[7].starts_with("Last action: bash(python -m pytest tests/test_a.py) → failed (exit 1): E   AssertionError: 1 != 2"),
+        "{}",
+        s[7]
+    );
+}
+
+#[test]
+fn errors_are_deduplicated_paired_with_their_call_and_bare_exit_codes_skipped() {
+    let tb = "<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n  File \"t.py\", line 4, in <module>\nKeyError: 'x'\n</output>";
+    let messages = vec![
+        bash_call("a", "python t.py"),
+        result("a", tb),
+        bash_call("b", "grep -n nothing src/x.py"),
+        result("b", "<returncode>1</returncode>\n<output>\n</output>"),
+        bash_call("c", "python t.py --again"),
+        result("c", tb),
+    ];
+    let s = sections_of(&extractive_summary(&request(messages, None)));
+    assert_eq!(
+        s[3],
+        "- File \"t.py\", line 4, in <module> | KeyError: 'x'\n  from: bash(python t.py --again) (exit 1)"
+    );
+}
+
+#[test]
+fn files_are_ranked_by_recent_change_and_capped() {
+    let mut messages: Vec<Message> = (0..30)
+        .map(|i| bash_call(&format!("c{i}"), &format!("echo x > scratch_{i}.py")))
+        .collect();
+    messages.push(bash_call("r", "cat src/core.py"));
+    messages.push(bash_call("e", "sed -i s/a/b/ src/core.py"));
+    let files = crate::compaction::track_files(&messages, &FileLists::default());
+    let s = sections_of(&extractive_summary(&SummaryRequest {
+        files,
+        ..request(messages, None)
+    }));
+    assert!(
+        s[2].starts_with("Modified:\n- src/core.py\nCreated:\n- scratch_29.py\n"),
+        "{}",
+        s[2]
+    );
+    assert!(s[2].contains("- … and 20 more"));
+}
+
+#[test]
+fn the_summary_is_much_shorter_than_a_long_input() {
+    let mut messages = session();
+    for i in 0..200 {
+        messages.push(Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: format!("r{i}"),
+                name: "read".into(),
+                args: json!({"file_path": format!("/src/f{i}.rs")}),
+            }],
+        });
+        messages.push(result(&format!("r{i}"), &"fn x() {}\n".repeat(200)));
+    }
+    let input: usize = messages
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap().len())
+        .sum();
+    let summary = extractive_summary(&request(messages, None));
+    assert!(summary.len() * 20 < input, "{} vs {}", summary.len(), input);
+}
+
+#[test]
+fn other_sections_shrink_before_any_user_message_is_shortened() {
+    // 20 instructions of 1,500 characters and a lot of assistant work.
+    let mut messages = Vec::new();
+    for i in 0..20 {
+        messages.push(Message::text(
+            Role::User,
+            format!("{i}: {}", "w".repeat(1_500)),
+        ));
+        for j in 0..10 {
+            messages.push(Message::text(
+                Role::Assistant,
+                format!("note {i}.{j}: {}", "thinking ".repeat(60)),
+            ));
+        }
+    }
+    let req = request(messages, None);
+    let unbounded = extractive_summary(&req);
+    let full = LazyEstimator::default().text(&unbounded);
+    // A budget the user messages fit in once the other sections are at their floors.
+    let bounded = extractive_summary(&SummaryRequest {
+        max_summary_tokens: Some(full - 400),
+        ..req.clone()
+    });
+    let s = sections_of(&bounded);
+    for i in 0..20 {
+        assert!(
+            s[5].contains(&format!("{i}: {}", "w".repeat(1_500))),
+            "message {i} shortened"
+        );
+    }
+    assert!(s[4].lines().count() < 10, "notes shrank first: {}", s[4]);
+    // A budget that forces user messages to shrink: the oldest go first, the newest stay whole.
+    let tight = extractive_summary(&SummaryRequest {
+        max_summary_tokens: Some(5_000),
+        ..req
+    });
+    let s = sections_of(&tight);
+    assert!(LazyEstimator::default().text(&tight) <= 5_000);
+    assert!(s[5].contains("[#1, seq 1] 0: www") && s[5].contains("(whole message: seq 1)"));
+    for i in 10..20 {
+        assert!(
+            s[5].contains(&format!("{i}: {}", "w".repeat(1_500))),
+            "newest {i} whole"
+        );
+    }
+}
+
+#[test]
+fn thousands_of_user_messages_fold_into_a_pointer_and_numbering_goes_on() {
+    let messages: Vec<Message> = (0..3000)
+        .map(|i| Message::text(Role::User, format!("instruction {i}: {}", "w".repeat(100))))
+        .collect();
+    let mut req = request(messages, None);
+    req.max_summary_tokens = Some(20_000);
+    let first = extractive_summary(&req);
+    let estimator = LazyEstimator::default();
+    assert!(
+        estimator.text(&first) <= 20_000,
+        "{} tokens",
+        estimator.text(&first)
+    );
+    let folded_line = first
+        .lines()
+        .find(|l| l.starts_with("[#1-#"))
+        .expect("a pointer line");
+    assert!(folded_line.contains("kept whole in compactd's history"));
+    // The newest are verbatim; numbering continues across compactions.
+    assert!(first.contains("[#3000, seq 3000] instruction 2999: www"));
+    let second = extractive_summary(&SummaryRequest {
+        messages: vec![Message::text(Role::User, "one more")],
+        seqs: vec![3001],
+        prior_summary: Some(first.clone()),
+        max_summary_tokens: Some(20_000),
+        ..Default::default()
+    });
+    assert!(second.contains("[#3001, seq 3001] one more"));
+    assert!(second.lines().any(|l| l.starts_with("[#1-#")));
+}

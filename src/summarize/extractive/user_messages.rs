@@ -1,0 +1,209 @@
+//! Section 6, All user messages: every instruction, in order, `[#N, seq S] text`, carried from
+//! summary to summary so none is ever dropped.
+//!
+//! An instruction of at most 2,000 characters is quoted whole; a longer one is cut there with
+//! a pointer to its stored original (`seq S`). The session's task, when too large to pin, is
+//! kept up to the pin size instead; when pinned, its entry points to the copy at the start of
+//! the context. CLI notes are left out (they are not instructions) and a pasted summary of
+//! earlier work is named, not quoted. Under budget pressure (after every other section has
+//! shrunk) older entries are shortened, oldest first, and for sessions with thousands of them
+//! the oldest are folded into one pointer to the stored history.
+
+use crate::compaction::constants::MAX_TEXT_CHARS;
+use crate::compaction::instruction::{UserText, classify_user_text};
+use crate::compaction::truncate::truncate_chars;
+use crate::summarize::SummaryRequest;
+use regex::Regex;
+use std::fmt::Write;
+use std::sync::LazyLock;
+
+/// Entries never shortened to meet the budget: the newest ones.
+const RECENT_KEPT_WHOLE: usize = 10;
+/// Starts the line that stands for folded entries: `[#1-#N] earlier user messages ...`.
+const COLLAPSED_PREFIX: &str = "[#1-#";
+
+#[derive(Debug, Clone)]
+struct Entry {
+    number: usize,
+    seq: Option<u64>,
+    text: String,
+}
+
+pub struct UserMessages {
+    /// A prior section 6 without our markers, kept as written.
+    unstructured: Option<String>,
+    /// Entries `[#1]` to `[#collapsed_through]` were folded away to fit the budget.
+    collapsed_through: usize,
+    entries: Vec<Entry>,
+}
+
+static ENTRY_HEADER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\[#(\d+)(?:, seq (\d+))?\] ").expect("valid regex"));
+
+impl UserMessages {
+    /// The entries of a prior section 6.
+    pub fn carried(prior: Option<&str>) -> UserMessages {
+        let mut out = UserMessages {
+            unstructured: None,
+            collapsed_through: 0,
+            entries: Vec::new(),
+        };
+        for line in prior.unwrap_or_default().split('\n') {
+            if let Some(rest) = line.strip_prefix(COLLAPSED_PREFIX) {
+                out.collapsed_through = rest
+                    .split(']')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            } else if let Some(c) = ENTRY_HEADER.captures(line) {
+                out.entries.push(Entry {
+                    number: c[1].parse().unwrap_or(0),
+                    seq: c.get(2).and_then(|s| s.as_str().parse().ok()),
+                    text: line[c[0].len()..].to_string(),
+                });
+            } else if let Some(entry) = out.entries.last_mut() {
+                entry.text.push('\n');
+                entry.text.push_str(line);
+            } else if !line.trim().is_empty() && line.trim() != "(none)" {
+                let u = out.unstructured.get_or_insert_with(String::new);
+                u.push_str(line);
+                u.push('\n');
+            }
+        }
+        out
+    }
+
+    fn next_number(&self) -> usize {
+        self.entries
+            .last()
+            .map_or(self.collapsed_through, |e| e.number)
+            + 1
+    }
+
+    fn has_seq(&self, seq: u64) -> bool {
+        self.entries.iter().any(|e| e.seq == Some(seq))
+    }
+
+    /// Adds the request's user messages (and the pinned task's pointer, in its place).
+    pub fn add_all(&mut self, request: &SummaryRequest) {
+        let pinned_task = request
+            .task
+            .as_ref()
+            .filter(|t| t.pinned && !self.has_seq(t.seq));
+        let mut task_placed = pinned_task.is_none();
+        for (index, message) in request.messages.iter().enumerate() {
+            if !message.is_user_text() {
+                continue;
+            }
+            // Requests built by hand may carry no seqs; entries then have none.
+            let seq = request.seqs.get(index).copied();
+            if let Some(task) =
+                pinned_task.filter(|t| !task_placed && seq.is_some_and(|s| t.seq < s))
+            {
+                self.push_pinned_task(task.seq);
+                task_placed = true;
+            }
+            let text = message.joined_text();
+            let max_chars = match &request.task {
+                Some(task) if Some(task.seq) == seq => task.max_chars.max(MAX_TEXT_CHARS),
+                _ => MAX_TEXT_CHARS,
+            };
+            self.push(&text, seq, max_chars);
+        }
+        if let Some(task) = pinned_task.filter(|_| !task_placed) {
+            self.push_pinned_task(task.seq);
+        }
+    }
+
+    fn push_pinned_task(&mut self, seq: u64) {
+        let number = self.next_number();
+        self.entries.push(Entry {
+            number,
+            seq: Some(seq),
+            text: "(the session's task: quoted whole at the start of this context)".into(),
+        });
+    }
+
+    /// Adds one user message: quoted up to `max_chars`, named if it is a pasted summary, left
+    /// out if it is a CLI note.
+    pub fn push(&mut self, text: &str, seq: Option<u64>, max_chars: usize) {
+        let text = text.trim();
+        let shown = match classify_user_text(text) {
+            UserText::Meta => return,
+            UserText::PastedSummary => format!(
+                "(a pasted summary of earlier work, {} characters; not an instruction)",
+                text.chars().count()
+            ),
+            UserText::Instruction => cut(text, max_chars, seq),
+        };
+        let number = self.next_number();
+        self.entries.push(Entry {
+            number,
+            seq,
+            text: shown,
+        });
+    }
+
+    /// Shortens entries to `max_chars`, oldest first and never the newest ten, until about
+    /// `enough` characters are saved.
+    pub fn shorten_oldest(&mut self, max_chars: usize, enough: usize) {
+        let older = self.entries.len().saturating_sub(RECENT_KEPT_WHOLE);
+        let mut saved = 0;
+        for entry in &mut self.entries[..older] {
+            if saved >= enough {
+                break;
+            }
+            let before = entry.text.len();
+            // The marker takes ~40 characters: only cut what it pays to cut.
+            if entry.text.chars().count() > max_chars + 60 {
+                entry.text = cut(&entry.text, max_chars, entry.seq);
+                saved += before.saturating_sub(entry.text.len());
+            }
+        }
+    }
+
+    /// Folds the oldest tenth of the entries (at least one, never the newest ten) into the
+    /// collapsed count; false when nothing is left to fold.
+    pub fn collapse_oldest(&mut self) -> bool {
+        let foldable = self.entries.len().saturating_sub(RECENT_KEPT_WHOLE);
+        if foldable == 0 {
+            return false;
+        }
+        let n = (self.entries.len() / 10).clamp(1, foldable);
+        let folded: Vec<Entry> = self.entries.drain(..n).collect();
+        let last = folded.last().map_or(0, |e| e.number);
+        self.collapsed_through = self.collapsed_through.max(last);
+        true
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = self.unstructured.clone().unwrap_or_default();
+        if self.collapsed_through > 0 {
+            let _ = writeln!(
+                out,
+                "{COLLAPSED_PREFIX}{}] earlier user messages are not repeated here; they are kept whole in compactd's history (GET /session/{{id}}/message).",
+                self.collapsed_through
+            );
+        }
+        for entry in &self.entries {
+            match entry.seq {
+                Some(seq) => {
+                    let _ = writeln!(out, "[#{}, seq {seq}] {}", entry.number, entry.text);
+                }
+                None => {
+                    let _ = writeln!(out, "[#{}] {}", entry.number, entry.text);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `text` cut to `max_chars`, the cut saying where the whole message is.
+fn cut(text: &str, max_chars: usize, seq: Option<u64>) -> String {
+    let cut = truncate_chars(text, max_chars);
+    match seq {
+        Some(seq) if cut.len() < text.len() => format!("{cut} (whole message: seq {seq})"),
+        _ => cut.into_owned(),
+    }
+}

@@ -1,0 +1,132 @@
+//! Pinned messages over random sessions, through the real service and store: system messages
+//! and the task are in every context, verbatim and in order, across repeated compactions,
+//! and no context exceeds the limit.
+
+use compactd::config::{Config, Synchronous};
+use compactd::message::{Message, Part, Role};
+use compactd::service::views::ContextMessage;
+use compactd::service::{AppendRequest, CreateSession, Service};
+use compactd::store::Store;
+use proptest::prelude::*;
+use serde_json::json;
+
+#[derive(Debug, Clone)]
+enum Step {
+    System(usize),
+    User(usize),
+    /// An assistant call and its result of this many characters.
+    Round(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (10usize..400).prop_map(Step::System),
+        3 => (10usize..3000).prop_map(Step::User),
+        8 => (10usize..6000).prop_map(Step::Round),
+    ]
+}
+
+fn messages(steps: &[Step]) -> Vec<Message> {
+    let mut out = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            Step::System(n) => out.push(Message::text(
+                Role::System,
+                format!("rule {i}: {}", "s".repeat(*n)),
+            )),
+            Step::User(n) => out.push(Message::text(
+                Role::User,
+                format!("ask {i}: {}", "u".repeat(*n)),
+            )),
+            Step::Round(n) => {
+                let id = format!("c{i}");
+                out.push(Message {
+                    role: Role::Assistant,
+                    parts: vec![Part::ToolCall {
+                        id: id.clone(),
+                        name: "bash".into(),
+                        args: json!({"command": format!("cat f{i}.txt")}),
+                    }],
+                });
+                out.push(Message {
+                    role: Role::Tool,
+                    parts: vec![Part::ToolResult {
+                        call_id: id,
+                        name: None,
+                        output: "o".repeat(*n),
+                        is_error: false,
+                    }],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The messages a context must start its pinned part with, in order: every system message
+/// and the first user message (small enough here to be pinned).
+fn expected_pins(appended: &[Message]) -> Vec<Message> {
+    let task = appended.iter().position(|m| m.role == Role::User);
+    appended
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| m.role == Role::System || Some(*i) == task)
+        .map(|(_, m)| m.clone())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pinned_messages_are_in_every_context_and_no_context_overflows(
+        steps in prop::collection::vec(step(), 10..60),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::TempDir::new().unwrap();
+            let store = Store::open(&dir.path().join("p.db"), Synchronous::Normal).unwrap();
+            let service = Service::new(store.clone(), Config::default()).unwrap();
+            service.create_session(CreateSession {
+                id: Some("p".into()),
+                context_limit: Some(16_000),
+                config: Some(json!({"max_messages": 20})),
+                ..Default::default()
+            }).await.unwrap();
+            let all = messages(&steps);
+            let mut compactions = 0;
+            for (n, message) in all.iter().enumerate() {
+                let answer = service.append("p", AppendRequest {
+                    messages: vec![message.clone()],
+                    input_tokens: None,
+                    wait: true,
+                }).await.unwrap();
+                compactions += usize::from(answer.compaction.is_some_and(|c| c.status == "completed"));
+                let context = service.context("p", true).await.unwrap();
+                prop_assert!(context.tokens <= 16_000, "context of {} tokens", context.tokens);
+                let pinned: Vec<Message> = context.messages.iter().filter_map(|m| match m {
+                    ContextMessage::Stored(s) if s.pinned => Some(s.to_message().unwrap()),
+                    _ => None,
+                }).collect();
+                prop_assert_eq!(&pinned, &expected_pins(&all[..=n]), "after message {}", n);
+                // Pinned messages never reach a summary.
+                if let Some(ContextMessage::Summary { parts, .. }) =
+                    context.messages.iter().find(|m| matches!(m, ContextMessage::Summary { .. }))
+                {
+                    let summary = parts.to_string();
+                    for pin in &pinned {
+                        if pin.role == Role::System {
+                            prop_assert!(!summary.contains(&pin.joined_text()));
+                        }
+                    }
+                }
+            }
+            service.shutdown().await;
+            store.close();
+            // More than max_messages messages: the session compacted, so pins were tested
+            // across compactions, not only before the first.
+            prop_assert!(all.len() <= 20 || compactions > 0, "{} messages, no compaction", all.len());
+            Ok(())
+        })?;
+    }
+}
