@@ -619,6 +619,27 @@ mod tests {
     }
 
     #[test]
+    fn openhands_tools_are_understood() {
+        let files = track(&[
+            call("execute_bash", json!({"command": "cat README.md"})),
+            call(
+                "str_replace_editor",
+                json!({"command": "view", "path": "/workspace/app.py"}),
+            ),
+            call(
+                "str_replace_editor",
+                json!({"command": "insert", "path": "/workspace/app.py", "insert_line": 3}),
+            ),
+            call(
+                "edit_file",
+                json!({"path": "/workspace/util.py", "content": "..."}),
+            ),
+        ]);
+        assert_eq!(files.read, ["README.md", "/workspace/app.py"]);
+        assert_eq!(files.modified, ["/workspace/app.py", "/workspace/util.py"]);
+    }
+
+    #[test]
     fn a_patch_written_in_the_session_and_applied_names_its_files() {
         let diff = "--- a/pkg/core.py\n+++ b/pkg/core.py\n@@ -1 +1 @@\n-x\n+y\n";
         let files = track(&[
