@@ -65,6 +65,21 @@ impl Client {
                     socket: self.socket.clone(),
                     reason: e.to_string(),
                 })?;
+        // Whoever made the socket could read every message we send: it must be our own user's
+        // daemon (another local user can create a socket in a shared directory first).
+        let own = crate::paths::current_uid();
+        match stream.peer_cred().map(|c| c.uid()) {
+            Ok(uid) if uid == own => {}
+            Ok(uid) => {
+                return Err(ClientError::Transport {
+                    socket: self.socket.clone(),
+                    reason: format!(
+                        "the process listening there runs as uid {uid}, not as you (uid {own}); refusing to send it anything"
+                    ),
+                });
+            }
+            Err(e) => return Err(self.transport(e)),
+        }
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| self.transport(e))?;

@@ -44,17 +44,55 @@ pub async fn compact(
     summarizer: &dyn Summarizer,
     compaction_num: u32,
 ) -> Result<Option<Compacted>, CompactError> {
+    match plan(input)? {
+        Some(plan) => run(input, &plan, summarizer, compaction_num)
+            .await
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The plan of a compaction of `input`; `None` when there is nothing to compact.
+pub fn plan(input: &PlanInput) -> Result<Option<CompactionPlan>, CompactError> {
     let plan = CompactionPlan::new(input);
     if let Some(overflow) = plan.pinned_overflow {
         return Err(overflow.into());
     }
-    if !plan.has_work() {
-        return Ok(None);
-    }
+    Ok(plan.has_work().then_some(plan))
+}
+
+/// Runs a planned compaction with `summarizer`. A panic of the summarizer is a failure like
+/// any other, so it is recorded and the session stays as it was.
+pub async fn run(
+    input: &PlanInput<'_>,
+    plan: &CompactionPlan,
+    summarizer: &dyn Summarizer,
+    compaction_num: u32,
+) -> Result<Compacted, CompactError> {
+    use futures_util::FutureExt;
+    std::panic::AssertUnwindSafe(summarize(input, plan, summarizer, compaction_num))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(SummarizeError::Internal(format!("the summarizer panicked: {what}")).into())
+        })
+}
+
+async fn summarize(
+    input: &PlanInput<'_>,
+    plan: &CompactionPlan,
+    summarizer: &dyn Summarizer,
+    compaction_num: u32,
+) -> Result<Compacted, CompactError> {
     let (messages, seqs) = plan.summarized_messages(input);
     let ranges = match summarizer.context_window() {
         Some(window) => {
-            let fixed = fixed_prompt_tokens(input, &plan, summarizer.max_output_tokens());
+            let fixed = fixed_prompt_tokens(input, plan, summarizer.max_output_tokens());
             let blocks = block_tokens(&messages, plan.masking, &input.estimator);
             chunk_ranges(&blocks, fixed + summarizer.max_output_tokens(), window)
         }
@@ -67,7 +105,7 @@ pub async fn compact(
             text
         }
     };
-    let task = task_note(input, &plan);
+    let task = task_note(input, plan);
     let mut summary: Option<String> = input.prior_summary.map(str::to_string);
     for range in &ranges {
         let prompt = build_compaction_prompt(&PromptInput {
@@ -95,13 +133,14 @@ pub async fn compact(
     }
     let summary = summary.ok_or(SummarizeError::Blank)?;
     let summary_tokens = input.estimator.message(&summary_message(&summary));
-    Ok(Some(Compacted {
+    let files = plan.files.clone();
+    Ok(Compacted {
         result: CompactionResult {
             summary,
-            read_files: plan.files.read,
-            modified_files: plan.files.modified,
-            created_files: plan.files.created,
-            deleted_files: plan.files.deleted,
+            read_files: files.read,
+            modified_files: files.modified,
+            created_files: files.created,
+            deleted_files: files.deleted,
             pre_tokens: plan.pre_tokens,
             post_tokens: input.pinned_tokens + summary_tokens + plan.boundary.preserved_tokens,
             compaction_num,
@@ -110,7 +149,7 @@ pub async fn compact(
         summary_tokens,
         chunks: ranges.len(),
         summarizer: summarizer.name(),
-    }))
+    })
 }
 
 /// The session's task, when it lies in what this compaction replaces or moves in front.

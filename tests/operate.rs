@@ -466,11 +466,32 @@ fn other_users_are_refused_by_the_peer_uid_guard() {
         eprintln!("SKIP: uid 65534 cannot reach the test directory here: {err}");
         return;
     }
+    // The CLI will not talk to another user's daemon at all...
     assert!(!out.status.success());
     assert!(
-        err.contains("HTTP 403") && err.contains("serves uid 0 only"),
+        err.contains("runs as uid 0, not as you (uid 65534)"),
         "{err}"
     );
+    // ...and a client that does not check is refused by the daemon.
+    let raw = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+             s.sendall(b'GET /health HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'); print(s.recv(4096).decode())",
+        )
+        .arg(daemon.socket())
+        .uid(65534)
+        .gid(65534)
+        .output();
+    if let Some(raw) = raw.ok().filter(|o| o.status.success()) {
+        let answer = String::from_utf8_lossy(&raw.stdout);
+        assert!(
+            answer.starts_with("HTTP/1.1 403") && answer.contains("serves uid 0 only"),
+            "{answer}"
+        );
+    } else {
+        eprintln!("SKIP (raw part): python3 cannot run as uid 65534 here");
+    }
     // The owner is still served.
     assert!(ok(&daemon.socket(), &["status"]).contains("running on"));
 }

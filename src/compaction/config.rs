@@ -93,6 +93,26 @@ impl CompactionConfig {
             .saturating_sub(2 * self.min_preserve)
     }
 
+    /// Checks that a session of `context_limit` tokens can compact under this config: its
+    /// threshold must leave room for the smallest summary and tail (2 × min_preserve) and some
+    /// for pinned messages.
+    pub fn check_context_limit(&self, context_limit: usize) -> Result<(), String> {
+        if !(MIN_CONTEXT_LIMIT..=MAX_CONTEXT_LIMIT).contains(&context_limit) {
+            return Err(format!(
+                "context_limit {context_limit} is out of range ({MIN_CONTEXT_LIMIT} to {MAX_CONTEXT_LIMIT} tokens)"
+            ));
+        }
+        let threshold = self.token_threshold(context_limit);
+        if threshold <= 2 * self.min_preserve {
+            return Err(format!(
+                "context_limit {context_limit} is too small for min_preserve {}: its compaction threshold ({threshold} tokens) must exceed 2 × min_preserve ({}); raise context_limit or lower min_preserve",
+                self.min_preserve,
+                2 * self.min_preserve
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks values that would make compaction meaningless.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_messages == 0 {
@@ -104,11 +124,8 @@ impl CompactionConfig {
                 self.min_preserve, self.max_preserve
             ));
         }
-        if self.default_context_limit < MIN_CONTEXT_LIMIT {
-            return Err(format!(
-                "default_context_limit must be at least {MIN_CONTEXT_LIMIT}"
-            ));
-        }
+        self.check_context_limit(self.default_context_limit)
+            .map_err(|e| format!("default_{e}"))?;
         if self.breaker_threshold == 0 {
             return Err("breaker_threshold must be at least 1".into());
         }
@@ -164,5 +181,25 @@ mod tests {
             ..Default::default()
         };
         assert!(c.validate().is_err());
+        let c = CompactionConfig {
+            default_context_limit: 1_000_000_000,
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn a_context_limit_must_leave_room_to_compact() {
+        let c = CompactionConfig::default();
+        let e = c.check_context_limit(1_000).unwrap_err();
+        assert!(e.contains("too small for min_preserve 2000"), "{e}");
+        assert!(c.check_context_limit(5_000).is_err());
+        assert!(c.check_context_limit(6_000).is_ok());
+        let small = CompactionConfig {
+            min_preserve: 200,
+            max_preserve: 1_000,
+            ..c
+        };
+        assert!(small.check_context_limit(1_000).is_ok());
     }
 }

@@ -41,5 +41,7 @@ pub const PRESERVE_DIVISOR: usize = 4;
 pub const DEFAULT_CONTEXT_LIMIT: usize = 128_000;
 /// Smaller windows leave no room for a summary and a tail.
 pub const MIN_CONTEXT_LIMIT: usize = 1_000;
+/// Larger limits than any model has are typos.
+pub const MAX_CONTEXT_LIMIT: usize = 100_000_000;
 /// Tokens up to which the session's first user instruction (its task) is pinned verbatim.
 pub const PIN_FIRST_USER_TOKENS: usize = 4_000;

@@ -14,7 +14,7 @@ use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
 use crate::compaction::{FileLists, LazyEstimator, track_files};
 use crate::config::{Config, Synchronous};
 use crate::message::{Message, Part};
-use crate::service::{AppendRequest, ContextView, CreateSession, Service};
+use crate::service::{AppendRequest, ContextView, CreateSession, HistoryRequest, Service};
 use crate::store::Store;
 use crate::transcript::Transcript;
 use anyhow::{Context, Result};
@@ -125,9 +125,9 @@ pub async fn replay(
         }
     }
 
-    let (compactions, failures) = service.compaction_history(id)?;
+    let (compactions, failures) = all_compactions(&service, id).await?;
     report.compactions = compactions.len();
-    report.failed_compactions = failures.len();
+    report.failed_compactions = failures;
     let final_context = context_text(&service.context(id, true).await?);
     report.user_message_retention = retention(&transcript.messages, &final_context);
     let summaries: Vec<String> = compactions
@@ -160,6 +160,32 @@ pub async fn replay(
     service.shutdown().await;
     store.close();
     Ok(report)
+}
+
+/// Every compaction of the session, and the number of failed attempts, page by page.
+async fn all_compactions(
+    service: &Service,
+    id: &str,
+) -> Result<(Vec<crate::store::CompactionRow>, usize)> {
+    let mut compactions = Vec::new();
+    let mut failures = 0;
+    let mut page = HistoryRequest {
+        after: 0,
+        failures_after: 0,
+        limit: 100,
+    };
+    loop {
+        let history = service.compaction_history(id, page).await?;
+        compactions.extend(history.compactions);
+        failures += history.failures.len();
+        match (history.next_after, history.failures_next_after) {
+            (None, None) => return Ok((compactions, failures)),
+            (next, failures_next) => {
+                page.after = next.unwrap_or(u32::MAX);
+                page.failures_after = failures_next.unwrap_or(u64::MAX);
+            }
+        }
+    }
 }
 
 /// The two baselines' running sizes.

@@ -13,6 +13,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds after which a retry may succeed (`Retry-After`), for "busy" answers.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -21,7 +23,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the client when to retry.
+    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -42,7 +51,13 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -63,10 +78,31 @@ impl From<ServiceError> for ApiError {
                 (StatusCode::BAD_REQUEST, "pinned_too_large")
             }
             ServiceError::PinnedOverflow(_) => (StatusCode::CONFLICT, "pinned_too_large"),
+            ServiceError::Store(StoreError::IdempotencyMismatch(_)) => {
+                (StatusCode::CONFLICT, "idempotency_mismatch")
+            }
             ServiceError::Store(StoreError::Closed) | ServiceError::ShuttingDown => {
                 (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
             }
-            ServiceError::Store(StoreError::Sqlite(_)) => {
+            ServiceError::Store(StoreError::Busy) => {
+                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
+                    .retry_after(1);
+            }
+            ServiceError::Store(StoreError::Full) => {
+                tracing::error!(%message, "store error");
+                return ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "storage_full", message)
+                    .retry_after(60);
+            }
+            ServiceError::Store(StoreError::Gone(_)) => {
+                tracing::error!(%message, "store error");
+                (StatusCode::SERVICE_UNAVAILABLE, "storage_gone")
+            }
+            ServiceError::Store(
+                StoreError::Io { .. }
+                | StoreError::Corrupt(_)
+                | StoreError::Sqlite(_)
+                | StoreError::Internal(_),
+            ) => {
                 tracing::error!(%message, "store error");
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }

@@ -46,7 +46,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, ListenError> {
         source,
     };
     if let Some(dir) = path.parent() {
-        crate::paths::create_private_dir(dir).map_err(io_error)?;
+        crate::paths::ensure_private_dir(dir).map_err(io_error)?;
     }
     remove_stale(path)?;
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(io_error)?;

@@ -3,7 +3,7 @@
 use super::error::ApiError;
 use super::extract::{ApiQuery, JsonBody, SessionPath};
 use crate::message::Message;
-use crate::service::{AppendRequest, CreateSession, Service};
+use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use crate::store::SessionUpdate;
 use axum::Json;
 use axum::extract::State;
@@ -58,11 +58,11 @@ pub async fn create_session(
 }
 
 pub async fn list_sessions(State(service): Svc) -> ApiResult {
-    ok(json!({"sessions": service.sessions()?}))
+    ok(json!({"sessions": service.sessions().await?}))
 }
 
 pub async fn get_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
-    ok(service.session(&id)?)
+    ok(service.session(&id).await?)
 }
 
 #[derive(Deserialize)]
@@ -102,6 +102,9 @@ pub async fn append(
     ok(service.append(&id, request).await?)
 }
 
+/// No model reads more tokens than this in one call; larger reports are mistakes.
+const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
+
 fn parse_append(body: Value) -> Result<AppendRequest, ApiError> {
     match body {
         Value::Array(items) => Ok(AppendRequest {
@@ -116,8 +119,11 @@ fn parse_append(body: Value) -> Result<AppendRequest, ApiError> {
                     usage
                         .get("input_tokens")
                         .and_then(Value::as_u64)
+                        .filter(|&n| n <= MAX_REPORTED_TOKENS)
                         .ok_or_else(|| {
-                            ApiError::bad_request("usage needs a non-negative integer input_tokens")
+                            ApiError::bad_request(format!(
+                                "usage needs an integer input_tokens from 0 to {MAX_REPORTED_TOKENS}"
+                            ))
                         })? as usize,
                 ),
             };
@@ -190,7 +196,7 @@ pub async fn history(
             "limit must be 1 to {MAX_PAGE}"
         )));
     }
-    ok(service.history(&id, query.after, limit)?)
+    ok(service.history(&id, query.after, limit).await?)
 }
 
 #[derive(Deserialize)]
@@ -221,9 +227,36 @@ pub async fn summarize(
     ok(service.summarize(&id, body.focus).await?)
 }
 
-pub async fn compactions(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
-    let (compactions, failures) = service.compaction_history(&id)?;
-    ok(json!({"compactions": compactions, "failures": failures}))
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionQuery {
+    #[serde(default)]
+    after: u32,
+    #[serde(default)]
+    failures_after: u64,
+    limit: Option<usize>,
+}
+
+/// Most compactions (and failures) one page returns.
+const MAX_COMPACTION_PAGE: usize = 100;
+
+pub async fn compactions(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    ApiQuery(query): ApiQuery<CompactionQuery>,
+) -> ApiResult {
+    let limit = query.limit.unwrap_or(MAX_COMPACTION_PAGE);
+    if limit == 0 || limit > MAX_COMPACTION_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1 to {MAX_COMPACTION_PAGE}"
+        )));
+    }
+    let page = HistoryRequest {
+        after: query.after,
+        failures_after: query.failures_after,
+        limit,
+    };
+    ok(service.compaction_history(&id, page).await?)
 }
 
 pub async fn not_found() -> ApiError {

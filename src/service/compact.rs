@@ -2,17 +2,22 @@
 //! circuit breaker between them.
 //!
 //! The breaker (SPEC.md 5.2) counts automatic attempts per user turn (from one user text
-//! message to the next). When a compaction brings the session back under its trigger the
-//! count starts over: the breaker exists to stop *loops* (compactions that do not help or keep
-//! failing), and an autonomous agent that works for hours in one turn must still be compacted
-//! as often as it fills its window. After `breaker_threshold` attempts that did not resolve the
-//! trigger, automatic compaction stops until the next user message; manual compaction works.
+//! message to the next). Every compaction that made the context smaller starts the count over:
+//! the breaker exists to stop *loops* (compactions that fail, or do not help), and an agent
+//! that works for hours in one turn, or appends faster than a slow summarizer compacts, must
+//! still be compacted as often as it needs. After `breaker_threshold` attempts that failed or
+//! did not shrink the context, automatic compaction stops until the next user message; manual
+//! compaction still works.
+//!
+//! A session's lock is held for one compaction at a time: between two compactions of a busy
+//! session the lock is released and taken again in turn (the lock is fair), so a manual
+//! `/summarize` or a `/context` waiting for it is served in between.
 
 use super::events::Event;
 use super::locks::SessionGuard;
 use super::views::CompactionStatus;
 use super::{Service, ServiceError};
-use crate::compaction::{CompactionConfig, PlanInput, Trigger};
+use crate::compaction::{CompactionConfig, CompactionPlan, PlanInput, Trigger};
 use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
@@ -41,7 +46,7 @@ enum Decision {
 
 /// How one attempt ended.
 enum Attempt {
-    Compacted(Box<CompactionRow>, Box<SessionRow>),
+    Compacted(Box<CompactionRow>),
     NothingToCompact,
 }
 
@@ -74,12 +79,13 @@ impl Service {
         }))
     }
 
-    /// Compacts while the trigger fires and the breaker allows, holding the session's lock.
-    /// Appends that arrive meanwhile can fire the trigger again, hence the loop.
-    async fn auto_compact(self: Arc<Self>, id: String, _guard: SessionGuard) -> CompactionStatus {
+    /// Compacts while the trigger fires and the breaker allows. Appends that arrive meanwhile
+    /// can fire the trigger again, hence the loop; the lock is given up between rounds.
+    async fn auto_compact(self: Arc<Self>, id: String, guard: SessionGuard) -> CompactionStatus {
         let mut status = None;
+        let mut guard = guard;
         loop {
-            let session = match self.store.session(&id) {
+            let session = match self.store.session(&id).await {
                 Ok(session) => session,
                 Err(e) => return CompactionStatus::failed(Trigger::Tokens, e.to_string()),
             };
@@ -95,8 +101,8 @@ impl Service {
                 .record_attempt(id.clone(), session.turn_start_seq)
                 .await;
             match self.compact_once(&id, trigger, None).await {
-                Ok(Attempt::Compacted(row, after)) => {
-                    if self.trigger_of(&after).is_none() {
+                Ok(Attempt::Compacted(row)) => {
+                    if row.result.post_tokens < row.result.pre_tokens {
                         let _ = self.store.reset_attempts(id.clone()).await;
                     }
                     status = Some(CompactionStatus::completed(trigger, *row));
@@ -109,6 +115,9 @@ impl Service {
                 }
                 Err(e) => return CompactionStatus::failed(trigger, e.to_string()),
             }
+            // Let whoever waits for the session (a manual compaction, a context) go first.
+            drop(guard);
+            guard = self.locks.lock(&id).await;
         }
         status.unwrap_or(CompactionStatus::not_needed())
     }
@@ -157,12 +166,12 @@ impl Service {
         focus: Option<String>,
     ) -> Result<SummarizeOutcome, ServiceError> {
         super::validate_session_id(id)?;
-        self.store.session(id)?;
+        self.store.session(id).await?;
         let _guard = self.locks.lock(id).await;
         let focus = focus.filter(|f| !f.trim().is_empty());
         match self.compact_once(id, Trigger::Manual, focus).await? {
-            Attempt::Compacted(row, after) => {
-                if self.trigger_of(&after).is_none() && after.turn_attempts > 0 {
+            Attempt::Compacted(row) => {
+                if row.result.post_tokens < row.result.pre_tokens {
                     let _ = self.store.reset_attempts(id.to_string()).await;
                 }
                 Ok(SummarizeOutcome {
@@ -181,13 +190,15 @@ impl Service {
 
     /// One compaction of the session's current state. The caller holds the session's lock.
     /// Success and failure are both recorded and announced; a failure changes nothing else.
+    /// With nothing to compact, a manual compaction says so and nothing is announced; an
+    /// automatic one is recorded as a failed attempt.
     async fn compact_once(
         &self,
         id: &str,
         trigger: Trigger,
         focus: Option<String>,
     ) -> Result<Attempt, ServiceError> {
-        let snapshot = self.store.context(id)?;
+        let snapshot = self.store.context(id).await?;
         let session = &snapshot.session;
         let messages: Vec<Message> = snapshot
             .tail
@@ -198,8 +209,9 @@ impl Service {
         let tokens: Vec<usize> = snapshot.tail.iter().map(|m| m.tokens).collect();
         let pinned: Vec<bool> = snapshot.tail.iter().map(|m| m.pinned).collect();
         // The caller holds the session's lock: no compaction can commit between these reads.
-        let prior_files = self.store.prior_files(id)?;
+        let prior_files = self.store.prior_files(id).await?;
         let config = self.compaction_config(session);
+        let settings = self.settings();
         let input = PlanInput {
             pinned: &pinned,
             pinned_tokens: session.pinned_tokens,
@@ -209,22 +221,11 @@ impl Service {
             prior_files: &prior_files,
             focus: focus.as_deref(),
             estimator: self.estimator,
-            redact_secrets: self.settings().config.summarizer.redact_secrets,
+            redact_secrets: settings.config.summarizer.redact_secrets,
             ..PlanInput::new(&messages, &tokens, session.context_limit, &config)
         };
-        let summarizer = self.settings().summarizer.clone();
-        let fallback = self.settings().config.summarizer.fallback.is_some();
-        let num = session.compaction_count + 1;
-        self.emit(Event::CompactionStarted {
-            session_id: id.to_string(),
-            trigger: trigger.as_str().into(),
-        });
-        let started = Instant::now();
-        let outcome = self
-            .run_summarizer(&input, summarizer.as_ref(), num, fallback)
-            .await;
-        let duration_ms = started.elapsed().as_millis() as u64;
-        let failure = |reason: String| NewFailure {
+        let summarizer = settings.summarizer.clone();
+        let failure = |reason: String, duration_ms: u64| NewFailure {
             session_id: id.to_string(),
             trigger,
             focus: focus.clone(),
@@ -232,8 +233,39 @@ impl Service {
             reason,
             duration_ms,
         };
+        let plan = match compactor::plan(&input) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => {
+                if trigger != Trigger::Manual {
+                    self.store
+                        .record_failure(failure(NOTHING_TO_COMPACT.into(), 0))
+                        .await?;
+                    self.announce_failure(id, trigger, NOTHING_TO_COMPACT);
+                }
+                return Ok(Attempt::NothingToCompact);
+            }
+            Err(error) => {
+                let reason = error.to_string();
+                self.store
+                    .record_failure(failure(reason.clone(), 0))
+                    .await?;
+                self.announce_failure(id, trigger, &reason);
+                return Err(error.into());
+            }
+        };
+        let num = session.compaction_count + 1;
+        self.emit(Event::CompactionStarted {
+            session_id: id.to_string(),
+            trigger: trigger.as_str().into(),
+        });
+        let started = Instant::now();
+        let fallback = settings.config.summarizer.fallback.is_some();
+        let outcome = self
+            .run_summarizer(&input, &plan, summarizer.as_ref(), num, fallback)
+            .await;
+        let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
-            Ok((Some(done), fallback_reason)) => {
+            Ok((done, fallback_reason)) => {
                 let new = NewCompaction {
                     session_id: id.to_string(),
                     trigger,
@@ -248,7 +280,7 @@ impl Service {
                     result: done.result,
                 };
                 let chunks = new.chunks;
-                let (row, after) = self.store.commit_compaction(new).await?;
+                let (row, _) = self.store.commit_compaction(new).await?;
                 tracing::info!(
                     session = id,
                     num,
@@ -269,21 +301,14 @@ impl Service {
                     fallback_reason: row.fallback_reason.clone(),
                     duration_ms,
                 });
-                Ok(Attempt::Compacted(Box::new(row), Box::new(after)))
-            }
-            Ok((None, _)) => {
-                if trigger != Trigger::Manual {
-                    self.store
-                        .record_failure(failure(NOTHING_TO_COMPACT.into()))
-                        .await?;
-                    self.announce_failure(id, trigger, NOTHING_TO_COMPACT);
-                }
-                Ok(Attempt::NothingToCompact)
+                Ok(Attempt::Compacted(Box::new(row)))
             }
             Err(error) => {
                 let reason = error.to_string();
                 tracing::warn!(session = id, trigger = trigger.as_str(), %reason, "compaction failed");
-                self.store.record_failure(failure(reason.clone())).await?;
+                self.store
+                    .record_failure(failure(reason.clone(), duration_ms))
+                    .await?;
                 self.announce_failure(id, trigger, &reason);
                 Err(error.into())
             }
@@ -298,17 +323,18 @@ impl Service {
         });
     }
 
-    /// Runs the compactor, cancelled by shutdown; on failure, the extractive fallback if
-    /// configured. Returns the compaction and, if the fallback wrote it, why the model failed.
+    /// Runs the planned compaction, cancelled by shutdown; on failure, the extractive fallback
+    /// if configured. Returns the compaction and, if the fallback wrote it, why the model failed.
     async fn run_summarizer(
         &self,
         input: &PlanInput<'_>,
+        plan: &CompactionPlan,
         summarizer: &dyn Summarizer,
         num: u32,
         fallback: bool,
-    ) -> Result<(Option<Compacted>, Option<String>), CompactError> {
+    ) -> Result<(Compacted, Option<String>), CompactError> {
         let attempt = tokio::select! {
-            result = compactor::compact(input, summarizer, num) => result,
+            result = compactor::run(input, plan, summarizer, num) => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
         };
         match attempt {
@@ -316,9 +342,9 @@ impl Service {
             Err(CompactError::Summarizer(SummarizeError::Cancelled)) => {
                 Err(SummarizeError::Cancelled.into())
             }
-            Err(error @ CompactError::Summarizer(_)) if fallback => {
+            Err(error) if fallback => {
                 tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
-                let done = compactor::compact(input, &Extractive, num).await?;
+                let done = compactor::run(input, plan, &Extractive, num).await?;
                 Ok((done, Some(format!("{}: {error}", summarizer.name()))))
             }
             Err(error) => Err(error),

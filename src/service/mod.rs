@@ -11,7 +11,9 @@ pub mod views;
 
 pub use compact::SummarizeOutcome;
 pub use events::Event;
-pub use views::{AppendResponse, CompactionStatus, ContextView, HistoryPage, SessionView};
+pub use views::{
+    AppendResponse, CompactionHistory, CompactionStatus, ContextView, HistoryPage, SessionView,
+};
 
 use crate::compaction::{CompactionConfig, LazyEstimator, PinnedOverflow, Trigger, check_trigger};
 use crate::compactor::CompactError;
@@ -190,11 +192,6 @@ impl Service {
         compaction_with_overrides(global, &session.overrides).unwrap_or_else(|_| global.clone())
     }
 
-    /// Whether the session should compact now.
-    fn trigger_of(&self, session: &SessionRow) -> Option<Trigger> {
-        trigger_under(session, &self.compaction_config(session))
-    }
-
     fn view(&self, session: SessionRow) -> SessionView {
         let config = self.compaction_config(&session);
         let compacting = self.locks.is_busy(&session.id);
@@ -226,11 +223,13 @@ impl Service {
     ) -> Result<NewSession, ServiceError> {
         let settings = self.settings();
         let overrides = overrides.unwrap_or_else(|| Value::Object(Default::default()));
-        compaction_with_overrides(&settings.config.compaction, &overrides)
+        let config = compaction_with_overrides(&settings.config.compaction, &overrides)
             .map_err(ServiceError::BadRequest)?;
         let context_limit =
             context_limit.unwrap_or(settings.config.compaction.default_context_limit);
-        validate_context_limit(context_limit)?;
+        config
+            .check_context_limit(context_limit)
+            .map_err(ServiceError::BadRequest)?;
         Ok(NewSession {
             id,
             model,
@@ -239,35 +238,51 @@ impl Service {
         })
     }
 
-    pub fn sessions(&self) -> Result<Vec<SessionView>, ServiceError> {
+    pub async fn sessions(&self) -> Result<Vec<SessionView>, ServiceError> {
         Ok(self
             .store
-            .sessions()?
+            .sessions()
+            .await?
             .into_iter()
             .map(|s| self.view(s))
             .collect())
     }
 
-    pub fn session(&self, id: &str) -> Result<SessionView, ServiceError> {
+    pub async fn session(&self, id: &str) -> Result<SessionView, ServiceError> {
         validate_session_id(id)?;
-        Ok(self.view(self.store.session(id)?))
+        Ok(self.view(self.store.session(id).await?))
     }
 
+    /// Changes a session; if the change puts it over its trigger (a lower `context_limit`,
+    /// say), a compaction starts at once.
     pub async fn update_session(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         update: SessionUpdate,
     ) -> Result<SessionView, ServiceError> {
         validate_session_id(id)?;
-        if let Some(overrides) = &update.overrides {
-            compaction_with_overrides(&self.settings().config.compaction, overrides)
-                .map_err(ServiceError::BadRequest)?;
-        }
-        if let Some(limit) = update.context_limit {
-            validate_context_limit(limit)?;
-        }
+        let current = self.store.session(id).await?;
+        let overrides = update.overrides.as_ref().unwrap_or(&current.overrides);
+        let config = compaction_with_overrides(&self.settings().config.compaction, overrides)
+            .map_err(ServiceError::BadRequest)?;
+        config
+            .check_context_limit(update.context_limit.unwrap_or(current.context_limit))
+            .map_err(ServiceError::BadRequest)?;
         let session = self.store.update_session(id.to_string(), update).await?;
+        self.after_append(&session, false).await;
         Ok(self.view(session))
+    }
+
+    /// Starts the compactions a restart interrupted (or a config change made due): every
+    /// session over its trigger compacts now rather than at its next append.
+    pub async fn resume(self: &Arc<Self>) -> Result<usize, ServiceError> {
+        let mut started = 0;
+        for session in self.store.sessions().await? {
+            if self.after_append(&session, false).await.is_some() {
+                started += 1;
+            }
+        }
+        Ok(started)
     }
 
     pub async fn delete_session(&self, id: &str) -> Result<(), ServiceError> {
@@ -294,7 +309,7 @@ impl Service {
             new_messages.push(NewMessage::new(message, self.estimator.message(message)));
         }
         let create = self.new_session(id.to_string(), None, None, None)?;
-        let pins = self.pin_rules(id, &create, &new_messages)?;
+        let pins = self.pin_rules(id, &create, &new_messages).await?;
         let outcome = self
             .store
             .append(
@@ -311,14 +326,14 @@ impl Service {
 
     /// How the session's config pins messages. Only an append that could pin something (a
     /// system message, a user instruction) reads the session for its overrides.
-    fn pin_rules(
+    async fn pin_rules(
         &self,
         id: &str,
         create: &NewSession,
         messages: &[NewMessage],
     ) -> Result<PinRules, ServiceError> {
         let (config, context_limit) = if messages.iter().any(NewMessage::may_pin) {
-            match self.store.session(id) {
+            match self.store.session(id).await {
                 Ok(session) => (self.compaction_config(&session), session.context_limit),
                 Err(StoreError::NotFound(_)) => (
                     self.settings().config.compaction.clone(),
@@ -338,36 +353,74 @@ impl Service {
         })
     }
 
-    pub fn history(&self, id: &str, after: u64, limit: usize) -> Result<HistoryPage, ServiceError> {
+    /// A page of the session's history: messages after seq `after`, at most `limit` of them
+    /// and about [`MAX_PAGE_BYTES`] of parts.
+    pub async fn history(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<HistoryPage, ServiceError> {
         validate_session_id(id)?;
-        let (session, messages) = self.store.history(id, after, limit)?;
-        Ok(HistoryPage::new(&session, messages, limit))
+        let (session, messages) = self.store.history(id, after, limit, MAX_PAGE_BYTES).await?;
+        Ok(HistoryPage::new(&session, messages))
     }
 
     /// What the agent sends to its model now. With `wait`, a running compaction of the
-    /// session finishes first.
-    pub async fn context(&self, id: &str, wait: bool) -> Result<ContextView, ServiceError> {
+    /// session finishes first, and a session found over its trigger with none running (after
+    /// a restart or a config change) compacts first, so an agent is never handed an
+    /// over-limit context while compaction could prevent it.
+    pub async fn context(
+        self: &Arc<Self>,
+        id: &str,
+        wait: bool,
+    ) -> Result<ContextView, ServiceError> {
         validate_session_id(id)?;
         if wait {
             self.locks.wait_idle(id).await;
         }
-        let snapshot = self.store.context(id)?;
+        let snapshot = self.store.context(id).await?;
+        if wait && self.after_append(&snapshot.session, true).await.is_some() {
+            return Ok(ContextView::new(self.store.context(id).await?));
+        }
         Ok(ContextView::new(snapshot))
     }
 
-    pub fn compaction_history(
+    /// A page of the session's compactions (after number `after`) and of its failed attempts
+    /// (after id `failures_after`).
+    pub async fn compaction_history(
         &self,
         id: &str,
-    ) -> Result<
-        (
-            Vec<crate::store::CompactionRow>,
-            Vec<crate::store::FailureRow>,
-        ),
-        ServiceError,
-    > {
+        page: HistoryRequest,
+    ) -> Result<CompactionHistory, ServiceError> {
         validate_session_id(id)?;
-        Ok(self.store.compaction_history(id)?)
+        let (session, compactions) = self
+            .store
+            .compactions(id, page.after, page.limit, MAX_PAGE_BYTES)
+            .await?;
+        let (failures, more_failures) = self
+            .store
+            .failures(id, page.failures_after, page.limit)
+            .await?;
+        Ok(CompactionHistory::new(
+            &session,
+            compactions,
+            failures,
+            more_failures,
+        ))
     }
+}
+
+/// Answers hold at most about this many bytes of messages or summaries (always at least one
+/// item), so no request makes the daemon build an unbounded response.
+pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Which page of a compaction history.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryRequest {
+    pub after: u32,
+    pub failures_after: u64,
+    pub limit: usize,
 }
 
 impl From<CompactError> for ServiceError {
@@ -390,9 +443,12 @@ fn trigger_under(session: &SessionRow, config: &CompactionConfig) -> Option<Trig
     )
 }
 
-/// Session ids are `[A-Za-z0-9._:-]{1,128}`: safe in paths, URLs, logs and shells.
+/// Session ids are `[A-Za-z0-9._:-]{1,128}`, not `.` or `..`: safe in paths, URLs, logs and
+/// shells.
 pub fn validate_session_id(id: &str) -> Result<(), ServiceError> {
     let ok = !id.is_empty()
+        && id != "."
+        && id != ".."
         && id.len() <= 128
         && id
             .bytes()
@@ -401,19 +457,8 @@ pub fn validate_session_id(id: &str) -> Result<(), ServiceError> {
         Ok(())
     } else {
         Err(ServiceError::BadRequest(format!(
-            "invalid session id {:?}: use 1 to 128 of A-Z a-z 0-9 . _ : -",
+            "invalid session id {:?}: use 1 to 128 of A-Z a-z 0-9 . _ : - (not . or ..)",
             truncate_for_error(id)
-        )))
-    }
-}
-
-fn validate_context_limit(limit: usize) -> Result<(), ServiceError> {
-    use crate::compaction::constants::MIN_CONTEXT_LIMIT;
-    if (MIN_CONTEXT_LIMIT..=100_000_000).contains(&limit) {
-        Ok(())
-    } else {
-        Err(ServiceError::BadRequest(format!(
-            "context_limit {limit} is out of range ({MIN_CONTEXT_LIMIT} to 100000000 tokens)"
         )))
     }
 }
@@ -446,7 +491,17 @@ mod tests {
         for ok in ["a", "demo-1", "proj:feature.x_2", &"x".repeat(128)] {
             assert!(validate_session_id(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "a b", "../etc", "x/y", "é", &"x".repeat(129), "a\0"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a b",
+            "../etc",
+            "x/y",
+            "é",
+            &"x".repeat(129),
+            "a\0",
+        ] {
             assert!(validate_session_id(bad).is_err(), "{bad:?}");
         }
         assert!(validate_session_id(&generated_session_id()).is_ok());

@@ -2,7 +2,8 @@
 
 use crate::compaction::{CompactionConfig, Trigger, summary_message};
 use crate::store::{
-    AppendOutcome, CompactionRow, ContextSnapshot, SessionRow, StoredMessage, TokenSource,
+    AppendOutcome, CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage,
+    TokenSource,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -165,10 +166,10 @@ pub struct HistoryMessage {
 }
 
 impl HistoryPage {
-    pub fn new(session: &SessionRow, messages: Vec<StoredMessage>, limit: usize) -> HistoryPage {
-        let next_after = (messages.len() == limit)
-            .then(|| messages.last().map(|m| m.seq))
-            .flatten()
+    pub fn new(session: &SessionRow, messages: Vec<StoredMessage>) -> HistoryPage {
+        let next_after = messages
+            .last()
+            .map(|m| m.seq)
             .filter(|&seq| seq < session.message_count);
         HistoryPage {
             messages: messages
@@ -179,6 +180,40 @@ impl HistoryPage {
                 })
                 .collect(),
             next_after,
+        }
+    }
+}
+
+/// A page of a session's compaction history.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompactionHistory {
+    pub compactions: Vec<CompactionRow>,
+    /// Pass as `after` for the next page of compactions; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<u32>,
+    pub failures: Vec<FailureRow>,
+    /// Pass as `failures_after` for the next page of failures; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failures_next_after: Option<u64>,
+}
+
+impl CompactionHistory {
+    pub fn new(
+        session: &SessionRow,
+        compactions: Vec<CompactionRow>,
+        failures: Vec<FailureRow>,
+        more_failures: bool,
+    ) -> CompactionHistory {
+        let next_after = compactions
+            .last()
+            .map(|c| c.result.compaction_num)
+            .filter(|&num| num < session.compaction_count);
+        let failures_next_after = failures.last().map(|f| f.id).filter(|_| more_failures);
+        CompactionHistory {
+            compactions,
+            next_after,
+            failures,
+            failures_next_after,
         }
     }
 }

@@ -131,30 +131,67 @@ impl Store {
         .await
     }
 
-    /// The session's compactions, oldest first, and its failed attempts.
-    pub fn compaction_history(
+    /// The session's compactions after number `after`, oldest first: at most `limit`, and no
+    /// more once `max_bytes` of summaries are taken (the first is always taken).
+    pub async fn compactions(
         &self,
         session_id: &str,
-    ) -> Result<(Vec<CompactionRow>, Vec<FailureRow>)> {
-        self.read(|conn| {
-            get_live(conn, session_id)?;
+        after: u32,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(SessionRow, Vec<CompactionRow>)> {
+        let session_id = session_id.to_string();
+        self.read(move |conn| {
+            let session = get_live(conn, &session_id)?;
             let sql = format!(
-                "SELECT {} FROM compactions WHERE session_id = ?1 ORDER BY num",
+                "SELECT {} FROM compactions WHERE session_id = ?1 AND num > ?2 ORDER BY num LIMIT ?3",
                 CompactionRow::COLUMNS
             );
-            let compactions = conn
-                .prepare_cached(&sql)?
-                .query_map([session_id], CompactionRow::from_row)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut rows = stmt.query(params![session_id, after, limit])?;
+            let mut page = Vec::new();
+            let mut bytes = 0;
+            while let Some(row) = rows.next()? {
+                let compaction = CompactionRow::from_row(row)?;
+                bytes += compaction.size();
+                if bytes > max_bytes && !page.is_empty() {
+                    break;
+                }
+                page.push(compaction);
+            }
+            Ok((session, page))
+        })
+        .await
+    }
+
+    /// The session's failed attempts with an id above `after`, oldest first, at most `limit`;
+    /// and whether more follow.
+    pub async fn failures(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<FailureRow>, bool)> {
+        let session_id = session_id.to_string();
+        self.read(move |conn| {
+            get_live(conn, &session_id)?;
             let sql = format!(
-                "SELECT {} FROM compaction_failures WHERE session_id = ?1 ORDER BY id",
+                "SELECT {} FROM compaction_failures WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
                 FailureRow::COLUMNS
             );
-            let failures = conn
+            let after = i64::try_from(after).unwrap_or(i64::MAX);
+            let mut rows = conn
                 .prepare_cached(&sql)?
-                .query_map([session_id], FailureRow::from_row)?
+                .query_map(
+                    params![session_id, after, limit.saturating_add(1).min(i64::MAX as usize) as i64],
+                    FailureRow::from_row,
+                )?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok((compactions, failures))
+            let more = rows.len() > limit;
+            rows.truncate(limit);
+            Ok((rows, more))
         })
+        .await
     }
 }

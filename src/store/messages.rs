@@ -242,22 +242,34 @@ fn pinned_before(
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
-fn messages_from(
+/// Messages from `from_seq` on, in order: at most `limit`, and no more once `max_bytes` of
+/// parts are taken (the first is always taken, so a page is never empty while messages remain).
+fn messages_page(
     conn: &Connection,
     session_id: &str,
     from_seq: u64,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<Vec<StoredMessage>> {
     let sql = format!(
         "SELECT {} FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
         StoredMessage::COLUMNS
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(
-        params![session_id, from_seq, limit as i64],
-        StoredMessage::from_row,
-    )?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![session_id, from_seq, limit])?;
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    while let Some(row) = rows.next()? {
+        let message = StoredMessage::from_row(row)?;
+        bytes += message.parts.get().len();
+        if bytes > max_bytes && !page.is_empty() {
+            break;
+        }
+        page.push(message);
+    }
+    Ok(page)
 }
 
 impl Store {
@@ -284,32 +296,45 @@ impl Store {
         .await
     }
 
-    /// Up to `limit` messages with seq greater than `after`, and the session.
-    pub fn history(
+    /// Messages with seq greater than `after`, at most `limit` of them and at most
+    /// `max_bytes` of parts (always at least one), and the session.
+    pub async fn history(
         &self,
         session_id: &str,
         after: u64,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<(SessionRow, Vec<StoredMessage>)> {
-        self.read(|conn| {
-            let session = get_live(conn, session_id)?;
-            Ok((session, messages_from(conn, session_id, after + 1, limit)?))
+        let session_id = session_id.to_string();
+        self.read(move |conn| {
+            let session = get_live(conn, &session_id)?;
+            let page = messages_page(conn, &session_id, after.saturating_add(1), limit, max_bytes)?;
+            Ok((session, page))
         })
+        .await
     }
 
     /// The files the session's latest compaction lists.
-    pub fn prior_files(&self, session_id: &str) -> Result<FileLists> {
-        self.read(|conn| latest_files(conn, session_id))
+    pub async fn prior_files(&self, session_id: &str) -> Result<FileLists> {
+        let session_id = session_id.to_string();
+        self.read(move |conn| latest_files(conn, &session_id)).await
     }
 
     /// The session, its pinned messages, its latest summary and its uncompacted messages, in
     /// one snapshot.
-    pub fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
-        self.read(|conn| {
-            let session = get_live(conn, session_id)?;
-            let pinned = pinned_before(conn, session_id, session.active_from_seq)?;
-            let latest = latest_summary(conn, session_id)?;
-            let tail = messages_from(conn, session_id, session.active_from_seq, usize::MAX >> 1)?;
+    pub async fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
+        let session_id = session_id.to_string();
+        self.read(move |conn| {
+            let session = get_live(conn, &session_id)?;
+            let pinned = pinned_before(conn, &session_id, session.active_from_seq)?;
+            let latest = latest_summary(conn, &session_id)?;
+            let tail = messages_page(
+                conn,
+                &session_id,
+                session.active_from_seq,
+                usize::MAX,
+                usize::MAX,
+            )?;
             Ok(ContextSnapshot {
                 session,
                 pinned,
@@ -317,5 +342,6 @@ impl Store {
                 tail,
             })
         })
+        .await
     }
 }

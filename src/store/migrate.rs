@@ -42,7 +42,7 @@ pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 pub fn migrate(conn: &Connection) -> Result<()> {
     let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > SCHEMA_VERSION {
-        return Err(StoreError::Sqlite(format!(
+        return Err(StoreError::Corrupt(format!(
             "the database has schema version {version}, newer than this compactd ({SCHEMA_VERSION}); upgrade compactd"
         )));
     }

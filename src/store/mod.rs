@@ -3,11 +3,16 @@
 //! One writer thread owns the only write connection and applies writes in batches: it takes
 //! every write that queued while the previous commit was syncing and commits them in one
 //! transaction (group commit), each inside its own savepoint so one bad request never undoes
-//! another. A write is acknowledged only after its batch commits. Reads use a small pool of
-//! their own connections; in WAL mode they never wait for the writer, and `sqlite3` can read
-//! the database while the daemon runs.
+//! another. A write is acknowledged only after its batch commits, and never to a database file
+//! that was removed or replaced under the daemon. When idle, the writer folds the WAL back
+//! into the database, so the WAL shrinks again once long readers let go.
+//!
+//! Reads use a small pool of their own connections on blocking threads (never on the async
+//! workers that serve requests), at most [`MAX_READERS`] at a time; in WAL mode they never
+//! wait for the writer, and `sqlite3` can read the database while the daemon runs.
 
 mod compactions;
+mod error;
 mod messages;
 mod migrate;
 mod rows;
@@ -15,6 +20,7 @@ mod sessions;
 mod writer;
 
 pub use compactions::{NewCompaction, NewFailure};
+pub use error::StoreError;
 pub use messages::{AppendOutcome, NewMessage, PinRules};
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage, TokenSource,
@@ -25,42 +31,16 @@ use crate::config::Synchronous;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Semaphore;
 use writer::Writer;
 
-/// Why a store operation failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("session `{0}` not found")]
-    NotFound(String),
-    #[error("session `{0}` already exists")]
-    Exists(String),
-    #[error("session `{0}` was deleted; its history is kept, but it takes no new messages")]
-    Deleted(String),
-    #[error("tool_result for call_id `{0}`, but this session has no tool_call with that id")]
-    UnknownCall(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error(
-        "pinned messages (system messages and the task) would take {pinned} tokens, more than the {max} this session's context can spare for them; shorten the system message, raise context_limit or lower pin_first_user_tokens"
-    )]
-    PinnedTooLarge { pinned: usize, max: usize },
-    #[error("database error: {0}")]
-    Sqlite(String),
-    #[error("the store is closed")]
-    Closed,
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        StoreError::Sqlite(e.to_string())
-    }
-}
-
-impl From<serde_json::Error> for StoreError {
-    fn from(e: serde_json::Error) -> Self {
-        StoreError::Sqlite(format!("stored JSON unreadable: {e}"))
-    }
-}
+/// Reads running at once; more wait their turn (each holds a connection and its results).
+pub const MAX_READERS: usize = 8;
+/// How long a write waits for a lock another process holds before answering "busy".
+pub(super) const BUSY_WAIT: Duration = Duration::from_secs(2);
+/// After a checkpoint, SQLite truncates the WAL file to at most this size.
+pub const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -74,16 +54,27 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and applies migrations.
     pub fn open(path: &Path, synchronous: Synchronous) -> Result<Store> {
-        create_private_file(path)?;
+        let file = open_private_file(path)?;
         let conn = Connection::open(path)?;
         configure(&conn)?;
-        conn.execute_batch(&format!("PRAGMA synchronous = {};", synchronous.pragma()))?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {}; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};",
+            synchronous.pragma()
+        ))?;
         migrate::migrate(&conn)?;
+        // The WAL and shared-memory files take the database's mode when SQLite creates them;
+        // ones left by an earlier run keep theirs, so they are made private too.
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.as_os_str().to_os_string();
+            side.push(suffix);
+            make_private(Path::new(&side))?;
+        }
         Ok(Store {
-            writer: Arc::new(Writer::start(conn)?),
+            writer: Arc::new(Writer::start(conn, path.to_path_buf(), file)?),
             readers: Arc::new(ReadPool {
                 path: path.to_path_buf(),
                 idle: Mutex::new(Vec::new()),
+                permits: Semaphore::new(MAX_READERS),
             }),
         })
     }
@@ -98,9 +89,34 @@ impl Store {
         self.writer.submit(f).await
     }
 
-    /// Runs `f` on a read connection inside one read transaction (a consistent snapshot).
-    /// Reads are short, bounded queries, so they run on the caller's thread.
-    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    /// Runs `f` on a read connection inside one read transaction (a consistent snapshot), on
+    /// a blocking thread, once one of the [`MAX_READERS`] permits is free.
+    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let readers = self.readers.clone();
+        let _permit = readers
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let pool = readers.clone();
+        tokio::task::spawn_blocking(move || {
+            pool.with(|conn| {
+                conn.execute_batch("BEGIN")?;
+                let result = f(conn);
+                let _ = conn.execute_batch("COMMIT");
+                result
+            })
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("a read stopped: {e}")))?
+    }
+
+    /// The same read, on this thread: for tools that run no async runtime.
+    pub fn read_now<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.readers.with(|conn| {
             conn.execute_batch("BEGIN")?;
             let result = f(conn);
@@ -112,6 +128,7 @@ impl Store {
     /// Stops the writer after the queued writes and closes the database.
     pub fn close(&self) {
         self.writer.close();
+        self.readers.permits.close();
         self.readers.idle.lock().map(|mut v| v.clear()).ok();
     }
 }
@@ -120,6 +137,7 @@ impl Store {
 struct ReadPool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    permits: Semaphore,
 }
 
 /// Idle read connections kept open; more are opened under load and closed after.
@@ -151,7 +169,7 @@ impl ReadPool {
 }
 
 fn configure(conn: &Connection) -> Result<()> {
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.busy_timeout(BUSY_WAIT)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA foreign_keys = ON;",
@@ -159,19 +177,40 @@ fn configure(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// Creates the database file (and its directory) readable by its owner only: it holds
-/// whole conversations. SQLite gives the -wal and -shm files the same permissions.
-fn create_private_file(path: &Path) -> Result<()> {
+/// Opens the database file, creating it (and its directory) readable by its owner only: it
+/// holds whole conversations. A symlink at the path is refused (it could point anywhere), and
+/// an existing file of ours with a looser mode is made private.
+fn open_private_file(path: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let io = |e: std::io::Error| StoreError::Sqlite(format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| StoreError::io(path, e);
     if let Some(dir) = path.parent() {
-        crate::paths::create_private_dir(dir).map_err(io)?;
+        crate::paths::ensure_private_dir(dir).map_err(io)?;
     }
-    std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(io)?;
-    Ok(())
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => io(std::io::Error::new(
+                e.kind(),
+                "is a symlink; compactd opens only a real file there",
+            )),
+            _ => io(e),
+        })?;
+    make_private(path)?;
+    Ok(file)
+}
+
+/// Mode 0600 for a file of ours that exists (no-op when it does not).
+fn make_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() && m.uid() == crate::paths::current_uid() && m.mode() & 0o077 != 0 => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| StoreError::io(path, e))
+        }
+        _ => Ok(()),
+    }
 }

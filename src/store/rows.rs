@@ -184,9 +184,29 @@ impl CompactionRow {
     }
 }
 
+impl CompactionRow {
+    /// About how many bytes the row takes in an answer: its summary and file lists.
+    pub fn size(&self) -> usize {
+        let r = &self.result;
+        r.summary.len()
+            + [
+                &r.read_files,
+                &r.modified_files,
+                &r.created_files,
+                &r.deleted_files,
+            ]
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|p| p.len() + 3)
+            .sum::<usize>()
+    }
+}
+
 /// A failed compaction attempt.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailureRow {
+    /// Its id, for paging.
+    pub id: u64,
     pub trigger: String,
     pub focus: Option<String>,
     pub summarizer: String,
@@ -198,7 +218,7 @@ pub struct FailureRow {
 
 impl FailureRow {
     pub(super) const COLUMNS: &'static str =
-        "trigger, focus, summarizer, reason, started_at, finished_at, duration_ms";
+        "trigger, focus, summarizer, reason, started_at, finished_at, duration_ms, id";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<FailureRow> {
         Ok(FailureRow {
@@ -209,6 +229,7 @@ impl FailureRow {
             started_at: row.get(4)?,
             finished_at: row.get(5)?,
             duration_ms: row.get(6)?,
+            id: row.get(7)?,
         })
     }
 }

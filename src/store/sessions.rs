@@ -70,12 +70,13 @@ impl Store {
         self.write(move |conn| insert(conn, &new)).await
     }
 
-    pub fn session(&self, id: &str) -> Result<SessionRow> {
-        self.read(|conn| get_live(conn, id))
+    pub async fn session(&self, id: &str) -> Result<SessionRow> {
+        let id = id.to_string();
+        self.read(move |conn| get_live(conn, &id)).await
     }
 
     /// Live sessions, most recently updated first.
-    pub fn sessions(&self) -> Result<Vec<SessionRow>> {
+    pub async fn sessions(&self) -> Result<Vec<SessionRow>> {
         self.read(|conn| {
             let sql = format!(
                 "SELECT {} FROM sessions WHERE deleted_at IS NULL ORDER BY updated_at DESC, id",
@@ -85,6 +86,7 @@ impl Store {
             let rows = stmt.query_map([], SessionRow::from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
+        .await
     }
 
     pub async fn update_session(&self, id: String, update: SessionUpdate) -> Result<SessionRow> {

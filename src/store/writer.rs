@@ -1,11 +1,15 @@
-//! The writer thread and its group commit.
+//! The writer thread: group commit, a guard against writing to a database file that is gone,
+//! and WAL upkeep while idle.
 
 use super::{Result, StoreError};
 use rusqlite::Connection;
+use std::os::unix::fs::MetadataExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// Called with the batch's commit outcome; sends the job's result to its caller.
@@ -16,19 +20,54 @@ type Job = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
 
 /// Writes queued behind one commit are applied together, up to this many.
 const MAX_BATCH: usize = 256;
+/// After this long without writes, the writer checkpoints the WAL.
+const IDLE: Duration = Duration::from_secs(1);
+/// A WAL smaller than this is left alone when idle (SQLite reuses it).
+const WAL_WORTH_TRUNCATING: u64 = 4 * 1024 * 1024;
 
 pub(super) struct Writer {
     jobs: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// The database file the writer opened, to notice when the path stops naming it.
+struct DatabaseFile {
+    path: PathBuf,
+    identity: (u64, u64),
+}
+
+impl DatabaseFile {
+    fn new(path: PathBuf, file: &std::fs::File) -> Result<DatabaseFile> {
+        let m = file.metadata().map_err(|e| StoreError::io(&path, e))?;
+        Ok(DatabaseFile {
+            path,
+            identity: (m.dev(), m.ino()),
+        })
+    }
+
+    /// Whether the path still names the file we write to (not deleted, not replaced).
+    fn still_there(&self) -> Result<()> {
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.identity => Ok(()),
+            _ => Err(StoreError::Gone(self.path.clone())),
+        }
+    }
+
+    fn wal_size(&self) -> u64 {
+        let mut wal = self.path.as_os_str().to_os_string();
+        wal.push("-wal");
+        std::fs::metadata(Path::new(&wal)).map_or(0, |m| m.len())
+    }
+}
+
 impl Writer {
-    pub(super) fn start(conn: Connection) -> Result<Writer> {
+    pub(super) fn start(conn: Connection, path: PathBuf, file: std::fs::File) -> Result<Writer> {
+        let database = DatabaseFile::new(path, &file)?;
         let (tx, rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
-            .spawn(move || run(conn, rx))
-            .map_err(|e| StoreError::Sqlite(format!("cannot start writer thread: {e}")))?;
+            .spawn(move || run(conn, database, rx))
+            .map_err(|e| StoreError::Internal(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer {
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
@@ -69,8 +108,16 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, jobs: Receiver<Job>) {
-    while let Ok(first) = jobs.recv() {
+fn run(conn: Connection, database: DatabaseFile, jobs: Receiver<Job>) {
+    loop {
+        let first = match jobs.recv_timeout(IDLE) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                checkpoint_when_idle(&conn, &database);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -78,25 +125,50 @@ fn run(conn: Connection, jobs: Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let begun = run_statement(&conn, "BEGIN IMMEDIATE");
-        if let Err(e) = begun {
-            // Without a transaction nothing runs: every caller hears why.
-            for job in batch {
-                job(None)(Err(e.clone()));
-            }
-            continue;
-        }
-        let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let commit = run_statement(&conn, "COMMIT");
-        if commit.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        for complete in completions {
-            complete(commit.clone());
-        }
+        commit_batch(&conn, &database, batch);
     }
     // Channel closed: fold the WAL back into the database before the connection closes.
     let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+}
+
+/// Runs every job of the batch in one transaction and tells each caller the outcome.
+fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>) {
+    let begun = run_statement(conn, "BEGIN IMMEDIATE");
+    if let Err(e) = begun {
+        // Without a transaction nothing runs: every caller hears why.
+        for job in batch {
+            job(None)(Err(e.clone()));
+        }
+        return;
+    }
+    let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(conn))).collect();
+    // Never acknowledge a write to a file nobody will find again.
+    let commit = database
+        .still_there()
+        .and_then(|()| run_statement(conn, "COMMIT"));
+    if let Err(e) = &commit {
+        if matches!(e, StoreError::Gone(_)) {
+            tracing::error!(error = %e, "refusing writes");
+        }
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    for complete in completions {
+        complete(commit.clone());
+    }
+}
+
+/// Folds a large WAL back into the database and truncates it, without waiting: if a reader
+/// (a `sqlite3` user holding a snapshot, say) still needs the WAL, it tries again later. The
+/// WAL grows while such a reader holds on, and shrinks within [`IDLE`] of it letting go.
+fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile) {
+    if database.wal_size() < WAL_WORTH_TRUNCATING {
+        return;
+    }
+    let _ = conn.busy_timeout(Duration::ZERO);
+    if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
+        tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it");
+    }
+    let _ = conn.busy_timeout(super::BUSY_WAIT);
 }
 
 /// Runs one transaction-control statement, prepared once per connection: these run several
@@ -110,7 +182,7 @@ fn run_statement(conn: &Connection, sql: &str) -> Result<()> {
 fn in_savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
     run_statement(conn, "SAVEPOINT job")?;
     let result = catch_unwind(AssertUnwindSafe(|| f(conn)))
-        .unwrap_or_else(|_| Err(StoreError::Sqlite("internal error while writing".into())));
+        .unwrap_or_else(|_| Err(StoreError::Internal("a write panicked".into())));
     match &result {
         Ok(_) => run_statement(conn, "RELEASE job")?,
         Err(_) => {

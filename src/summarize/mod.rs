@@ -70,6 +70,8 @@ pub enum SummarizeError {
     Cancelled,
     #[error("summarizer misconfigured: {0}")]
     Config(String),
+    #[error("summarizer failed: {0}")]
+    Internal(String),
 }
 
 /// Something that writes summaries.

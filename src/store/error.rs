@@ -1,0 +1,78 @@
+//! Why a store operation failed, split by what a caller does about it: tell the client its
+//! request cannot be served as asked (not found, conflict, ...), ask it to retry later (busy,
+//! full), or report a fault of ours (I/O, SQLite, corrupt data, internal). Faults keep their
+//! source.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("session `{0}` not found")]
+    NotFound(String),
+    #[error("session `{0}` already exists")]
+    Exists(String),
+    #[error("session `{0}` was deleted; its history is kept, but it takes no new messages")]
+    Deleted(String),
+    #[error("tool_result for call_id `{0}`, but this session has no tool_call with that id")]
+    UnknownCall(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(
+        "pinned messages (system messages and the task) would take {pinned} tokens, more than the {max} this session's context can spare for them; shorten the system message, raise context_limit or lower pin_first_user_tokens"
+    )]
+    PinnedTooLarge { pinned: usize, max: usize },
+    #[error("idempotency key `{0}` was used before for a different request")]
+    IdempotencyMismatch(String),
+    /// Another process (a `sqlite3` user, say) holds the database's write lock.
+    #[error("the database is locked by another process; retry shortly")]
+    Busy,
+    /// The disk (or the file system's quota) is full.
+    #[error("the disk holding the database is full")]
+    Full,
+    /// The database file was removed or replaced under the running daemon; writing on would
+    /// lose every acknowledged append at exit.
+    #[error("the database file {0} was removed or replaced while compactd ran; restart it")]
+    Gone(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("stored data unreadable: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Sqlite(#[source] Arc<rusqlite::Error>),
+    #[error("internal error: {0}")]
+    Internal(String),
+    #[error("the store is closed")]
+    Closed,
+}
+
+impl StoreError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            path: path.into(),
+            source: Arc::new(source),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::*;
+        match e.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked) => StoreError::Busy,
+            Some(DiskFull) => StoreError::Full,
+            Some(DatabaseCorrupt | NotADatabase) => StoreError::Corrupt(e.to_string()),
+            _ => StoreError::Sqlite(Arc::new(e)),
+        }
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Corrupt(format!("stored JSON: {e}"))
+    }
+}
