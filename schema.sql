@@ -62,6 +62,18 @@ CREATE TABLE tool_calls (
     PRIMARY KEY (session_id, call_id)
 ) WITHOUT ROWID;
 
+-- Appends made with an Idempotency-Key: a retry with the same key gets the first answer and
+-- appends nothing again (a client that lost the answer to a crash or timeout may retry safely).
+CREATE TABLE idempotency_keys (
+    session_id   TEXT NOT NULL REFERENCES sessions(id),
+    key          TEXT NOT NULL,                         -- the client's Idempotency-Key
+    request_hash INTEGER NOT NULL,                      -- fingerprint of the request, to refuse a key reused for another
+    first_seq    INTEGER NOT NULL,                      -- the seqs the append was given
+    last_seq     INTEGER NOT NULL,
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+
 -- One row per successful compaction (the spec's CompactionResult and how it came about).
 CREATE TABLE compactions (
     id              INTEGER PRIMARY KEY,

@@ -169,7 +169,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim().replace('\n', " "),
+            message: parse_error_message(&e, text),
         })?;
         config.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -217,6 +217,31 @@ impl Config {
             return Err("[server] max_body_bytes must be at least 1024".into());
         }
         Ok(())
+    }
+}
+
+/// A TOML error as `line N: what`, without the quoted source line toml adds: the error goes
+/// to the log, `/health` and events, and the line may hold a key (`api_key = "sk-..."` is a
+/// typo of `api_key_env`). What serde quotes of a value is redacted too.
+fn parse_error_message(error: &toml::de::Error, text: &str) -> String {
+    let message = crate::compaction::redact::redact_secrets(error.message().trim()).into_owned();
+    match error.span() {
+        Some(span) => {
+            let start = span.start.min(text.len());
+            let line = text[..start].matches('\n').count() + 1;
+            // The key of that line, never its value.
+            let key = text[..start]
+                .rsplit('\n')
+                .next()
+                .and_then(|l| l.split('=').next())
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && !k.starts_with('['));
+            match key {
+                Some(key) => format!("line {line} (`{key}`): {}", message.replace('\n', " ")),
+                None => format!("line {line}: {}", message.replace('\n', " ")),
+            }
+        }
+        None => message.replace('\n', " "),
     }
 }
 
@@ -294,6 +319,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("sometimes"), "{e}");
+    }
+
+    #[test]
+    fn a_rejected_config_never_quotes_a_key() {
+        let key = "sk-proj-abcdefghijklmnop0123456789";
+        for text in [
+            format!("[summarizer]\napi_key = \"{key}\"\n"),
+            format!("[summarizer]\nmodel = 3\napi_key_env = \"{key}\"\ntimeout_s = \"{key}\"\n"),
+        ] {
+            let e = Config::parse(&text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains(key) && !e.contains("abcdefghijklmnop"), "{e}");
+            assert!(e.contains("line "), "{e}");
+        }
     }
 
     #[test]

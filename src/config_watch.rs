@@ -1,7 +1,11 @@
 //! Config hot reload: watch the config file's directory (editors replace files rather than
 //! write them in place), debounce the burst of events an edit makes, re-parse, and put the new
 //! config in force. An invalid edit is logged, reported in `/health`, and changes nothing:
-//! the old config stays. SIGHUP reloads too (`systemctl --user reload compactd`).
+//! the old config stays. SIGHUP reloads too (`systemctl --user reload compactd`), also when
+//! the watcher could not be set up.
+//!
+//! Only changes count: reading the file (which the reload itself does) is not an edit, and a
+//! file whose bytes did not change is neither reapplied nor re-rejected.
 
 use crate::config::Config;
 use crate::service::{Event, Service};
@@ -17,24 +21,32 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 /// Starts watching `path`; reloads run until the service shuts down.
 pub fn spawn(path: PathBuf, service: Arc<Service>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let watcher = start_watcher(&path, tx);
+    // Keep a sender here too, so a missing watcher leaves the channel open (and SIGHUP works).
+    let watcher = start_watcher(&path, tx.clone());
     let shutdown = service.shutdown_token();
     tokio::spawn(async move {
-        // Keep the watcher alive as long as this task.
-        let _watcher = watcher;
+        // Keep the watcher and the sender alive as long as this task.
+        let _watcher = (watcher, tx);
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut last = std::fs::read(&path).ok();
         loop {
-            tokio::select! {
+            let forced = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 event = rx.recv() => {
                     if event.is_none() { break; }
                     // Let the editor finish: swallow events until the file is quiet.
                     while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
+                    false
                 }
-                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {}
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+            };
+            // An event that changed nothing (a touch, an editor's swap file) is not an edit.
+            let now = std::fs::read(&path).ok();
+            if forced || now != last {
+                last = now;
+                reload(&path, &service);
             }
-            reload(&path, &service);
         }
     });
 }
@@ -51,7 +63,12 @@ fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::R
     }
     let name = path.file_name()?.to_os_string();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let ours = event.is_ok_and(|e| e.paths.iter().any(|p| p.file_name() == Some(&name)));
+        // Reads (ours included) are access events: only creations, writes, renames and
+        // removals of the file are edits.
+        let ours = event.is_ok_and(|e| {
+            !matches!(e.kind, notify::EventKind::Access(_))
+                && e.paths.iter().any(|p| p.file_name() == Some(&name))
+        });
         if ours {
             let _ = tx.send(());
         }

@@ -51,6 +51,15 @@ pub async fn run(
     };
     config_watch::spawn(config_path, service.clone());
     spawn_watchdog(&service);
+    // Compactions a crash or kill interrupted, or a config change made due, run now.
+    match service.resume().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            sessions = n,
+            "resumed compactions of sessions over their trigger"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot look for sessions over their trigger"),
+    }
     tracing::info!(
         socket = %bound.as_ref().map_or("(from systemd)".into(), |p| p.display().to_string()),
         db = %db.display(),

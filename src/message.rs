@@ -218,14 +218,117 @@ impl Message {
     }
 }
 
-/// Reads a list of messages from JSON: either an array of messages or `{"messages": [...]}`.
-pub fn parse_message_list(json: &str) -> Result<Vec<Message>, serde_json::Error> {
-    match serde_json::from_str::<Value>(json)? {
-        Value::Object(mut map) if map.contains_key("messages") => {
-            serde_json::from_value(map.remove("messages").unwrap_or_default())
+/// What a body of messages holds: one message, an array of them, or
+/// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageBatch {
+    pub messages: Vec<Message>,
+    /// The agent's `usage.input_tokens` for its last model call.
+    pub input_tokens: Option<u64>,
+    pub wait: bool,
+}
+
+/// Why a body of messages could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("invalid JSON: {0}")]
+    Json(String),
+    #[error("{0}")]
+    Shape(String),
+    #[error("message {index}: {error}")]
+    Message { index: usize, error: String },
+}
+
+/// Reads a body of messages (the one parser for the API, the CLI and the offline commands).
+/// Each message is parsed straight from its slice of the body: no whole-body JSON tree is
+/// built, so a large batch costs about its own size in memory, not several times it.
+pub fn parse_message_batch(json: &[u8]) -> Result<MessageBatch, BatchError> {
+    use serde_json::value::RawValue;
+    let first = json.iter().find(|b| !b.is_ascii_whitespace());
+    let items: Vec<&RawValue> = match first {
+        Some(b'[') => serde_json::from_slice(json).map_err(|e| BatchError::Json(e.to_string()))?,
+        Some(b'{') => {
+            let fields: std::collections::BTreeMap<String, &RawValue> =
+                serde_json::from_slice(json).map_err(|e| BatchError::Json(e.to_string()))?;
+            if !fields.contains_key("messages") {
+                let message = serde_json::from_slice(json).map_err(|e| BatchError::Message {
+                    index: 0,
+                    error: e.to_string(),
+                })?;
+                return Ok(MessageBatch {
+                    messages: vec![message],
+                    ..Default::default()
+                });
+            }
+            return batch_object(fields);
         }
-        other => serde_json::from_value(other),
+        _ => {
+            return Err(BatchError::Shape(
+                "expected a message, an array of messages, or {\"messages\": [...]}".into(),
+            ));
+        }
+    };
+    Ok(MessageBatch {
+        messages: parse_items(&items)?,
+        ..Default::default()
+    })
+}
+
+fn batch_object(
+    fields: std::collections::BTreeMap<String, &serde_json::value::RawValue>,
+) -> Result<MessageBatch, BatchError> {
+    let mut batch = MessageBatch::default();
+    for (key, value) in fields {
+        let text = value.get();
+        match key.as_str() {
+            "messages" => {
+                let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(text)
+                    .map_err(|_| BatchError::Shape("messages must be an array".into()))?;
+                batch.messages = parse_items(&items)?;
+            }
+            "usage" if text == "null" => {}
+            "usage" => {
+                let usage: Value =
+                    serde_json::from_str(text).map_err(|e| BatchError::Json(e.to_string()))?;
+                batch.input_tokens = Some(
+                    usage
+                        .get("input_tokens")
+                        .and_then(Value::as_u64)
+                        .ok_or_else(|| {
+                            BatchError::Shape(
+                                "usage needs a non-negative integer input_tokens".into(),
+                            )
+                        })?,
+                );
+            }
+            "wait" => {
+                batch.wait = match text {
+                    "true" => true,
+                    "false" | "null" => false,
+                    _ => return Err(BatchError::Shape("wait must be true or false".into())),
+                }
+            }
+            other => {
+                return Err(BatchError::Shape(format!(
+                    "unknown field `{other}` (expected messages, usage, wait)"
+                )));
+            }
+        }
     }
+    Ok(batch)
+}
+
+fn parse_items(items: &[&serde_json::value::RawValue]) -> Result<Vec<Message>, BatchError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            serde_json::from_str::<Message>(item.get()).map_err(|e| BatchError::Message {
+                index,
+                error: e.to_string(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -328,17 +431,40 @@ mod tests {
     }
 
     #[test]
-    fn message_lists_come_bare_or_wrapped() {
-        let bare = r#"[{"role":"user","content":"a"}]"#;
-        let wrapped = r#"{"messages":[{"role":"user","content":"a"}]}"#;
-        assert_eq!(parse_message_list(bare).unwrap().len(), 1);
-        assert_eq!(parse_message_list(wrapped).unwrap().len(), 1);
-        let bad = r#"{"messages":[{"role":"user","parts":[{"type":"video"}]}]}"#;
-        assert!(
-            parse_message_list(bad)
-                .unwrap_err()
-                .to_string()
-                .contains("video")
+    fn message_batches_come_single_bare_or_wrapped() {
+        let one = br#"{"role":"user","content":"a"}"#;
+        let bare = br#" [{"role":"user","content":"a"}, {"role":"user","content":"b"}]"#;
+        let wrapped = br#"{"wait": true, "messages":[{"role":"user","content":"a"}], "usage": {"input_tokens": 7}}"#;
+        assert_eq!(parse_message_batch(one).unwrap().messages.len(), 1);
+        assert_eq!(parse_message_batch(bare).unwrap().messages.len(), 2);
+        let w = parse_message_batch(wrapped).unwrap();
+        assert_eq!(
+            (w.messages.len(), w.input_tokens, w.wait),
+            (1, Some(7), true)
         );
+    }
+
+    #[test]
+    fn a_bad_batch_says_which_message_or_field() {
+        let bad = br#"{"messages":[{"role":"user","content":"a"},{"role":"user","parts":[{"type":"video"}]}]}"#;
+        let e = parse_message_batch(bad).unwrap_err();
+        assert!(
+            matches!(&e, BatchError::Message { index: 1, error } if error.contains("video")),
+            "{e}"
+        );
+        for (body, needle) in [
+            (&br#"{"messages":[], "colour": 1}"#[..], "colour"),
+            (br#"{"messages": 3}"#, "array"),
+            (br#"{"messages":[], "wait": "yes"}"#, "wait"),
+            (
+                br#"{"messages":[], "usage": {"input_tokens": -1}}"#,
+                "input_tokens",
+            ),
+            (br#"42"#, "expected a message"),
+            (br#"{"role":"#, "invalid JSON"),
+        ] {
+            let e = parse_message_batch(body).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
     }
 }

@@ -100,6 +100,7 @@ proptest! {
                     messages: vec![message.clone()],
                     input_tokens: None,
                     wait: true,
+                    idempotency_key: None,
                 }).await.unwrap();
                 compactions += usize::from(answer.compaction.is_some_and(|c| c.status == "completed"));
                 let context = service.context("p", true).await.unwrap();

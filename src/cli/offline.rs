@@ -6,7 +6,7 @@ use crate::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, Pins, PlanInput, estimate_each,
 };
 use crate::compactor::{NOTHING_TO_COMPACT, compact};
-use crate::message::{Message, parse_message_list};
+use crate::message::{Message, parse_message_batch};
 use crate::summarize::extractive::Extractive;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -35,8 +35,9 @@ impl OfflineInput {
         config: CompactionConfig,
     ) -> Result<OfflineInput> {
         let text = read_input(input)?;
-        let messages = parse_message_list(&text)
-            .with_context(|| format!("{} is not a valid message list", input.display()))?;
+        let messages = parse_message_batch(text.as_bytes())
+            .with_context(|| format!("{} is not a valid message list", input.display()))?
+            .messages;
         for (i, m) in messages.iter().enumerate() {
             m.validate()
                 .with_context(|| format!("{}: message {i} is invalid", input.display()))?;

@@ -2,7 +2,7 @@
 //! the daemon's answer as is, for scripts.
 
 use crate::client::Client;
-use crate::message::{Message, Part, Role, parse_message_list};
+use crate::message::{BatchError, Message, Part, Role, parse_message_batch};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Read, Write};
@@ -205,13 +205,12 @@ pub async fn append(
 }
 
 fn parse_stdin_messages(input: &str) -> Result<Vec<Message>> {
-    let value: Value = serde_json::from_str(input).context("stdin is not valid JSON")?;
-    if value.get("role").is_some() {
-        return Ok(vec![
-            serde_json::from_value(value).context("stdin is not a valid message")?,
-        ]);
-    }
-    parse_message_list(input).context("stdin is not a valid message or message list")
+    Ok(parse_message_batch(input.as_bytes())
+        .map_err(|e| match e {
+            BatchError::Json(e) => anyhow::anyhow!("stdin is not valid JSON: {e}"),
+            other => anyhow::anyhow!("stdin is not a valid message or message list: {other}"),
+        })?
+        .messages)
 }
 
 pub async fn context(client: &Client, id: &str, out: Output) -> Result<()> {

@@ -216,8 +216,9 @@ fn short_name(path: &Path) -> String {
         .and_then(|p| p.file_name())
         .and_then(|n| n.to_str())
         .unwrap_or("");
-    let name = if name.len() > 48 {
-        format!("{}…", &name[..47])
+    // Cut by characters: a byte cut can fall inside a multibyte name.
+    let name = if name.chars().count() > 48 {
+        format!("{}…", name.chars().take(47).collect::<String>())
     } else {
         name.to_string()
     };
@@ -225,5 +226,18 @@ fn short_name(path: &Path) -> String {
         name
     } else {
         format!("{dir}/{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_non_ascii_file_names_are_cut_on_characters() {
+        let name = format!("{}.jsonl", "日本語のセッション".repeat(10));
+        let short = short_name(&Path::new("/x/claude").join(name));
+        assert!(short.starts_with("claude/日本語"));
+        assert_eq!(short.chars().count(), "claude/".len() + 48);
     }
 }

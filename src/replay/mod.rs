@@ -114,6 +114,7 @@ pub async fn replay(
             messages: vec![message.clone()],
             input_tokens: None,
             wait: true,
+            idempotency_key: None,
         };
         let answer = service.append(id, request).await?;
         if answer

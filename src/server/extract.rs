@@ -1,19 +1,20 @@
 //! Request extractors whose every rejection is a JSON [`ApiError`].
 
+use super::body::{BodyBudget, BoundedBody, read_body};
 use super::error::ApiError;
 use crate::service::Service;
-use axum::body::to_bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::StatusCode;
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
-/// A JSON body, limited to `[server] max_body_bytes` (read per request, so a config reload
-/// applies at once). An empty body reads as `{}`.
-pub struct JsonBody<T>(pub T);
+/// A request body read within bounds ([`super::body`]): at most `[server] max_body_bytes`
+/// (read per request, so a config reload applies at once), valid UTF-8.
+pub struct Utf8Body(pub BoundedBody);
 
-impl<T: DeserializeOwned> FromRequest<Arc<Service>> for JsonBody<T> {
+impl FromRequest<Arc<Service>> for Utf8Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, service: &Arc<Service>) -> Result<Self, ApiError> {
@@ -23,27 +24,42 @@ impl<T: DeserializeOwned> FromRequest<Arc<Service>> for JsonBody<T> {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(ApiError::too_large(limit));
-        }
-        let bytes = to_bytes(req.into_body(), limit).await.map_err(|e| {
-            if std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-                || e.to_string().contains("length limit")
-            {
-                ApiError::too_large(limit)
-            } else {
-                ApiError::bad_request(format!("cannot read request body: {e}"))
-            }
-        })?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            ApiError::bad_request(format!(
+        let budget = req
+            .extensions()
+            .get::<BodyBudget>()
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "no body budget",
+                )
+            })?;
+        let body = read_body(req.into_body(), declared, limit, &budget).await?;
+        if let Err(e) = std::str::from_utf8(&body.bytes) {
+            return Err(ApiError::bad_request(format!(
                 "request body is not valid UTF-8 (byte {})",
                 e.valid_up_to()
-            ))
-        })?;
-        let text = if text.trim().is_empty() { "{}" } else { text };
-        serde_json::from_str(text)
+            )));
+        }
+        Ok(Utf8Body(body))
+    }
+}
+
+/// A JSON body (see [`Utf8Body`]). An empty body reads as `{}`.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<Service>> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, service: &Arc<Service>) -> Result<Self, ApiError> {
+        let Utf8Body(body) = Utf8Body::from_request(req, service).await?;
+        let bytes: &[u8] = if body.bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &body.bytes
+        };
+        serde_json::from_slice(bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }

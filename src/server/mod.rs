@@ -1,5 +1,13 @@
 //! HTTP/1.1 + JSON over a Unix socket (like Docker's): the router, and serving it.
+//!
+//! Serving is bounded by construction: at most [`max_connections`] connections at once (more
+//! are answered 503 and closed), each from the daemon's own user only (others get 403 at
+//! accept), each held to header and idle timeouts ([`connection`]), each body to a size, a
+//! deadline and a shared memory budget ([`body`]). At start the soft limit on open files is
+//! raised to the hard one, so the connection limit, not the file limit, is what binds.
 
+mod body;
+mod connection;
 mod error;
 mod events;
 mod extract;
@@ -11,15 +19,22 @@ pub use error::ApiError;
 pub use peer::Peer;
 
 use crate::service::Service;
-use axum::Router;
-use axum::middleware::from_fn;
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::net::UnixListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The API's routes.
 pub fn router(service: Arc<Service>) -> Router {
+    let budget = body::BodyBudget::new(
+        service.settings().config.server.max_body_bytes * body::BUDGET_BODIES,
+    );
     Router::new()
         .route("/health", get(routes::health))
         .route(
@@ -42,18 +57,115 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/events", get(events::events))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(from_fn(peer::same_user_only))
+        .layer(Extension(budget))
         .with_state(service)
 }
 
-/// Serves the API on `listener` until `shutdown` completes, then finishes in-flight requests.
+/// Connections served at once: what the open-file limit allows, at most 4,096.
+pub fn max_connections() -> usize {
+    let limit = raise_open_file_limit();
+    (limit.saturating_sub(128) as usize).clamp(16, 4_096)
+}
+
+/// Raises the soft limit on open files to the hard one (systemd's default soft limit is
+/// 1,024); returns the soft limit now in force.
+fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1_024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then finishes in-flight requests
+/// (waiting at most [`SHUTDOWN_GRACE`]).
 pub async fn serve(
     listener: UnixListener,
     service: Arc<Service>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(service).into_make_service_with_connect_info::<Peer>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    let app = router(service);
+    let slots = Arc::new(Semaphore::new(max_connections()));
+    let stop = CancellationToken::new();
+    let connections = TaskTracker::new();
+    let own_uid = crate::paths::current_uid();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+        };
+        let peer = Peer::of(&stream);
+        if peer.uid != Some(own_uid) {
+            tracing::warn!(peer_uid = ?peer.uid, peer_pid = ?peer.pid, "refused a connection from another user");
+            connections.spawn(connection::refuse(stream, peer::forbidden(own_uid)));
+            continue;
+        }
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            connections.spawn(connection::refuse(stream, too_many_connections()));
+            continue;
+        };
+        let app = app.clone();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            connection::serve(stream, app, stop).await;
+            drop(slot);
+        });
+    }
+    stop.cancel();
+    connections.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, connections.wait())
         .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace period; closing them");
+    }
+    Ok(())
+}
+
+/// How long shutdown waits for requests in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+fn too_many_connections() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "busy",
+        "too many open connections; retry shortly",
+    )
+    .retry_after(1)
+}
+
+/// Accept errors (out of file descriptors, mostly) are logged at most once a minute, and
+/// accepting pauses briefly so a full table is not spun on.
+async fn accept_failed(error: &std::io::Error) {
+    static LAST_LOGGED: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if now.saturating_sub(LAST_LOGGED.load(Ordering::Relaxed)) >= 60 {
+        LAST_LOGGED.store(now, Ordering::Relaxed);
+        tracing::error!(%error, "cannot accept connections (logged once a minute)");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
 }

@@ -1,17 +1,13 @@
-//! The peer-credential guard: only processes of the daemon's own user may talk to it.
+//! The peer-credential check: only processes of the daemon's own user may talk to it.
 //!
 //! The socket's mode (0600) and directory (0700) already keep others out; checking
-//! SO_PEERCRED on every connection also covers a socket path someone made reachable (a
-//! permissive `--socket` directory, a socket passed in by another service manager).
+//! SO_PEERCRED on every connection, as it is accepted, also covers a socket path someone made
+//! reachable (a permissive `--socket` directory, a socket passed in by another service
+//! manager). Another user's connection is answered 403 and closed before any request is read.
 
 use super::error::ApiError;
-use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::serve::IncomingStream;
-use tokio::net::UnixListener;
+use tokio::net::UnixStream;
 
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone, Copy)]
@@ -20,9 +16,9 @@ pub struct Peer {
     pub pid: Option<i32>,
 }
 
-impl Connected<IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        match stream.io().peer_cred() {
+impl Peer {
+    pub fn of(stream: &UnixStream) -> Peer {
+        match stream.peer_cred() {
             Ok(cred) => Peer {
                 uid: Some(cred.uid()),
                 pid: cred.pid(),
@@ -35,21 +31,11 @@ impl Connected<IncomingStream<'_, UnixListener>> for Peer {
     }
 }
 
-/// Refuses requests from other users with 403.
-pub async fn same_user_only(
-    ConnectInfo(peer): ConnectInfo<Peer>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let own = crate::paths::current_uid();
-    if peer.uid == Some(own) {
-        return next.run(request).await;
-    }
-    tracing::warn!(peer_uid = ?peer.uid, peer_pid = ?peer.pid, "refused a connection from another user");
+/// The answer to another user.
+pub fn forbidden(own_uid: u32) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "forbidden",
-        format!("this compactd serves uid {own} only"),
+        format!("this compactd serves uid {own_uid} only"),
     )
-    .into_response()
 }

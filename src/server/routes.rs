@@ -1,13 +1,13 @@
 //! The handlers: parse, call the service, shape the answer. No decisions live here.
 
 use super::error::ApiError;
-use super::extract::{ApiQuery, JsonBody, SessionPath};
-use crate::message::Message;
+use super::extract::{ApiQuery, JsonBody, SessionPath, Utf8Body};
+use crate::message::{BatchError, parse_message_batch};
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use crate::store::SessionUpdate;
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -92,87 +92,50 @@ pub async fn delete_session(State(service): Svc, SessionPath(id): SessionPath) -
 }
 
 /// `POST /session/{id}/message` takes one message, an array of messages, or
-/// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`.
+/// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`; an `Idempotency-Key`
+/// header makes a retry append nothing twice.
 pub async fn append(
     State(service): Svc,
     SessionPath(id): SessionPath,
-    JsonBody(body): JsonBody<Value>,
+    headers: HeaderMap,
+    Utf8Body(body): Utf8Body,
 ) -> ApiResult {
-    let request = parse_append(body)?;
+    let batch = parse_message_batch(&body.bytes).map_err(|e| match e {
+        BatchError::Message { .. } => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", e.to_string())
+        }
+        other => ApiError::bad_request(other.to_string()),
+    })?;
+    // The body's bytes are not needed once parsed.
+    drop(body);
+    let input_tokens = match batch.input_tokens {
+        Some(n) if n > MAX_REPORTED_TOKENS => {
+            return Err(ApiError::bad_request(format!(
+                "usage.input_tokens must be at most {MAX_REPORTED_TOKENS}"
+            )));
+        }
+        n => n.map(|n| n as usize),
+    };
+    let idempotency_key = match headers.get("idempotency-key") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| ApiError::bad_request("Idempotency-Key must be printable ASCII"))?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let request = AppendRequest {
+        messages: batch.messages,
+        input_tokens,
+        wait: batch.wait,
+        idempotency_key,
+    };
     ok(service.append(&id, request).await?)
 }
 
 /// No model reads more tokens than this in one call; larger reports are mistakes.
 const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
-
-fn parse_append(body: Value) -> Result<AppendRequest, ApiError> {
-    match body {
-        Value::Array(items) => Ok(AppendRequest {
-            messages: parse_messages(items)?,
-            ..Default::default()
-        }),
-        Value::Object(mut map) if map.contains_key("messages") => {
-            let messages = map.remove("messages").unwrap_or_default();
-            let input_tokens = match map.remove("usage") {
-                None | Some(Value::Null) => None,
-                Some(usage) => Some(
-                    usage
-                        .get("input_tokens")
-                        .and_then(Value::as_u64)
-                        .filter(|&n| n <= MAX_REPORTED_TOKENS)
-                        .ok_or_else(|| {
-                            ApiError::bad_request(format!(
-                                "usage needs an integer input_tokens from 0 to {MAX_REPORTED_TOKENS}"
-                            ))
-                        })? as usize,
-                ),
-            };
-            let wait = match map.remove("wait") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => b,
-                Some(_) => return Err(ApiError::bad_request("wait must be true or false")),
-            };
-            if let Some(key) = map.keys().next() {
-                return Err(ApiError::bad_request(format!(
-                    "unknown field `{key}` (expected messages, usage, wait)"
-                )));
-            }
-            let Value::Array(items) = messages else {
-                return Err(ApiError::bad_request("messages must be an array"));
-            };
-            Ok(AppendRequest {
-                messages: parse_messages(items)?,
-                input_tokens,
-                wait,
-            })
-        }
-        Value::Object(_) => Ok(AppendRequest {
-            messages: vec![
-                serde_json::from_value(body).map_err(|e| invalid_message(e.to_string()))?,
-            ],
-            ..Default::default()
-        }),
-        _ => Err(ApiError::bad_request(
-            "expected a message, an array of messages, or {\"messages\": [...]}",
-        )),
-    }
-}
-
-/// Messages of a list, each error naming its index.
-fn parse_messages(items: Vec<Value>) -> Result<Vec<Message>, ApiError> {
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            serde_json::from_value::<Message>(item)
-                .map_err(|e| invalid_message(format!("message {i}: {e}")))
-        })
-        .collect()
-}
-
-fn invalid_message(message: String) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", message)
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

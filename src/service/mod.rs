@@ -20,7 +20,7 @@ use crate::compactor::CompactError;
 use crate::config::{Config, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{
-    NewMessage, NewSession, PinRules, SessionRow, SessionUpdate, Store, StoreError,
+    Idempotency, NewMessage, NewSession, PinRules, SessionRow, SessionUpdate, Store, StoreError,
 };
 use crate::summarize::{self, SummarizeError, Summarizer};
 use locks::SessionLocks;
@@ -72,6 +72,8 @@ pub struct AppendRequest {
     pub input_tokens: Option<usize>,
     /// Respond only after a compaction this append triggers has finished.
     pub wait: bool,
+    /// The client's Idempotency-Key: a retry with the same key appends nothing again.
+    pub idempotency_key: Option<String>,
 }
 
 /// The Processor.
@@ -310,6 +312,13 @@ impl Service {
         }
         let create = self.new_session(id.to_string(), None, None, None)?;
         let pins = self.pin_rules(id, &create, &new_messages).await?;
+        let idempotency = match request.idempotency_key {
+            Some(key) => {
+                validate_idempotency_key(&key)?;
+                Some(Idempotency::new(key, &new_messages, request.input_tokens))
+            }
+            None => None,
+        };
         let outcome = self
             .store
             .append(
@@ -318,6 +327,7 @@ impl Service {
                 new_messages,
                 request.input_tokens,
                 pins,
+                idempotency,
             )
             .await?;
         let compaction = self.after_append(&outcome.session, request.wait).await;
@@ -459,6 +469,18 @@ pub fn validate_session_id(id: &str) -> Result<(), ServiceError> {
         Err(ServiceError::BadRequest(format!(
             "invalid session id {:?}: use 1 to 128 of A-Z a-z 0-9 . _ : - (not . or ..)",
             truncate_for_error(id)
+        )))
+    }
+}
+
+/// Idempotency keys: 1 to 128 printable ASCII characters without spaces (a UUID fits).
+fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
+    if (1..=128).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(())
+    } else {
+        Err(ServiceError::BadRequest(format!(
+            "invalid Idempotency-Key {:?}: use 1 to 128 printable ASCII characters, no spaces",
+            truncate_for_error(key)
         )))
     }
 }

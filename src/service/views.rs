@@ -128,6 +128,10 @@ pub struct AppendResponse {
     pub token_source: TokenSource,
     /// The session was created by this append.
     pub created: bool,
+    /// An earlier append with the same Idempotency-Key stored these messages; this one
+    /// stored nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
     /// The compaction this append triggered, if any.
     pub compaction: Option<CompactionStatus>,
 }
@@ -143,6 +147,7 @@ impl AppendResponse {
             tokens,
             token_source,
             created: outcome.created,
+            replayed: outcome.replayed,
             compaction,
         }
     }

@@ -63,6 +63,42 @@ impl NewMessage {
     }
 }
 
+/// An append's Idempotency-Key and the fingerprint of its request.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    pub key: String,
+    pub request_hash: i64,
+}
+
+impl Idempotency {
+    /// The key for an append of `messages` with `reported_tokens`: the fingerprint is FNV-1a
+    /// over what the append stores, stable across builds (a retry may reach a newer daemon).
+    pub fn new(
+        key: String,
+        messages: &[NewMessage],
+        reported_tokens: Option<usize>,
+    ) -> Idempotency {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes {
+                hash ^= u64::from(*b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for m in messages {
+            feed(m.role.as_bytes());
+            feed(&[0]);
+            feed(m.parts_json.as_bytes());
+            feed(&[0]);
+        }
+        feed(format!("{reported_tokens:?}").as_bytes());
+        Idempotency {
+            key,
+            request_hash: hash as i64,
+        }
+    }
+}
+
 /// What an append did.
 #[derive(Debug, Clone)]
 pub struct AppendOutcome {
@@ -71,6 +107,37 @@ pub struct AppendOutcome {
     pub last_seq: u64,
     /// Whether the session was created by this append.
     pub created: bool,
+    /// The append was made before under the same Idempotency-Key: nothing new was stored.
+    pub replayed: bool,
+}
+
+/// The outcome stored for `idempotency`'s key, if its append was made before.
+fn earlier_append(
+    conn: &Connection,
+    session_id: &str,
+    idempotency: &Idempotency,
+) -> Result<Option<AppendOutcome>> {
+    let found: Option<(i64, u64, u64)> = conn
+        .prepare_cached(
+            "SELECT request_hash, first_seq, last_seq FROM idempotency_keys WHERE session_id = ?1 AND key = ?2",
+        )?
+        .query_row(params![session_id, idempotency.key], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    let Some((hash, first_seq, last_seq)) = found else {
+        return Ok(None);
+    };
+    if hash != idempotency.request_hash {
+        return Err(StoreError::IdempotencyMismatch(idempotency.key.clone()));
+    }
+    Ok(Some(AppendOutcome {
+        session: get_live(conn, session_id)?,
+        first_seq,
+        last_seq,
+        created: false,
+        replayed: true,
+    }))
 }
 
 fn append(
@@ -80,7 +147,15 @@ fn append(
     messages: &[NewMessage],
     reported_tokens: Option<usize>,
     pins: PinRules,
+    idempotency: Option<&Idempotency>,
 ) -> Result<AppendOutcome> {
+    if let Some(earlier) = idempotency
+        .map(|i| earlier_append(conn, session_id, i))
+        .transpose()?
+        .flatten()
+    {
+        return Ok(earlier);
+    }
     let (session, created) = match (get_live(conn, session_id), create) {
         (Ok(session), _) => (session, false),
         (Err(StoreError::NotFound(_)), Some(new)) => (insert(conn, new)?, true),
@@ -176,11 +251,26 @@ fn append(
             ],
             SessionRow::from_row,
         )?;
+    let last_seq = first_seq + count - 1;
+    if let Some(idempotency) = idempotency {
+        conn.prepare_cached(&format!(
+            "INSERT INTO idempotency_keys (session_id, key, request_hash, first_seq, last_seq, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+        ))?
+        .execute(params![
+            session_id,
+            idempotency.key,
+            idempotency.request_hash,
+            first_seq,
+            last_seq
+        ])?;
+    }
     Ok(AppendOutcome {
         session,
         first_seq,
-        last_seq: first_seq + count - 1,
+        last_seq,
         created,
+        replayed: false,
     })
 }
 
@@ -282,6 +372,7 @@ impl Store {
         messages: Vec<NewMessage>,
         reported_tokens: Option<usize>,
         pins: PinRules,
+        idempotency: Option<Idempotency>,
     ) -> Result<AppendOutcome> {
         self.write(move |conn| {
             append(
@@ -291,6 +382,7 @@ impl Store {
                 &messages,
                 reported_tokens,
                 pins,
+                idempotency.as_ref(),
             )
         })
         .await

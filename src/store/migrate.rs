@@ -34,6 +34,19 @@ const UPGRADES: &[Upgrade] = &[
               UPDATE messages SET pinned = 1 WHERE role = 'system';",
         then: Some(pin_existing_tasks),
     },
+    // 3: idempotent appends.
+    Upgrade {
+        sql: "CREATE TABLE idempotency_keys (
+                  session_id   TEXT NOT NULL REFERENCES sessions(id),
+                  key          TEXT NOT NULL,
+                  request_hash INTEGER NOT NULL,
+                  first_seq    INTEGER NOT NULL,
+                  last_seq     INTEGER NOT NULL,
+                  created_at   TEXT NOT NULL,
+                  PRIMARY KEY (session_id, key)
+              ) WITHOUT ROWID;",
+        then: None,
+    },
 ];
 
 /// The schema version this build writes.

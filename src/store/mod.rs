@@ -21,7 +21,7 @@ mod writer;
 
 pub use compactions::{NewCompaction, NewFailure};
 pub use error::StoreError;
-pub use messages::{AppendOutcome, NewMessage, PinRules};
+pub use messages::{AppendOutcome, Idempotency, NewMessage, PinRules};
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage, TokenSource,
 };

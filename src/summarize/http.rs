@@ -104,6 +104,9 @@ async fn attempt_once(
         },
         retry_after: None,
     })?;
+    // Whatever the server says is scrubbed of the key before anything cuts it short: a cut
+    // through the key would leave a fragment no scrubbing recognises.
+    let text = scrub_secret(&text, policy.secret.as_deref());
     if status.is_success() {
         return serde_json::from_str(&text).map_err(|e| {
             Failure::Final(SummarizeError::BadResponse(format!(
@@ -123,15 +126,16 @@ async fn attempt_once(
     }
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is rare from model APIs and is ignored).
+/// `Retry-After` in seconds (the HTTP-date form is rare from model APIs and is ignored),
+/// capped at [`MAX_WAIT`]: a server may answer anything (`1e30`, `inf`, `NaN`).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    value
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    let seconds = value.trim().parse::<f64>().ok().filter(|s| *s >= 0.0)?;
+    Some(if seconds < MAX_WAIT.as_secs_f64() {
+        Duration::from_secs_f64(seconds)
+    } else {
+        MAX_WAIT
+    })
 }
 
 /// Exponential backoff with up to 50% jitter, so many sessions do not retry in lockstep.
@@ -173,13 +177,9 @@ fn describe(e: &reqwest::Error) -> String {
     text
 }
 
-/// Scrubs the API key (and the fragments APIs quote back, such as its first and last
-/// characters) from an error.
+/// Scrubs the API key from an error (see [`scrub_secret`]).
 pub fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
-    let Some(secret) = policy.secret.as_deref().filter(|s| !s.is_empty()) else {
-        return error;
-    };
-    let scrub = |text: String| scrub_secret(&text, secret);
+    let scrub = |text: String| scrub_secret(&text, policy.secret.as_deref());
     match error {
         SummarizeError::Unavailable(t) => SummarizeError::Unavailable(scrub(t)),
         SummarizeError::Http { status, message } => SummarizeError::Http {
@@ -189,21 +189,100 @@ pub fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
         SummarizeError::BadResponse(t) => SummarizeError::BadResponse(scrub(t)),
         SummarizeError::Command(t) => SummarizeError::Command(scrub(t)),
         SummarizeError::Config(t) => SummarizeError::Config(scrub(t)),
+        SummarizeError::Internal(t) => SummarizeError::Internal(scrub(t)),
         other => other,
     }
 }
 
-fn scrub_secret(text: &str, secret: &str) -> String {
-    let mut text = text.replace(secret, "[redacted]");
-    let chars: Vec<char> = secret.chars().collect();
-    if chars.len() >= 16 {
-        let head: String = chars[..8].iter().collect();
-        let tail: String = chars[chars.len() - 4..].iter().collect();
-        text = text
-            .replace(&head, "[redacted]")
-            .replace(&tail, "[redacted]");
+/// Characters of the key a quoted fragment must share to be scrubbed.
+const FRAGMENT: usize = 8;
+/// The key's last characters, scrubbed where an API quotes them after a mask (`sk-...WXYZ`).
+const MASKED_TAIL: usize = 4;
+
+/// `text` without the key: whole, any run of 8 or more of its characters (APIs quote keys in
+/// part: a prefix, a suffix, the middle), its last 4 characters after a mask (`***WXYZ`), and
+/// base64-encoded (as in a Basic credential), whatever its offset within the encoded text.
+pub fn scrub_secret(text: &str, secret: Option<&str>) -> String {
+    let Some(secret) = secret.filter(|s| s.chars().count() >= FRAGMENT) else {
+        return text.to_string();
+    };
+    let mut out = text.replace(secret, "[redacted]");
+    for encoded in base64_forms(secret.as_bytes()) {
+        out = out.replace(&encoded, "[redacted]");
     }
-    text
+    let out = scrub_runs(&out, secret);
+    let tail: String = {
+        let chars: Vec<char> = secret.chars().collect();
+        chars[chars.len() - MASKED_TAIL..].iter().collect()
+    };
+    let mut result = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find(&tail) {
+        let masked = rest[..at].ends_with(['*', '.', '…']);
+        result.push_str(&rest[..at]);
+        result.push_str(if masked { "[redacted]" } else { &tail });
+        rest = &rest[at + tail.len()..];
+    }
+    result.push_str(rest);
+    result
+}
+
+/// Replaces every maximal run of `FRAGMENT` or more characters that also occurs in `secret`.
+fn scrub_runs(text: &str, secret: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let secret_chars: Vec<char> = secret.chars().collect();
+    let windows: std::collections::HashSet<&[char]> = secret_chars.windows(FRAGMENT).collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        if i + FRAGMENT <= chars.len() && windows.contains(&chars[i..i + FRAGMENT]) {
+            let mut end = i + FRAGMENT;
+            while end < chars.len() && secret.contains(&chars[i..=end].iter().collect::<String>()) {
+                end += 1;
+            }
+            out.push_str("[redacted]");
+            i = end;
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The parts of `bytes`' base64 encoding that do not depend on what surrounds it: encoded at
+/// each of the three offsets, without the characters mixed with the neighbours.
+fn base64_forms(bytes: &[u8]) -> Vec<String> {
+    (0..3)
+        .filter_map(|offset| {
+            let mut padded = vec![0u8; offset];
+            padded.extend_from_slice(bytes);
+            let encoded = base64(&padded);
+            // Skip the characters that mix in the padding bytes, and the last group.
+            let start = (offset * 4).div_ceil(3);
+            let end = encoded.trim_end_matches('=').len().saturating_sub(3);
+            (end > start + FRAGMENT).then(|| encoded[start..end].to_string())
+        })
+        .collect()
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (chunk[0] as u32) << 16
+            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+            | *chunk.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -213,11 +292,49 @@ mod tests {
     #[test]
     fn keys_and_their_quoted_fragments_are_scrubbed() {
         let key = "sk-test-1234567890abcdefWXYZ";
-        let text = format!("Incorrect API key provided: {key}. Also sk-test-***WXYZ");
-        let scrubbed = scrub_secret(&text, key);
-        assert!(!scrubbed.contains(key));
-        assert!(!scrubbed.contains("sk-test-"));
-        assert!(!scrubbed.contains("WXYZ"));
+        let text = format!(
+            "Incorrect API key provided: {key}. Also sk-test-***WXYZ, '{}' and \"{}",
+            &key[3..],
+            &key[..20]
+        );
+        let scrubbed = scrub_secret(&text, Some(key));
+        assert_eq!(
+            scrubbed,
+            "Incorrect API key provided: [redacted]. Also [redacted]***[redacted], '[redacted]' and \"[redacted]"
+        );
+        // The last four characters alone are ordinary text unless they follow a mask.
+        assert_eq!(scrub_secret("WXYZ rules", Some(key)), "WXYZ rules");
+    }
+
+    #[test]
+    fn base64_encoded_keys_are_scrubbed_at_any_offset() {
+        assert_eq!(base64(b"user:pass"), "dXNlcjpwYXNz");
+        assert_eq!(base64(b"ab"), "YWI=");
+        let key = "local-server-key-0123456789";
+        for prefix in ["", "u:", "ab:"] {
+            let encoded = base64(format!("{prefix}{key}").as_bytes());
+            let scrubbed = scrub_secret(
+                &format!("Authorization: Basic {encoded} rejected"),
+                Some(key),
+            );
+            assert!(
+                scrubbed.contains("[redacted]") && !scrubbed.contains(&encoded[8..20]),
+                "{prefix}: {scrubbed}"
+            );
+        }
+    }
+
+    #[test]
+    fn absurd_retry_after_values_are_capped() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        for value in ["1e30", "inf", "999999999999"] {
+            headers.insert(reqwest::header::RETRY_AFTER, value.parse().unwrap());
+            assert_eq!(retry_after(&headers), Some(MAX_WAIT), "{value}");
+        }
+        headers.insert(reqwest::header::RETRY_AFTER, "NaN".parse().unwrap());
+        assert_eq!(retry_after(&headers), None);
+        headers.insert(reqwest::header::RETRY_AFTER, "1.5".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(1500)));
     }
 
     #[test]

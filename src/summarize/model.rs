@@ -51,6 +51,8 @@ impl<A: ModelApi> Summarizer for ModelSummarizer<A> {
             .body(&self.model, self.max_output_tokens, &request.prompt);
         let headers = self.api.headers(self.api_key.as_deref());
         let answer = post_json(&self.url, &headers, &body, &self.policy).await?;
-        self.api.text(&answer)
+        // A model that echoes the key (from a prompt, a log it saw) must not store it.
+        let text = self.api.text(&answer)?;
+        Ok(super::http::scrub_secret(&text, self.api_key.as_deref()))
     }
 }

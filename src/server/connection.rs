@@ -1,0 +1,231 @@
+//! Serving one connection within bounds.
+//!
+//! Before hyper sees a connection, its first request head is read here: within
+//! [`HEADER_TIMEOUT`], at most [`MAX_HEAD_BYTES`] and [`MAX_HEADERS`] headers, and parsed with
+//! httparse, so a malformed request line, a header flood or an oversized head gets the API's
+//! JSON error (400, 431, 408) rather than an empty answer. Then hyper serves the connection,
+//! the bytes already read first: keep-alive requests after the first are held to the same
+//! head limits by hyper, and a connection that sends nothing for [`HEADER_TIMEOUT`] between
+//! requests is closed. A client that half-closes after sending still gets its answer.
+
+use super::error::ApiError;
+use axum::Router;
+use axum::http::StatusCode;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+
+/// A request head must arrive within this; an idle keep-alive connection is closed after it.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most bytes a request head (request line and headers) may take.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most headers a request may have.
+pub const MAX_HEADERS: usize = 64;
+
+/// Serves `stream` until the client closes it, a timeout hits, or `shutdown` fires (then the
+/// request in flight is finished first).
+pub async fn serve(mut stream: UnixStream, app: Router, shutdown: CancellationToken) {
+    let head = tokio::select! {
+        head = tokio::time::timeout(HEADER_TIMEOUT, read_first_head(&mut stream)) => head,
+        _ = shutdown.cancelled() => return,
+    };
+    let buffered = match head {
+        Ok(Ok(Some(buffered))) => buffered,
+        // Closed before a request: nothing to answer.
+        Ok(Ok(None)) => return,
+        Ok(Err(error)) => return refuse(stream, error).await,
+        Err(_) => {
+            let error = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the request head did not arrive within {} s",
+                    HEADER_TIMEOUT.as_secs()
+                ),
+            );
+            return refuse(stream, error).await;
+        }
+    };
+    let io = TokioIo::new(Rewind {
+        prefix: buffered,
+        at: 0,
+        inner: stream,
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES.max(8192))
+        .half_close(true)
+        .keep_alive(true);
+    let connection = builder.serve_connection(io, TowerToHyperService::new(app));
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+/// Writes `error` as a complete HTTP response and closes the connection.
+pub async fn refuse(mut stream: UnixStream, error: ApiError) {
+    let body =
+        serde_json::json!({"error": {"code": error.code, "message": error.message}}).to_string();
+    let reason = error.status.canonical_reason().unwrap_or("Error");
+    let retry = error
+        .retry_after
+        .map(|s| format!("retry-after: {s}\r\n"))
+        .unwrap_or_default();
+    let response = format!(
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{retry}connection: close\r\n\r\n{body}",
+        error.status.as_u16(),
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let _ = stream.write_all(response.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+/// Reads until the first request head is complete and checks it; returns everything read
+/// (the head and whatever of the body came with it), or `None` if the client closed first.
+async fn read_first_head(stream: &mut UnixStream) -> Result<Option<Vec<u8>>, ApiError> {
+    let mut buffer = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("cannot read the request: {e}")))?;
+        if n == 0 {
+            if buffer.iter().all(u8::is_ascii_whitespace) {
+                return Ok(None);
+            }
+            return Err(ApiError::bad_request("the request ended inside its head"));
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = find_head_end(&buffer) {
+            check_head(&buffer[..end])?;
+            return Ok(Some(buffer));
+        }
+        if buffer.len() > MAX_HEAD_BYTES {
+            return Err(too_large_head());
+        }
+    }
+}
+
+fn find_head_end(buffer: &[u8]) -> Option<usize> {
+    buffer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4)
+}
+
+fn too_large_head() -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "too_large",
+        format!(
+            "the request head is larger than {MAX_HEAD_BYTES} bytes or has more than {MAX_HEADERS} headers"
+        ),
+    )
+}
+
+/// A request head httparse accepts, within the limits.
+fn check_head(head: &[u8]) -> Result<(), ApiError> {
+    if head.len() > MAX_HEAD_BYTES {
+        return Err(too_large_head());
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => match request.version {
+            Some(1) | Some(0) => Ok(()),
+            _ => Err(ApiError::new(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "bad_request",
+                "only HTTP/1.0 and HTTP/1.1 are served",
+            )),
+        },
+        Ok(httparse::Status::Partial) => Err(ApiError::bad_request("incomplete request head")),
+        Err(httparse::Error::TooManyHeaders) => Err(too_large_head()),
+        Err(e) => Err(ApiError::bad_request(format!("malformed request: {e}"))),
+    }
+}
+
+/// A stream that first yields bytes already read from it.
+struct Rewind {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: UnixStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.at += n;
+            if self.at == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_checked() {
+        assert!(check_head(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").is_ok());
+        let e = check_head(b"GET /health HTTP/9\r\n\r\n").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let e = check_head(b"GE T /\r\n\r\n").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let flood: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+        let e = check_head(format!("GET / HTTP/1.1\r\n{flood}\r\n").as_bytes()).unwrap_err();
+        assert_eq!(e.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
+    }
+}
