@@ -100,6 +100,12 @@ pub struct ServerConfig {
     pub socket: Option<PathBuf>,
     /// Requests with larger bodies are refused with 413.
     pub max_body_bytes: usize,
+    /// Seconds a request head, and then its body, may take to arrive; also how long an idle
+    /// keep-alive connection stays open.
+    pub request_timeout_s: u64,
+    /// Connections served at once (further ones get 503); at most what the open-file limit
+    /// allows.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +113,8 @@ impl Default for ServerConfig {
         ServerConfig {
             socket: None,
             max_body_bytes: 8 * 1024 * 1024,
+            request_timeout_s: 30,
+            max_connections: 4_096,
         }
     }
 }
@@ -215,6 +223,12 @@ impl Config {
         }
         if self.server.max_body_bytes < 1024 {
             return Err("[server] max_body_bytes must be at least 1024".into());
+        }
+        if self.server.request_timeout_s == 0 {
+            return Err("[server] request_timeout_s must be at least 1".into());
+        }
+        if self.server.max_connections == 0 {
+            return Err("[server] max_connections must be at least 1".into());
         }
         Ok(())
     }

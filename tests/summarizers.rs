@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::mock_model::{MockModel, Reply, nine_sections};
+use common::mock_model::{self, MockModel, Reply, nine_sections};
 use common::{TestDaemon, bash_round, user};
 use compactd::client::{Client, ClientError};
 use serde_json::{Value, json};
@@ -387,10 +387,38 @@ async fn the_extractive_fallback_compacts_when_the_model_fails_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
+    // The key deep inside a long error body (past where messages are cut), base64-encoded,
+    // and quoted in part; then a model answer that echoes it; then a config typo quoting it.
+    let encoded = {
+        use std::io::Write;
+        let mut out = Vec::new();
+        let mut child = std::process::Command::new("base64")
+            .arg("-w0")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("user:{KEY}").as_bytes())
+            .unwrap();
+        use std::io::Read;
+        child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+        child.wait().unwrap();
+        String::from_utf8(out).unwrap()
+    };
     let echo = format!(
-        "{{\"error\":{{\"message\":\"Incorrect API key provided: {KEY}. You passed sk-test-...CRET\"}}}}"
+        "{{\"error\":{{\"message\":\"{} Incorrect API key provided: {KEY}. You passed sk-test-...CRET, Basic {encoded}\"}}}}",
+        "padding ".repeat(40)
     );
-    let mock = MockModel::start(vec![], Reply::status(401, &echo));
+    let mock = MockModel::start(
+        vec![Reply::status(401, &echo)],
+        Reply::OpenAi(mock_model::nine_sections(&format!(
+            "I was called with {KEY}"
+        ))),
+    );
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
     let mut events = client.events().await.unwrap();
@@ -405,6 +433,25 @@ async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
             .unwrap();
         seen.push_str(&format!("{name} {data}\n"));
     }
+    // The second call succeeds with a summary that echoes the key.
+    let compacted = client
+        .post("/session/leak/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(compacted["compacted"], true);
+    // A config edit that puts the key in the wrong field is rejected without quoting it.
+    std::fs::write(
+        daemon.config_path(),
+        format!("{}\napi_key = \"{KEY}\"\n", openai_config(&mock, "")),
+    )
+    .unwrap();
+    let health = loop {
+        let health = client.get("/health").await.unwrap();
+        if !health["config"]["error"].is_null() {
+            break health.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let history = client
         .get("/session/leak/compaction")
         .await
@@ -420,10 +467,15 @@ async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
         ("error", &message),
         ("events", &seen),
         ("history", &history),
+        ("health", &health),
         ("database", &stored),
         ("log", &daemon.log()),
     ] {
         assert!(!text.contains(KEY), "the key leaked into the {what}");
+        assert!(
+            !text.contains(&encoded[8..24]),
+            "the encoded key leaked into the {what}"
+        );
         assert!(
             !text.contains("sk-test-0123"),
             "a key fragment leaked into the {what}"

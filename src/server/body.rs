@@ -1,7 +1,7 @@
 //! Reading request bodies within bounds, whatever the client does.
 //!
 //! A body is read into one buffer sized by its `Content-Length` (never more than
-//! `[server] max_body_bytes`), within [`BODY_TIMEOUT`], after taking its size from a budget
+//! `[server] max_body_bytes`), within `[server] request_timeout_s`, after taking its size from a budget
 //! that all bodies in flight share ([`BodyBudget`], 4 × max_body_bytes): a client that
 //! trickles a body one byte at a time, or many clients sending large ones at once, cannot
 //! grow the daemon's memory beyond that budget and the parsing it bounds.
@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// A whole body must arrive within this.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a request waits for room in the budget before it is told to retry.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 /// Bodies in flight may take this many times `max_body_bytes`, in all.
@@ -26,14 +24,17 @@ pub const BUDGET_BODIES: usize = 4;
 pub struct BodyBudget {
     permits: Arc<Semaphore>,
     kib: usize,
+    /// How long a whole body may take to arrive.
+    timeout: Duration,
 }
 
 impl BodyBudget {
-    pub fn new(bytes: usize) -> BodyBudget {
+    pub fn new(bytes: usize, timeout: Duration) -> BodyBudget {
         let kib = bytes.div_ceil(1024).min(Semaphore::MAX_PERMITS);
         BodyBudget {
             permits: Arc::new(Semaphore::new(kib)),
             kib,
+            timeout,
         }
     }
 
@@ -85,7 +86,7 @@ pub async fn read_body(
         }
         Ok(())
     };
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+    match tokio::time::timeout(budget.timeout, read).await {
         Ok(result) => result?,
         Err(_) => {
             return Err(ApiError::new(
@@ -93,7 +94,7 @@ pub async fn read_body(
                 "timeout",
                 format!(
                     "the request body did not arrive within {} s",
-                    BODY_TIMEOUT.as_secs()
+                    budget.timeout.as_secs()
                 ),
             ));
         }

@@ -1,11 +1,11 @@
 //! Serving one connection within bounds.
 //!
 //! Before hyper sees a connection, its first request head is read here: within
-//! [`HEADER_TIMEOUT`], at most [`MAX_HEAD_BYTES`] and [`MAX_HEADERS`] headers, and parsed with
+//! `[server] request_timeout_s`, at most [`MAX_HEAD_BYTES`] and [`MAX_HEADERS`] headers, and parsed with
 //! httparse, so a malformed request line, a header flood or an oversized head gets the API's
 //! JSON error (400, 431, 408) rather than an empty answer. Then hyper serves the connection,
 //! the bytes already read first: keep-alive requests after the first are held to the same
-//! head limits by hyper, and a connection that sends nothing for [`HEADER_TIMEOUT`] between
+//! head limits by hyper, and a connection that sends nothing for the same time between
 //! requests is closed. A client that half-closes after sending still gets its answer.
 
 use super::error::ApiError;
@@ -21,8 +21,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-/// A request head must arrive within this; an idle keep-alive connection is closed after it.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most bytes a request head (request line and headers) may take.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most headers a request may have.
@@ -30,9 +28,14 @@ pub const MAX_HEADERS: usize = 64;
 
 /// Serves `stream` until the client closes it, a timeout hits, or `shutdown` fires (then the
 /// request in flight is finished first).
-pub async fn serve(mut stream: UnixStream, app: Router, shutdown: CancellationToken) {
+pub async fn serve(
+    mut stream: UnixStream,
+    app: Router,
+    timeout: Duration,
+    shutdown: CancellationToken,
+) {
     let head = tokio::select! {
-        head = tokio::time::timeout(HEADER_TIMEOUT, read_first_head(&mut stream)) => head,
+        head = tokio::time::timeout(timeout, read_first_head(&mut stream)) => head,
         _ = shutdown.cancelled() => return,
     };
     let buffered = match head {
@@ -46,7 +49,7 @@ pub async fn serve(mut stream: UnixStream, app: Router, shutdown: CancellationTo
                 "timeout",
                 format!(
                     "the request head did not arrive within {} s",
-                    HEADER_TIMEOUT.as_secs()
+                    timeout.as_secs()
                 ),
             );
             return refuse(stream, error).await;
@@ -60,7 +63,7 @@ pub async fn serve(mut stream: UnixStream, app: Router, shutdown: CancellationTo
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(timeout)
         .max_buf_size(MAX_HEAD_BYTES.max(8192))
         .half_close(true)
         .keep_alive(true);

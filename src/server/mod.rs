@@ -1,7 +1,7 @@
 //! HTTP/1.1 + JSON over a Unix socket (like Docker's): the router, and serving it.
 //!
-//! Serving is bounded by construction: at most [`max_connections`] connections at once (more
-//! are answered 503 and closed), each from the daemon's own user only (others get 403 at
+//! Serving is bounded by construction: at most `[server] max_connections` connections at once
+//! (more are answered 503 and closed), each from the daemon's own user only (others get 403 at
 //! accept), each held to header and idle timeouts ([`connection`]), each body to a size, a
 //! deadline and a shared memory budget ([`body`]). At start the soft limit on open files is
 //! raised to the hard one, so the connection limit, not the file limit, is what binds.
@@ -32,8 +32,10 @@ use tokio_util::task::TaskTracker;
 
 /// The API's routes.
 pub fn router(service: Arc<Service>) -> Router {
+    let server = service.settings().config.server.clone();
     let budget = body::BodyBudget::new(
-        service.settings().config.server.max_body_bytes * body::BUDGET_BODIES,
+        server.max_body_bytes * body::BUDGET_BODIES,
+        Duration::from_secs(server.request_timeout_s),
     );
     Router::new()
         .route("/health", get(routes::health))
@@ -61,10 +63,10 @@ pub fn router(service: Arc<Service>) -> Router {
         .with_state(service)
 }
 
-/// Connections served at once: what the open-file limit allows, at most 4,096.
-pub fn max_connections() -> usize {
+/// Connections served at once: `configured`, within what the open-file limit allows.
+pub fn max_connections(configured: usize) -> usize {
     let limit = raise_open_file_limit();
-    (limit.saturating_sub(128) as usize).clamp(16, 4_096)
+    configured.min((limit.saturating_sub(128) as usize).max(16))
 }
 
 /// Raises the soft limit on open files to the hard one (systemd's default soft limit is
@@ -99,8 +101,10 @@ pub async fn serve(
     service: Arc<Service>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let server = service.settings().config.server.clone();
+    let timeout = Duration::from_secs(server.request_timeout_s);
     let app = router(service);
-    let slots = Arc::new(Semaphore::new(max_connections()));
+    let slots = Arc::new(Semaphore::new(max_connections(server.max_connections)));
     let stop = CancellationToken::new();
     let connections = TaskTracker::new();
     let own_uid = crate::paths::current_uid();
@@ -129,7 +133,7 @@ pub async fn serve(
         let app = app.clone();
         let stop = stop.clone();
         connections.spawn(async move {
-            connection::serve(stream, app, stop).await;
+            connection::serve(stream, app, timeout, stop).await;
             drop(slot);
         });
     }

@@ -386,14 +386,23 @@ impl Service {
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
         validate_session_id(id)?;
-        if wait {
-            self.locks.wait_idle(id).await;
-        }
-        let snapshot = self.store.context(id).await?;
-        if wait && self.after_append(&snapshot.session, true).await.is_some() {
+        if !wait {
             return Ok(ContextView::new(self.store.context(id).await?));
         }
-        Ok(ContextView::new(snapshot))
+        // Compactions of a busy session take turns with its readers: wait through a few of
+        // them for the session to come under its trigger, not forever (appends may keep
+        // coming).
+        let mut rounds = 0;
+        loop {
+            self.locks.wait_idle(id).await;
+            let snapshot = self.store.context(id).await?;
+            rounds += 1;
+            match self.after_append(&snapshot.session, true).await {
+                Some(status) if status.status != "breaker_open" && rounds < CONTEXT_WAIT_ROUNDS => {
+                }
+                _ => return Ok(ContextView::new(snapshot)),
+            }
+        }
     }
 
     /// A page of the session's compactions (after number `after`) and of its failed attempts
@@ -420,6 +429,9 @@ impl Service {
         ))
     }
 }
+
+/// Compaction rounds a context waits through for its session to come under its trigger.
+const CONTEXT_WAIT_ROUNDS: usize = 8;
 
 /// Answers hold at most about this many bytes of messages or summaries (always at least one
 /// item), so no request makes the daemon build an unbounded response.

@@ -193,3 +193,56 @@ pub fn have(program: &str) -> bool {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// Sends `request` (raw HTTP bytes) on a fresh connection and reads until the daemon closes it
+/// or `Connection: close` framing ends; returns what came back.
+pub fn raw_http(socket: &Path, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A POST of a JSON body with extra headers, as raw HTTP.
+pub fn post_with_headers(path: &str, body: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: compactd\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The daemon's process id, from /health.
+pub async fn daemon_pid(client: &Client) -> u32 {
+    client.get("/health").await.unwrap()["pid"]
+        .as_u64()
+        .unwrap() as u32
+}
+
+/// Retries `check` every 50 ms until it returns `Some`, for at most `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
