@@ -10,14 +10,14 @@ use crate::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
 use crate::config::Synchronous;
+use crate::daemon_process::DaemonProcess;
 use crate::message::Message;
 use crate::synthetic::synthetic_session;
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use hyper::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
@@ -118,7 +118,14 @@ pub async fn run(
 ) -> Result<BenchReport> {
     let sizes = Sizes::new(quick);
     let dir = tempfile::TempDir::new()?;
-    let mut daemon = BenchDaemon::start(dir.path(), synchronous)?;
+    let config = toml::to_string(&crate::config::Config {
+        store: crate::config::StoreConfig {
+            path: None,
+            synchronous,
+        },
+        ..Default::default()
+    })?;
+    let mut daemon = DaemonProcess::start(dir.path(), &config)?;
     let client = Client::new(dir.path().join("compactd.sock"));
     let mut conn = client.keep_alive().await?;
     conn.raw(Method::GET, "/health", "").await?;
@@ -337,69 +344,6 @@ pub fn plan_ms(n: usize, runs: usize) -> f64 {
         std::hint::black_box(plan.prompt(&input));
     }
     start.elapsed().as_secs_f64() * 1e3 / runs.max(1) as f64
-}
-
-/// The daemon under test, a real process.
-struct BenchDaemon {
-    child: Child,
-}
-
-impl BenchDaemon {
-    fn start(dir: &Path, synchronous: Synchronous) -> Result<BenchDaemon> {
-        std::fs::create_dir_all(dir.join("config"))?;
-        let config = toml::to_string(&crate::config::Config {
-            store: crate::config::StoreConfig {
-                path: None,
-                synchronous,
-            },
-            ..Default::default()
-        })?;
-        std::fs::write(dir.join("config").join("config.toml"), config)?;
-        let notify_path = dir.join("notify.sock");
-        let notify = std::os::unix::net::UnixDatagram::bind(&notify_path)?;
-        let mut child = Command::new(std::env::current_exe()?)
-            .arg("--socket")
-            .arg(dir.join("compactd.sock"))
-            .arg("serve")
-            .arg("--db")
-            .arg(dir.join("compactd.db"))
-            .arg("--config")
-            // Not beside the database: the config watcher would wake on every WAL write.
-            .arg(dir.join("config").join("config.toml"))
-            .env("NOTIFY_SOCKET", &notify_path)
-            .env("COMPACTD_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("cannot start the daemon")?;
-        crate::daemon::wait_ready(&notify, &mut child, Duration::from_secs(60))?;
-        Ok(BenchDaemon { child })
-    }
-
-    /// Resident memory of the daemon process, MB.
-    fn rss_mb(&self) -> Result<f64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        let kb: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmRSS in /proc")?;
-        Ok(kb / 1024.0)
-    }
-
-    fn stop(&mut self) -> Result<()> {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait()?;
-        Ok(())
-    }
-}
-
-impl Drop for BenchDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The figures as a table, with the targets for this kind of machine.

@@ -195,11 +195,26 @@ impl Connection {
         path: &str,
         body: Bytes,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let request = Request::builder()
+        self.send_with(method, path, &[], body).await
+    }
+
+    /// Sends a request with extra headers (an `Idempotency-Key`, say).
+    pub async fn send_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
+        let mut request = Request::builder()
             .method(method)
             .uri(path)
             .header("host", "compactd")
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
             .body(Full::new(body))
             .map_err(|e| self.client.transport(e))?;
         self.sender
@@ -219,7 +234,18 @@ impl Connection {
         path: &str,
         body: impl Into<Bytes>,
     ) -> Result<Answer, ClientError> {
-        let response = self.send(method, path, body.into()).await?;
+        self.raw_with(method, path, &[], body).await
+    }
+
+    /// Sends a request with extra headers and reads the whole answer.
+    pub async fn raw_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Result<Answer, ClientError> {
+        let response = self.send_with(method, path, headers, body.into()).await?;
         let status = response.status();
         let body = response
             .into_body()

@@ -118,28 +118,3 @@ pub async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
 }
-
-/// Waits for `READY=1` on `notify` (a NOTIFY_SOCKET the caller bound and passed to `child`),
-/// failing early if the child exits. Used by `compactd bench` and the integration tests to
-/// start real daemon processes without sleeping.
-pub fn wait_ready(
-    notify: &std::os::unix::net::UnixDatagram,
-    child: &mut std::process::Child,
-    timeout: std::time::Duration,
-) -> Result<()> {
-    let deadline = std::time::Instant::now() + timeout;
-    notify.set_read_timeout(Some(std::time::Duration::from_millis(100)))?;
-    let mut buf = [0u8; 4096];
-    while std::time::Instant::now() < deadline {
-        match notify.recv(&mut buf) {
-            Ok(n) if String::from_utf8_lossy(&buf[..n]).contains("READY=1") => return Ok(()),
-            Ok(_) => {}
-            Err(_) => {
-                if let Some(status) = child.try_wait()? {
-                    anyhow::bail!("the daemon exited with {status} before it was ready");
-                }
-            }
-        }
-    }
-    anyhow::bail!("the daemon was not ready after {} s", timeout.as_secs())
-}

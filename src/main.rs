@@ -99,6 +99,13 @@ enum Command {
         #[arg(long, value_enum, default_value = "full")]
         synchronous: compactd::config::Synchronous,
     },
+    /// Abuse a real daemon (kill -9 cycles under appends, hostile requests, slow clients) and
+    /// check every promise; exits non-zero if one broke.
+    Torture {
+        /// How long to run, in seconds (CI runs 60).
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Show what compaction would do to a file of messages (offline, JSON).
     Plan {
         #[command(flatten)]
@@ -268,6 +275,27 @@ async fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{}", compactd::bench::render(&report));
+            }
+        }
+        Command::Torture { seconds } => {
+            let report = compactd::torture::run(std::time::Duration::from_secs(seconds), |what| {
+                if !out.json {
+                    eprintln!("torture: {what}…");
+                }
+            })
+            .await?;
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", compactd::torture::render(&report));
+            }
+            let failures = report.failures();
+            if !failures.is_empty() {
+                anyhow::bail!(
+                    "{} promises broken: {}",
+                    failures.len(),
+                    failures.join("; ")
+                );
             }
         }
         Command::Plan { input, focus } => {

@@ -284,7 +284,7 @@ async fn a_config_written_after_a_first_start_applies_without_restart() {
         .stderr(Stdio::null());
     // The harness owns the process: killed even if an assertion fails.
     daemon.child = Some(command.spawn().unwrap());
-    compactd::daemon::wait_ready(
+    compactd::daemon_process::wait_ready(
         &notify,
         daemon.child.as_mut().unwrap(),
         std::time::Duration::from_secs(60),

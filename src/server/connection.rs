@@ -155,18 +155,48 @@ fn check_head(head: &[u8]) -> Result<(), ApiError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => match request.version {
-            Some(1) | Some(0) => Ok(()),
-            _ => Err(ApiError::new(
-                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                "bad_request",
-                "only HTTP/1.0 and HTTP/1.1 are served",
-            )),
-        },
+        Ok(httparse::Status::Complete(_)) => {
+            if !matches!(request.version, Some(1) | Some(0)) {
+                return Err(ApiError::new(
+                    StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                    "bad_request",
+                    "only HTTP/1.0 and HTTP/1.1 are served",
+                ));
+            }
+            check_framing(request.headers)
+        }
         Ok(httparse::Status::Partial) => Err(ApiError::bad_request("incomplete request head")),
         Err(httparse::Error::TooManyHeaders) => Err(too_large_head()),
         Err(e) => Err(ApiError::bad_request(format!("malformed request: {e}"))),
     }
+}
+
+/// Headers that frame the body must be ones hyper can follow, or it would refuse the request
+/// without the JSON error: a numeric Content-Length (the same in every copy), and only
+/// `chunked` as Transfer-Encoding.
+fn check_framing(headers: &[httparse::Header]) -> Result<(), ApiError> {
+    let mut length: Option<&[u8]> = None;
+    for header in headers {
+        if header.name.eq_ignore_ascii_case("content-length") {
+            let value = header.value.trim_ascii();
+            if value.is_empty() || !value.iter().all(u8::is_ascii_digit) || value.len() > 19 {
+                return Err(ApiError::bad_request(
+                    "Content-Length must be a number of bytes",
+                ));
+            }
+            if length.is_some_and(|l| l != value) {
+                return Err(ApiError::bad_request("conflicting Content-Length headers"));
+            }
+            length = Some(value);
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding")
+            && !header.value.trim_ascii().eq_ignore_ascii_case(b"chunked")
+        {
+            return Err(ApiError::bad_request(
+                "only the chunked Transfer-Encoding is accepted",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A stream that first yields bytes already read from it.
@@ -230,5 +260,16 @@ mod tests {
         let e = check_head(format!("GET / HTTP/1.1\r\n{flood}\r\n").as_bytes()).unwrap_err();
         assert_eq!(e.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
+        for bad in [
+            "POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        ] {
+            assert_eq!(
+                check_head(bad.as_bytes()).unwrap_err().status,
+                StatusCode::BAD_REQUEST,
+                "{bad}"
+            );
+        }
     }
 }

@@ -1,0 +1,101 @@
+//! `compactd torture`: the daemon under abuse, for as long as asked, with every promise
+//! checked against what clients were told.
+//!
+//! - [`kills`]: kill -9 cycles while clients append concurrently and compactions run; after
+//!   every restart each acknowledged message must be stored exactly once, in order; appends
+//!   retried with their Idempotency-Key exactly once; no context over its limit or with an
+//!   orphaned tool result.
+//! - [`fuzz`]: hostile requests (malformed HTTP, bad JSON, hostile ids and numbers, oversized
+//!   and slow bodies, half-closed clients): every refusal is a JSON error, nothing refused
+//!   changes what is stored, the daemon stays up with bounded memory, and `/health` stays
+//!   fast while large pages are read.
+//!
+//! CI runs it for about a minute (`compactd torture --seconds 60`); docs/RELIABILITY.md has
+//! the figures of longer runs.
+
+mod fuzz;
+mod http;
+mod kills;
+
+use anyhow::Result;
+use serde::Serialize;
+use std::time::Duration;
+
+/// What a torture run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct TortureReport {
+    pub seconds: f64,
+    pub kills: kills::KillFigures,
+    pub fuzz: fuzz::FuzzFigures,
+}
+
+impl TortureReport {
+    /// Every broken promise, in words; empty when the run passed.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = self.kills.failures();
+        out.extend(self.fuzz.failures());
+        out
+    }
+}
+
+/// Runs both parts, splitting `duration` between them.
+pub async fn run(duration: Duration, progress: impl Fn(&str)) -> Result<TortureReport> {
+    let started = std::time::Instant::now();
+    progress("kill -9 cycles under concurrent appends");
+    let kills = kills::run(duration.mul_f64(0.5)).await?;
+    progress("hostile requests, slow clients, large reads");
+    let fuzz = fuzz::run(duration.mul_f64(0.5)).await?;
+    Ok(TortureReport {
+        seconds: started.elapsed().as_secs_f64(),
+        kills,
+        fuzz,
+    })
+}
+
+/// The report as text.
+pub fn render(r: &TortureReport) -> String {
+    let k = &r.kills;
+    let f = &r.fuzz;
+    let mut out = format!(
+        "kill -9 cycles       {} cycles ({} during a compaction), {} appends acknowledged, {} retried by key\n\
+         \x20 lost {}, duplicated {}, out of order {}, retried twice {}, contexts over the limit {}, orphaned results {}\n\
+         hostile requests     {} sent, {} refused with a JSON error, {} refusals without one, {} invalid ones accepted\n\
+         \x20 stored data changed by refusals: {}; daemon up: {}\n\
+         memory               peak RSS {:.0} MB (bound {:.0} MB) under {} slow clients and {} concurrent {:.1} MB bodies\n\
+         large reads          /health p50 {:.1} ms, max {:.1} ms while {} clients read {:.0} MB pages\n",
+        k.cycles,
+        k.kills_during_compaction,
+        k.acknowledged_appends,
+        k.retried_by_key,
+        k.lost,
+        k.duplicated,
+        k.out_of_order,
+        k.retried_twice,
+        k.contexts_over_limit,
+        k.orphaned_results,
+        f.requests,
+        f.refused_with_json,
+        f.refused_without_json,
+        f.invalid_accepted,
+        f.stored_changed,
+        f.daemon_up,
+        f.peak_rss_mb,
+        f.rss_bound_mb,
+        f.slow_clients,
+        f.large_bodies,
+        f.large_body_mb,
+        f.health_p50_ms,
+        f.health_max_ms,
+        f.readers,
+        f.page_mb,
+    );
+    let failures = r.failures();
+    if failures.is_empty() {
+        out.push_str("every promise held\n");
+    } else {
+        for failure in failures {
+            out.push_str(&format!("BROKEN: {failure}\n"));
+        }
+    }
+    out
+}
