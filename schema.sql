@@ -35,7 +35,8 @@ CREATE TABLE sessions (
     turn_start_seq      INTEGER NOT NULL DEFAULT 0,     -- seq of the user message that opened the current turn
     turn_attempts       INTEGER NOT NULL DEFAULT 0,     -- automatic compaction attempts in this turn (circuit breaker)
     pinned_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of the pinned messages, which every context holds
-    task_seq            INTEGER                         -- seq of the session's first user instruction (its task), once there is one
+    task_seq            INTEGER,                        -- seq of the session's first user instruction (its task), once there is one
+    masked_through_seq  INTEGER NOT NULL DEFAULT 0      -- tool outputs of active messages below this seq are masked in the context
 );
 
 -- Every message ever appended, in order. Append-only.
@@ -49,6 +50,9 @@ CREATE TABLE messages (
     created_at  TEXT NOT NULL,
     pinned      INTEGER NOT NULL DEFAULT 0              -- 1: a system message or the session's task, never compacted
                 CHECK (pinned IN (0, 1)),
+    tool_results  INTEGER NOT NULL DEFAULT 0,           -- how many tool_result parts the message has
+    masked_parts  TEXT CHECK (json_valid(masked_parts)),-- the parts with each tool output replaced by a placeholder (NULL: no outputs)
+    masked_tokens INTEGER,                              -- estimated tokens of masked_parts
     UNIQUE (session_id, seq)
 );
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
@@ -101,6 +105,19 @@ CREATE TABLE compactions (
     UNIQUE (session_id, num)
 );
 
+-- Every masking of old tool outputs (microcompaction): outputs of active messages before
+-- through_seq read as placeholders in the context from then on; nothing stored changes.
+CREATE TABLE maskings (
+    id          INTEGER PRIMARY KEY,
+    session_id  TEXT NOT NULL REFERENCES sessions(id),
+    through_seq INTEGER NOT NULL,                       -- outputs of messages below this seq are masked
+    outputs     INTEGER NOT NULL,                       -- tool outputs this masking hid
+    pre_tokens  INTEGER NOT NULL,                       -- estimated context tokens before
+    post_tokens INTEGER NOT NULL,                       -- and after
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX maskings_by_session ON maskings (session_id, id);
+
 -- Every compaction attempt that failed. The session was left exactly as it was.
 CREATE TABLE compaction_failures (
     id          INTEGER PRIMARY KEY,
@@ -115,9 +132,10 @@ CREATE TABLE compaction_failures (
 );
 CREATE INDEX compaction_failures_by_session ON compaction_failures (session_id, id);
 
--- Compactions, newest first, with what they saved.
+-- Compactions (summaries and maskings of old outputs), newest first, with what they saved.
 CREATE VIEW compaction_history AS
 SELECT c.session_id,
+       'summary'                                  AS kind,
        c.num,
        c.trigger,
        c.finished_at                              AS compacted_at,
@@ -136,7 +154,12 @@ SELECT c.session_id,
        c.duration_ms,
        c.focus
 FROM compactions c
-ORDER BY c.finished_at DESC, c.id DESC;
+UNION ALL
+SELECT m.session_id, 'masking', NULL, 'tokens', m.created_at, m.pre_tokens, m.post_tokens,
+       m.pre_tokens - m.post_tokens, NULL, m.through_seq, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM maskings m
+ORDER BY compacted_at DESC;
 
 -- Sessions at a glance.
 CREATE VIEW session_overview AS

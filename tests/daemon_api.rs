@@ -817,3 +817,106 @@ async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
         .unwrap_err();
     assert!(bad.to_string().contains("input_tokens"), "{bad}");
 }
+
+/// Rounds of `cat` with outputs of `chars` characters each.
+fn big_rounds(tag: &str, rounds: usize, chars: usize) -> Vec<Value> {
+    let mut messages = vec![user(&format!("{tag}: read every module"))];
+    for i in 0..rounds {
+        let output = format!("{tag}-{i}:{}", "x".repeat(chars));
+        messages.extend(bash_round(
+            &format!("{tag}{i}"),
+            &format!("cat m{i}.py"),
+            &output,
+        ));
+    }
+    messages
+}
+
+#[tokio::test]
+async fn old_outputs_are_masked_in_the_context_announced_recorded_and_retrievable() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    // 12 outputs of ~1,000 tokens: past the 10,000-token masking point of a 128k session,
+    // far below its trigger.
+    let messages = big_rounds("mc", 12, 4_000);
+    client
+        .post(
+            "/session/mc/message",
+            &json!({"messages": messages, "wait": true}),
+        )
+        .await
+        .unwrap();
+    let (name, event) = next_event(&mut events).await;
+    assert_eq!(name, "outputs_masked");
+    assert_eq!(event["outputs"], 12 - 5, "all but the newest 5 outputs");
+    assert!(event["post_tokens"].as_u64() < event["pre_tokens"].as_u64());
+
+    let context = client.get("/session/mc/context").await.unwrap();
+    let items = context["messages"].as_array().unwrap();
+    assert_eq!(items.len(), messages.len(), "masking summarizes nothing");
+    let masked: Vec<&Value> = items.iter().filter(|m| m["masked"] == true).collect();
+    assert_eq!(masked.len(), 7);
+    let first = masked[0];
+    let seq = first["seq"].as_u64().unwrap();
+    let text = first["parts"][0]["output"].as_str().unwrap();
+    assert_eq!(
+        text,
+        format!("[output of bash masked: 4,005 chars; seq {seq}]")
+    );
+    // The newest five outputs read whole.
+    let whole = items
+        .iter()
+        .filter(|m| m["role"] == "tool" && m["masked"].is_null());
+    assert_eq!(whole.count(), 5);
+    assert!(context["tokens"].as_u64().unwrap() < 6_000);
+
+    // The original is one request away, whole.
+    let page = client
+        .get(&format!("/session/mc/message?after={}&limit=1", seq - 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        page["messages"][0]["parts"],
+        messages[seq as usize - 1]["parts"]
+    );
+    assert_eq!(page["messages"][0]["compacted"], false);
+
+    // The history records the masking as its own kind, with its tokens.
+    let history = client.get("/session/mc/compaction").await.unwrap();
+    assert_eq!(history["compactions"], json!([]));
+    let masking = &history["maskings"][0];
+    assert_eq!(masking["outputs"], 7);
+    assert_eq!(
+        masking["through_seq"],
+        seq + 2 * 7,
+        "below the first of the newest five"
+    );
+    assert_eq!(masking["pre_tokens"], event["pre_tokens"]);
+}
+
+#[tokio::test]
+async fn microcompact_false_keeps_every_output_until_a_summary() {
+    let daemon = TestDaemon::start("[compaction]\nmicrocompact = false\n");
+    let client = daemon.client();
+    let messages = big_rounds("lit", 12, 4_000);
+    client
+        .post(
+            "/session/lit/message",
+            &json!({"messages": messages, "wait": true}),
+        )
+        .await
+        .unwrap();
+    let context = client.get("/session/lit/context").await.unwrap();
+    let items = context["messages"].as_array().unwrap();
+    assert!(items.iter().all(|m| m["masked"].is_null()));
+    for (got, sent) in items
+        .iter()
+        .zip(&messages)
+        .filter(|(_, m)| m["role"] == "tool")
+    {
+        assert_eq!(got["parts"], sent["parts"]);
+    }
+    let history = client.get("/session/lit/compaction").await.unwrap();
+    assert_eq!(history["maskings"], json!([]));
+}

@@ -408,7 +408,13 @@ async fn an_interrupted_compaction_resumes_and_a_lowered_limit_compacts() {
         .await
         .unwrap();
     let context = client.get("/session/p/context").await.unwrap();
-    assert!(context["compaction_num"].as_u64() >= Some(1));
+    // Masking old outputs or a summary brought it there.
+    let masked = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["masked"] == true);
+    assert!(masked || context["compaction_num"].as_u64() >= Some(1));
     assert!(
         context["tokens"].as_u64().unwrap() <= 9_600,
         "{}",

@@ -253,10 +253,11 @@ fn spec_file_tracking_table_with_directories_left_out() {
 }
 
 #[test]
-fn spec_preserve_budget_is_a_quarter_of_the_usable_context_clamped() {
+fn spec_preserve_budget_is_a_sixteenth_of_the_usable_context_clamped() {
     let c = CompactionConfig::default();
     // The origin always spends 15,000: at 32k that tail alone is over half the threshold.
-    assert_eq!(c.preserve_budget(32_000, 0), 6_400);
+    assert_eq!(c.preserve_budget(32_000, 0), MIN_PRESERVE_RECENT_TOKENS);
+    assert_eq!(c.preserve_budget(128_000, 0), 108_000 / 16);
     assert_eq!(c.preserve_budget(8_000, 0), MIN_PRESERVE_RECENT_TOKENS);
     assert_eq!(c.preserve_budget(1_000_000, 0), MAX_PRESERVE_RECENT_TOKENS);
 }
@@ -274,7 +275,7 @@ fn spec_boundary_walks_newest_first_never_orphans_and_caps_messages() {
         find_preserve_boundary(&messages, &[1, 50, 10, 10], 25, 100).index,
         3
     );
-    // Tail capped at max_messages / 2 messages.
+    // Tail capped at max_tail_messages (max_messages / 8 by default).
     let many = vec![Message::text(Role::User, "x"); 10];
     assert_eq!(find_preserve_boundary(&many, &[1; 10], 1_000, 4).index, 6);
 }

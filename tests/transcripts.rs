@@ -184,6 +184,11 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
         let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(reports.len(), files.len());
         let mut long_sessions = 0;
+        let mut total = std::collections::HashMap::from([
+            ("raw", 0.0),
+            ("masking_m10", 0.0),
+            ("compactd", 0.0),
+        ]);
         for r in &reports {
             let name = r["transcript"].as_str().unwrap();
             assert_eq!(
@@ -217,6 +222,30 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
                 t["compactd"].as_u64().unwrap(),
             );
             assert!(compactd <= raw, "{name}");
+            // Sessions of 40+ steps: no more plain input than sliding masking.
+            if r["assistant_steps"].as_u64().unwrap() >= 40 {
+                assert!(
+                    compactd <= m10,
+                    "{name}: compactd {compactd} vs masking_m10 {m10}"
+                );
+            }
+            // What users pay, with prompt caching: never more than raw history, less than
+            // sliding masking, under both price models.
+            let cost = &r["cached_cost"];
+            for model in ["anthropic", "openai"] {
+                let price = |strategy: &str| cost[strategy][model].as_f64().unwrap();
+                assert!(
+                    price("compactd") <= price("raw") + 1e-6,
+                    "{name}: {model} cost above raw"
+                );
+                assert!(
+                    price("compactd") <= price("masking_m10"),
+                    "{name}: {model} cost above masking"
+                );
+            }
+            for strategy in ["raw", "masking_m10", "compactd"] {
+                *total.get_mut(strategy).unwrap() += cost[strategy]["anthropic"].as_f64().unwrap();
+            }
             // Long sessions: the agent's raw input sums to more than 100 context windows.
             if raw > 100 * limit {
                 long_sessions += 1;
@@ -234,5 +263,8 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
             long_sessions >= 1,
             "the shared set has a long session at {limit}"
         );
+        // In total, well under half of raw history's cost (0.35x when measured).
+        let ratio = total["compactd"] / total["raw"];
+        assert!(ratio < 0.4, "{limit}: compactd costs {ratio:.3}x of raw");
     }
 }

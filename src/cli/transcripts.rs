@@ -135,9 +135,57 @@ pub async fn replay_files(
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}\n{}", replay_table(&reports), probe_table(&reports));
+        print!(
+            "{}\n{}\n{}",
+            replay_table(&reports),
+            cost_table(&reports),
+            probe_table(&reports)
+        );
     }
     Ok(())
+}
+
+/// Costs under prompt caching, both price models, per transcript and in total.
+pub fn cost_table(reports: &[(PathBuf, ReplayReport)]) -> String {
+    let mut s = String::from(
+        "| transcript | raw (A) | m10 (A) | compactd (A) | vs raw | vs m10 | raw (O) | m10 (O) | compactd (O) | vs raw | vs m10 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut total = crate::replay::CachedCosts::default();
+    let row = |name: &str, c: &crate::replay::CachedCosts| {
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.2}", a / b)
+            } else {
+                "-".into()
+            }
+        };
+        format!(
+            "| {name} | {:.0} | {:.0} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
+            c.raw.anthropic,
+            c.masking_m10.anthropic,
+            c.compactd.anthropic,
+            ratio(c.compactd.anthropic, c.raw.anthropic),
+            ratio(c.compactd.anthropic, c.masking_m10.anthropic),
+            c.raw.openai,
+            c.masking_m10.openai,
+            c.compactd.openai,
+            ratio(c.compactd.openai, c.raw.openai),
+            ratio(c.compactd.openai, c.masking_m10.openai),
+        )
+    };
+    for (path, r) in reports {
+        s.push_str(&row(&short_name(path), &r.cached_cost));
+        for (sum, part) in [
+            (&mut total.raw, r.cached_cost.raw),
+            (&mut total.masking_m10, r.cached_cost.masking_m10),
+            (&mut total.compactd, r.cached_cost.compactd),
+        ] {
+            sum.anthropic += part.anthropic;
+            sum.openai += part.openai;
+        }
+    }
+    s.push_str(&row("**total**", &total));
+    s
 }
 
 /// The continuation probes as a Markdown table: ✓ passed, ✗ failed, n/a does not apply.
@@ -177,7 +225,7 @@ pub fn probe_table(reports: &[(PathBuf, ReplayReport)]) -> String {
 /// The replay reports as a Markdown table (readable in a terminal, pasteable into docs).
 pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
     let mut s = String::from(
-        "| transcript | msgs | compactions (failed) | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| transcript | msgs | compactions (failed) | maskings | max summary | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (path, r) in reports {
         let t = &r.input_tokens;
@@ -190,11 +238,16 @@ pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
         };
         let share = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.2}"));
         s.push_str(&format!(
-            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             short_name(path),
             r.session_messages,
             r.compactions,
             r.failed_compactions,
+            r.maskings,
+            r.summary_tokens
+                .iter()
+                .max()
+                .map_or("-".into(), |t| t.to_string()),
             r.peak_context_tokens,
             t.raw,
             t.masking_m10,

@@ -26,6 +26,11 @@ pub struct CompactionConfig {
     /// context when it is at most this many tokens; a larger one is kept whole in the
     /// summary's section 6 up to this size. 0 turns task pinning off.
     pub pin_first_user_tokens: usize,
+    /// Mask old tool outputs in the context (microcompaction) before summarizing; false is
+    /// the spec-literal behaviour (the context holds every output until a summary).
+    pub microcompact: bool,
+    /// Masking may start once the context holds this many tokens (at most half the trigger).
+    pub microcompact_tokens: usize,
 }
 
 impl Default for CompactionConfig {
@@ -39,6 +44,8 @@ impl Default for CompactionConfig {
             breaker_threshold: COMPACTION_CIRCUIT_BREAKER_THRESHOLD,
             default_context_limit: DEFAULT_CONTEXT_LIMIT,
             pin_first_user_tokens: PIN_FIRST_USER_TOKENS,
+            microcompact: true,
+            microcompact_tokens: MICROCOMPACT_TOKENS,
         }
     }
 }
@@ -64,26 +71,27 @@ impl CompactionConfig {
             .saturating_sub(pinned_tokens)
     }
 
-    /// The preserve boundary's budget: a quarter of the usable context, clamped to
-    /// [min_preserve, max_preserve].
+    /// The preserve boundary's budget: a sixteenth of the usable context
+    /// ([`PRESERVE_DIVISOR`]), clamped to [min_preserve, max_preserve].
     pub fn preserve_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
-        let quarter = self.usable(context_limit, pinned_tokens) / PRESERVE_DIVISOR;
-        quarter.clamp(self.min_preserve, self.max_preserve.max(self.min_preserve))
+        let share = self.usable(context_limit, pinned_tokens) / PRESERVE_DIVISOR;
+        share.clamp(self.min_preserve, self.max_preserve.max(self.min_preserve))
     }
 
     /// At most this many messages stay verbatim, so a compaction triggered by message count
-    /// always brings the count back under `max_messages` (the spec bounds the tail by tokens
-    /// only; a tail of 100 tiny messages would re-trigger forever).
+    /// always brings the count well under `max_messages` (the spec bounds the tail by tokens
+    /// only; a tail of 100 tiny messages would re-trigger forever) and a compaction started by
+    /// the count buys many steps before the next one.
     pub fn max_tail_messages(&self) -> usize {
-        (self.max_messages / 2).max(1)
+        (self.max_messages / TAIL_MESSAGES_DIVISOR).max(1)
     }
 
-    /// How long a summary may be: it and the tail together stay under half the usable
-    /// context, so a compaction always leaves room to work (never less than `min_preserve`).
+    /// How long a summary may be: an eighth of the usable context ([`SUMMARY_DIVISOR`]),
+    /// never less than `min_preserve`. A summary is rewritten (written uncached) at every
+    /// compaction and read at every step after it, so it is kept to what the agent needs;
+    /// the continuation probes pass at this size (docs/EVALUATION.md).
     pub fn summary_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
-        (self.usable(context_limit, pinned_tokens) / 2)
-            .saturating_sub(self.preserve_budget(context_limit, pinned_tokens))
-            .max(self.min_preserve)
+        (self.usable(context_limit, pinned_tokens) / SUMMARY_DIVISOR).max(self.min_preserve)
     }
 
     /// The most tokens pinned messages may take: what leaves room for the smallest summary
@@ -129,6 +137,9 @@ impl CompactionConfig {
         if self.breaker_threshold == 0 {
             return Err("breaker_threshold must be at least 1".into());
         }
+        if self.microcompact_tokens == 0 {
+            return Err("microcompact_tokens must be at least 1".into());
+        }
         Ok(())
     }
 }
@@ -154,17 +165,20 @@ mod tests {
     fn preserve_budget_is_clamped_to_the_spec_range() {
         let c = CompactionConfig::default();
         assert_eq!(c.preserve_budget(4_000, 0), MIN_PRESERVE_RECENT_TOKENS);
-        assert_eq!(c.preserve_budget(32_000, 0), 6_400);
+        // 32k: threshold 25,600, a sixteenth is 1,600, clamped up to 2,000.
+        assert_eq!(c.preserve_budget(32_000, 0), MIN_PRESERVE_RECENT_TOKENS);
+        // 128k: threshold 108,000, a sixteenth is 6,750.
+        assert_eq!(c.preserve_budget(128_000, 0), 6_750);
         assert_eq!(c.preserve_budget(1_000_000, 0), MAX_PRESERVE_RECENT_TOKENS);
     }
 
     #[test]
     fn pinned_messages_come_out_of_the_usable_context() {
         let c = CompactionConfig::default();
-        // 32k: threshold 25,600; 5,600 pinned leaves 20,000 for summary and tail.
-        assert_eq!(c.usable(32_000, 5_600), 20_000);
-        assert_eq!(c.preserve_budget(32_000, 5_600), 5_000);
-        assert_eq!(c.summary_budget(32_000, 5_600), 5_000);
+        // 128k: threshold 108,000; 12,000 pinned leaves 96,000 for summary and tail.
+        assert_eq!(c.usable(128_000, 12_000), 96_000);
+        assert_eq!(c.preserve_budget(128_000, 12_000), 6_000);
+        assert_eq!(c.summary_budget(128_000, 12_000), 12_000);
         assert_eq!(c.max_pinned_tokens(32_000), 21_600);
     }
 

@@ -35,8 +35,16 @@ pub const DEFAULT_TOKENS_PER_CHAR: f64 = 0.25;
 pub const MAX_RESERVE_TOKENS: usize = 20_000;
 /// ...and at most this fraction (1/5) of the context limit.
 pub const RESERVE_DIVISOR: usize = 5;
-/// The preserve budget is this fraction (1/4) of the usable context, before clamping.
-pub const PRESERVE_DIVISOR: usize = 4;
+/// The preserve budget is this fraction (1/16) of the usable context, before clamping to
+/// [MinPreserve, MaxPreserve]. DESIGN.md started at 1/4; every compaction rewrites the tail
+/// (written uncached), and measured on the shared transcripts a 1/16 tail costs 0.35x of
+/// raw history where 1/4 cost 0.39x, with the continuation probes unchanged
+/// (docs/EVALUATION.md, "What a session costs").
+pub const PRESERVE_DIVISOR: usize = 16;
+/// A summary may take this fraction (1/8) of the usable context (3,200 tokens at 32k).
+pub const SUMMARY_DIVISOR: usize = 8;
+/// At most `max_messages / TAIL_MESSAGES_DIVISOR` messages stay verbatim (10 of 80).
+pub const TAIL_MESSAGES_DIVISOR: usize = 8;
 /// The context limit of a session that does not name one (a common window for current models).
 pub const DEFAULT_CONTEXT_LIMIT: usize = 128_000;
 /// Smaller windows leave no room for a summary and a tail.
@@ -45,3 +53,8 @@ pub const MIN_CONTEXT_LIMIT: usize = 1_000;
 pub const MAX_CONTEXT_LIMIT: usize = 100_000_000;
 /// Tokens up to which the session's first user instruction (its task) is pinned verbatim.
 pub const PIN_FIRST_USER_TOKENS: usize = 4_000;
+/// Microcompaction may start once the context holds this many tokens (or half the trigger,
+/// if that is less). A token count, not a share of the window: what an old output costs is
+/// paid per token whatever the window, and a share of a 128k trigger (25k and more) let
+/// long sessions carry outputs nobody reads again.
+pub const MICROCOMPACT_TOKENS: usize = 10_000;

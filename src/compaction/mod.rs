@@ -6,7 +6,8 @@
 //! - [`constants`]: the spec's constants; [`config`]: CompactionConfig and what derives from it
 //! - [`estimate`]: LazyEstimator; [`trigger`]: when to compact
 //! - [`boundary`]: FindPreserveBoundary with the tool-pair rule
-//! - [`mask`]: observation masking
+//! - [`mask`]: observation masking (in the prompt); [`microcompact`]: masking old outputs in
+//!   the context itself, before a summary is needed
 //! - [`files`]: trackFiles, with [`shell`] and [`shell_lex`] (what a command line does),
 //!   [`patch`] (a patch's headers) and [`script`] (what a Python snippet writes)
 //! - [`redact`]: credentials out of summaries and prompts; [`instruction`]: which user
@@ -24,6 +25,7 @@ pub mod estimate;
 pub mod files;
 pub mod instruction;
 pub mod mask;
+pub mod microcompact;
 pub mod patch;
 pub mod pin;
 pub mod plan;

@@ -242,11 +242,11 @@ mod tests {
         let plan = CompactionPlan::new(&input);
         assert_eq!(plan.trigger, Some(Trigger::Messages));
         assert_eq!(plan.pre_tokens, 100 * 100);
-        // Budget 15000 tokens would keep all 100; the tail is capped at 40 messages.
-        assert_eq!(plan.boundary.index, 60);
-        assert_eq!(plan.boundary.preserved_tokens, 4000);
+        // Budget 11,250 tokens would keep 112; the tail is capped at 10 messages (80 / 8).
+        assert_eq!(plan.boundary.index, 90);
+        assert_eq!(plan.boundary.preserved_tokens, 1000);
         let prompt = plan.prompt(&input);
-        assert_eq!(prompt.matches("<user>").count(), 30);
+        assert_eq!(prompt.matches("<user>").count(), 45);
     }
 
     #[test]
@@ -268,12 +268,12 @@ mod tests {
         };
         let plan = CompactionPlan::new(&input);
         assert_eq!(plan.pre_tokens, 100 * 100);
-        assert_eq!(plan.boundary.index, 60);
-        assert_eq!(plan.summarized.len(), 58);
+        assert_eq!(plan.boundary.index, 90);
+        assert_eq!(plan.summarized.len(), 88);
         // The system message and the task (the first user message, index 2) stay out.
         assert!(!plan.summarized.contains(&0) && !plan.summarized.contains(&2));
         assert!(!plan.prompt(&input).contains(&"s".repeat(400)));
-        assert_eq!(plan.post_tokens(&input, 10), 200 + 10 + 4000);
+        assert_eq!(plan.post_tokens(&input, 10), 200 + 10 + 1000);
         assert_eq!(plan.pinned_overflow, None);
     }
 

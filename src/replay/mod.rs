@@ -8,6 +8,7 @@
 //!
 //! It also takes the continuation [`probes`]: what the agent would continue from.
 
+pub mod cost;
 pub mod probes;
 
 use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
@@ -18,6 +19,7 @@ use crate::service::{AppendRequest, ContextView, CreateSession, HistoryRequest, 
 use crate::store::Store;
 use crate::transcript::Transcript;
 use anyhow::{Context, Result};
+use cost::{CacheCost, CacheMeter, content_hash};
 use probes::{LatestCompaction, ProbeInput, Probes};
 use serde::Serialize;
 use std::collections::HashSet;
@@ -31,6 +33,8 @@ pub struct ReplayReport {
     pub assistant_steps: usize,
     pub compactions: usize,
     pub failed_compactions: usize,
+    /// Maskings of old tool outputs (microcompaction).
+    pub maskings: usize,
     pub context_limit: usize,
     pub peak_context_tokens: usize,
     /// Contexts handed to the agent that were above the limit.
@@ -47,6 +51,10 @@ pub struct ReplayReport {
     pub orphaned_tool_results: usize,
     /// What the agent continues from, against the transcript's ground truth.
     pub probes: Probes,
+    /// What the input costs when the model API caches prompt prefixes.
+    pub cached_cost: CachedCosts,
+    /// Tokens of each compaction's summary message, in order.
+    pub summary_tokens: Vec<usize>,
 }
 
 /// Input tokens summed over all assistant steps.
@@ -55,6 +63,14 @@ pub struct InputTokens {
     pub raw: usize,
     pub masking_m10: usize,
     pub compactd: usize,
+}
+
+/// Costs under prompt caching ([`cost`]), summed over all assistant steps.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CachedCosts {
+    pub raw: CacheCost,
+    pub masking_m10: CacheCost,
+    pub compactd: CacheCost,
 }
 
 /// Replays `transcript` with a session of `context_limit` tokens under `config`.
@@ -83,6 +99,7 @@ pub async fn replay(
         assistant_steps: 0,
         compactions: 0,
         failed_compactions: 0,
+        maskings: 0,
         context_limit,
         peak_context_tokens: 0,
         contexts_over_limit: 0,
@@ -95,7 +112,14 @@ pub async fn replay(
         modified_file_recall: None,
         orphaned_tool_results: 0,
         probes: Probes::default(),
+        cached_cost: CachedCosts::default(),
+        summary_tokens: Vec::new(),
     };
+    let mut meters = [
+        CacheMeter::default(),
+        CacheMeter::default(),
+        CacheMeter::default(),
+    ];
     // Messages that existed when the latest compaction ran: what its file lists can know.
     let mut seen_by_latest = 0;
     for (index, message) in transcript.messages.iter().enumerate() {
@@ -108,6 +132,9 @@ pub async fn replay(
             report.peak_context_tokens = report.peak_context_tokens.max(context.tokens);
             report.contexts_over_limit += usize::from(context.tokens > context_limit);
             report.orphaned_tool_results += orphaned_results(&context);
+            meters[0].call(baselines.raw_messages());
+            meters[1].call(baselines.masked_messages());
+            meters[2].call(context_messages(&context, &estimator));
         }
         baselines.add(message, &estimator);
         let request = AppendRequest {
@@ -126,9 +153,19 @@ pub async fn replay(
         }
     }
 
-    let (compactions, failures) = all_compactions(&service, id).await?;
+    report.cached_cost = CachedCosts {
+        raw: meters[0].cost(),
+        masking_m10: meters[1].cost(),
+        compactd: meters[2].cost(),
+    };
+    let (compactions, failures, maskings) = all_compactions(&service, id).await?;
     report.compactions = compactions.len();
+    report.summary_tokens = compactions
+        .iter()
+        .map(|c| estimator.message(&crate::compaction::summary_message(&c.result.summary)))
+        .collect();
     report.failed_compactions = failures;
+    report.maskings = maskings;
     let final_context = context_text(&service.context(id, true).await?);
     report.user_message_retention = retention(&transcript.messages, &final_context);
     let summaries: Vec<String> = compactions
@@ -163,29 +200,35 @@ pub async fn replay(
     Ok(report)
 }
 
-/// Every compaction of the session, and the number of failed attempts, page by page.
+/// Every compaction of the session, and the numbers of failed attempts and of maskings,
+/// page by page.
 async fn all_compactions(
     service: &Service,
     id: &str,
-) -> Result<(Vec<crate::store::CompactionRow>, usize)> {
-    let mut compactions = Vec::new();
-    let mut failures = 0;
+) -> Result<(Vec<crate::store::CompactionRow>, usize, usize)> {
+    let (mut compactions, mut failures, mut maskings) = (Vec::new(), 0, 0);
     let mut page = HistoryRequest {
         after: 0,
         failures_after: 0,
+        maskings_after: 0,
         limit: 100,
     };
     loop {
         let history = service.compaction_history(id, page).await?;
         compactions.extend(history.compactions);
         failures += history.failures.len();
-        match (history.next_after, history.failures_next_after) {
-            (None, None) => return Ok((compactions, failures)),
-            (next, failures_next) => {
-                page.after = next.unwrap_or(u32::MAX);
-                page.failures_after = failures_next.unwrap_or(u64::MAX);
-            }
+        maskings += history.maskings.len();
+        let next = (
+            history.next_after,
+            history.failures_next_after,
+            history.maskings_next_after,
+        );
+        if next == (None, None, None) {
+            return Ok((compactions, failures, maskings));
         }
+        page.after = next.0.unwrap_or(u32::MAX);
+        page.failures_after = next.1.unwrap_or(u64::MAX);
+        page.maskings_after = next.2.unwrap_or(u64::MAX);
     }
 }
 
@@ -198,11 +241,15 @@ struct Baselines {
     savings: Vec<usize>,
     /// Prefix sums of `savings`.
     saved_prefix: Vec<usize>,
+    /// Each message so far: content hash, tokens, index of its first tool result, results.
+    messages: Vec<(u64, usize, usize, usize)>,
 }
 
 impl Baselines {
     fn add(&mut self, message: &Message, estimator: &LazyEstimator) {
-        self.raw += estimator.message(message);
+        let tokens = estimator.message(message);
+        self.raw += tokens;
+        let first_result = self.savings.len();
         let marker = estimator.text(MASKED_OUTPUT);
         for part in &message.parts {
             if let Part::ToolResult { output, .. } = part {
@@ -212,6 +259,35 @@ impl Baselines {
                 self.saved_prefix.push(total);
             }
         }
+        let hash = content_hash(
+            serde_json::to_string(message)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        let results = self.savings.len() - first_result;
+        self.messages.push((hash, tokens, first_result, results));
+    }
+
+    /// The raw history as a cache sees it: (hash, tokens) per message.
+    fn raw_messages(&self) -> Vec<(u64, usize)> {
+        self.messages.iter().map(|&(h, t, _, _)| (h, t)).collect()
+    }
+
+    /// The masked history as a cache sees it: a message changes whenever one more of its
+    /// outputs is masked.
+    fn masked_messages(&self) -> Vec<(u64, usize)> {
+        let masked = self.savings.len().saturating_sub(MASKING_BASELINE_KEEP);
+        self.messages
+            .iter()
+            .map(|&(hash, tokens, first, results)| {
+                let hidden = masked.saturating_sub(first).min(results);
+                let saved: usize = self.savings[first..first + hidden].iter().sum();
+                (
+                    hash ^ (hidden as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    tokens - saved,
+                )
+            })
+            .collect()
     }
 
     /// The history with all but the last 10 tool outputs masked.
@@ -224,6 +300,30 @@ impl Baselines {
         };
         self.raw - saved
     }
+}
+
+/// A context as a cache sees it: (hash, tokens) per message, the bytes as sent.
+fn context_messages(context: &ContextView, estimator: &LazyEstimator) -> Vec<(u64, usize)> {
+    context
+        .messages
+        .iter()
+        .map(|m| {
+            let bytes = serde_json::to_vec(m).unwrap_or_default();
+            let tokens = match m {
+                crate::service::views::ContextMessage::Stored(s) => s.tokens,
+                summary => estimator.chars(
+                    parts_of(summary)
+                        .iter()
+                        .map(|p| match p {
+                            Part::Text { text } => text.chars().count(),
+                            _ => 0,
+                        })
+                        .sum(),
+                ),
+            };
+            (content_hash(&bytes), tokens)
+        })
+        .collect()
 }
 
 /// Results in the context whose call does not come before them in the same context.

@@ -197,6 +197,8 @@ pub struct CompactionQuery {
     after: u32,
     #[serde(default)]
     failures_after: u64,
+    #[serde(default)]
+    maskings_after: u64,
     limit: Option<usize>,
 }
 
@@ -217,6 +219,7 @@ pub async fn compactions(
     let page = HistoryRequest {
         after: query.after,
         failures_after: query.failures_after,
+        maskings_after: query.maskings_after,
         limit,
     };
     ok(service.compaction_history(&id, page).await?)

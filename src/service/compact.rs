@@ -17,6 +17,8 @@ use super::events::Event;
 use super::locks::SessionGuard;
 use super::views::CompactionStatus;
 use super::{Service, ServiceError};
+use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
+use crate::compaction::microcompact::masking_thresholds;
 use crate::compaction::{CompactionConfig, CompactionPlan, PlanInput, Trigger};
 use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
@@ -58,6 +60,9 @@ impl Service {
         session: &SessionRow,
         wait: bool,
     ) -> Option<CompactionStatus> {
+        // Masking old outputs comes first; a summary only when that is not enough.
+        let masked = self.mask_if_due(session).await;
+        let session = masked.as_ref().unwrap_or(session);
         let trigger = match self.decide(session) {
             Decision::Idle => return None,
             Decision::BreakerOpen(trigger) => return Some(CompactionStatus::breaker_open(trigger)),
@@ -105,6 +110,7 @@ impl Service {
                     if row.result.post_tokens < row.result.pre_tokens {
                         let _ = self.store.reset_attempts(id.clone()).await;
                     }
+                    self.mask_after_compaction(&id).await;
                     status = Some(CompactionStatus::completed(trigger, *row));
                     if self.shutdown.is_cancelled() {
                         break;
@@ -120,6 +126,62 @@ impl Service {
             guard = self.locks.lock(&id).await;
         }
         status.unwrap_or(CompactionStatus::not_needed())
+    }
+
+    /// Masks the session's old tool outputs if its context has passed the point where masking
+    /// starts and a masking would save a batch's worth; returns the session after it.
+    async fn mask_if_due(&self, session: &SessionRow) -> Option<SessionRow> {
+        let config = self.compaction_config(session);
+        let (start, min_saving) =
+            masking_thresholds(&config, session.context_limit, session.pinned_tokens)?;
+        if session.context_tokens().0 < start {
+            return None;
+        }
+        let (row, after) = match self
+            .store
+            .mask_outputs(&session.id, PRESERVE_RECENT_OUTPUTS, min_saving)
+            .await
+        {
+            Ok(Some(masked)) => masked,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(session = %session.id, error = %e, "cannot mask old outputs");
+                return None;
+            }
+        };
+        tracing::debug!(session = %session.id, through = row.through_seq, pre = row.pre_tokens, post = row.post_tokens, "masked old outputs");
+        self.emit(Event::OutputsMasked {
+            session_id: session.id.clone(),
+            through_seq: row.through_seq,
+            outputs: row.outputs,
+            pre_tokens: row.pre_tokens,
+            post_tokens: row.post_tokens,
+        });
+        Some(after)
+    }
+
+    /// Masks the old outputs of a just-compacted tail: the compaction rewrote everything after
+    /// the pinned messages, so masking now costs no prompt cache.
+    async fn mask_after_compaction(&self, id: &str) {
+        let Ok(session) = self.store.session(id).await else {
+            return;
+        };
+        if !self.compaction_config(&session).microcompact {
+            return;
+        }
+        if let Ok(Some((row, _))) = self
+            .store
+            .mask_outputs(id, PRESERVE_RECENT_OUTPUTS, 1)
+            .await
+        {
+            self.emit(Event::OutputsMasked {
+                session_id: id.to_string(),
+                through_seq: row.through_seq,
+                outputs: row.outputs,
+                pre_tokens: row.pre_tokens,
+                post_tokens: row.post_tokens,
+            });
+        }
     }
 
     /// What the trigger and the circuit breaker say about the session now. An open breaker
@@ -198,7 +260,7 @@ impl Service {
         trigger: Trigger,
         focus: Option<String>,
     ) -> Result<Attempt, ServiceError> {
-        let snapshot = self.store.context(id).await?;
+        let snapshot = self.store.compaction_input(id).await?;
         let session = &snapshot.session;
         let messages: Vec<Message> = snapshot
             .tail

@@ -27,6 +27,14 @@ pub enum Event {
         trigger: String,
         reason: String,
     },
+    /// Old tool outputs of the session now read as placeholders in its context.
+    OutputsMasked {
+        session_id: String,
+        through_seq: u64,
+        outputs: u64,
+        pre_tokens: usize,
+        post_tokens: usize,
+    },
     /// Automatic compaction stopped for this user turn; manual compaction still works.
     BreakerOpen {
         session_id: String,
@@ -49,6 +57,7 @@ impl Event {
             Event::CompactionStarted { .. } => "compaction_started",
             Event::CompactionFinished { .. } => "compaction_finished",
             Event::CompactionFailed { .. } => "compaction_failed",
+            Event::OutputsMasked { .. } => "outputs_masked",
             Event::BreakerOpen { .. } => "breaker_open",
             Event::ConfigReloaded { .. } => "config_reloaded",
             Event::ConfigRejected { .. } => "config_rejected",

@@ -421,11 +421,15 @@ impl Service {
             .store
             .failures(id, page.failures_after, page.limit)
             .await?;
+        let (maskings, more_maskings) = self
+            .store
+            .maskings(id, page.maskings_after, page.limit)
+            .await?;
         Ok(CompactionHistory::new(
             &session,
             compactions,
-            failures,
-            more_failures,
+            (failures, more_failures),
+            (maskings, more_maskings),
         ))
     }
 }
@@ -442,6 +446,7 @@ pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
 pub struct HistoryRequest {
     pub after: u32,
     pub failures_after: u64,
+    pub maskings_after: u64,
     pub limit: usize,
 }
 

@@ -2,8 +2,8 @@
 
 use crate::compaction::{CompactionConfig, Trigger, summary_message};
 use crate::store::{
-    AppendOutcome, CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage,
-    TokenSource,
+    AppendOutcome, CompactionRow, ContextSnapshot, FailureRow, MaskingRow, SessionRow,
+    StoredMessage, TokenSource,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -200,25 +200,32 @@ pub struct CompactionHistory {
     /// Pass as `failures_after` for the next page of failures; absent on the last.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failures_next_after: Option<u64>,
+    /// Maskings of old tool outputs (microcompaction).
+    pub maskings: Vec<MaskingRow>,
+    /// Pass as `maskings_after` for the next page of maskings; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maskings_next_after: Option<u64>,
 }
 
 impl CompactionHistory {
+    /// Pages as read; `failures` and `maskings` say whether more follow theirs.
     pub fn new(
         session: &SessionRow,
         compactions: Vec<CompactionRow>,
-        failures: Vec<FailureRow>,
-        more_failures: bool,
+        (failures, more_failures): (Vec<FailureRow>, bool),
+        (maskings, more_maskings): (Vec<MaskingRow>, bool),
     ) -> CompactionHistory {
         let next_after = compactions
             .last()
             .map(|c| c.result.compaction_num)
             .filter(|&num| num < session.compaction_count);
-        let failures_next_after = failures.last().map(|f| f.id).filter(|_| more_failures);
         CompactionHistory {
             compactions,
             next_after,
+            failures_next_after: failures.last().map(|f| f.id).filter(|_| more_failures),
             failures,
-            failures_next_after,
+            maskings_next_after: maskings.last().map(|m| m.id).filter(|_| more_maskings),
+            maskings,
         }
     }
 }

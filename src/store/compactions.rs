@@ -90,7 +90,9 @@ impl Store {
                     "UPDATE sessions SET
                          active_from_seq = ?2,
                          active_messages = (SELECT count(*) FROM messages WHERE session_id = ?1 AND seq >= ?2),
-                         active_tokens = (SELECT coalesce(sum(tokens), 0) FROM messages WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0),
+                         active_tokens = (SELECT coalesce(sum(CASE WHEN seq < masked_through_seq AND masked_tokens IS NOT NULL
+                                                                  THEN masked_tokens ELSE tokens END), 0)
+                                          FROM messages WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0),
                          summary_tokens = ?3,
                          compaction_count = compaction_count + 1,
                          reported_tokens = NULL,

@@ -4,10 +4,12 @@ use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::FileLists;
+use crate::compaction::LazyEstimator;
 use crate::compaction::instruction::is_instruction;
+use crate::compaction::microcompact::masked_parts;
 use crate::message::{Message, Part, Role};
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 /// A message ready to store: validated, estimated and encoded before it reaches the writer.
 #[derive(Debug, Clone)]
@@ -22,6 +24,8 @@ pub struct NewMessage {
     /// A user instruction: it opens a turn, and the session's first is its task.
     instruction: bool,
     system: bool,
+    /// The parts of a message that carries tool results, to mask them later.
+    results: Option<Vec<Part>>,
 }
 
 /// How the session's config pins messages, for an append.
@@ -50,6 +54,11 @@ impl NewMessage {
                 .collect(),
             answers: message.tool_result_ids().map(str::to_string).collect(),
             instruction: is_instruction(message),
+            results: message
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolResult { .. }))
+                .then(|| message.parts.clone()),
         }
     }
 
@@ -161,26 +170,29 @@ fn append(
         (Err(StoreError::NotFound(_)), Some(new)) => (insert(conn, new)?, true),
         (Err(e), _) => return Err(e),
     };
-    // Every result must answer a call of this session, made earlier or earlier in this batch.
-    let mut batch_calls: HashSet<&str> = HashSet::new();
-    let mut known = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM tool_calls WHERE session_id = ?1 AND call_id = ?2)",
-    )?;
+    // Every result must answer a call of this session, made earlier or earlier in this batch;
+    // the call's tool names the result when it is masked.
+    let mut tools: HashMap<String, String> = HashMap::new();
+    let mut known =
+        conn.prepare_cached("SELECT name FROM tool_calls WHERE session_id = ?1 AND call_id = ?2")?;
     for message in messages {
         for call_id in &message.answers {
-            if !batch_calls.contains(call_id.as_str())
-                && !known.query_row(params![session_id, call_id], |r| r.get::<_, bool>(0))?
-            {
-                return Err(StoreError::UnknownCall(call_id.clone()));
+            if !tools.contains_key(call_id) {
+                let name: Option<String> = known
+                    .query_row(params![session_id, call_id], |r| r.get(0))
+                    .optional()?;
+                let name = name.ok_or_else(|| StoreError::UnknownCall(call_id.clone()))?;
+                tools.insert(call_id.clone(), name);
             }
         }
-        batch_calls.extend(message.calls.iter().map(|(id, _)| id.as_str()));
+        tools.extend(message.calls.iter().cloned());
     }
 
     let first_seq = session.message_count + 1;
     let mut insert_message = conn.prepare_cached(&format!(
-        "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6)"
+        "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned,
+             tool_results, masked_parts, masked_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6, ?7, ?8, ?9)"
     ))?;
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
@@ -199,13 +211,30 @@ fn append(
         } else {
             unpinned_tokens += message.tokens;
         }
+        // The message as microcompaction would show it, for when its outputs are masked.
+        let masked = message
+            .results
+            .as_ref()
+            .and_then(|parts| masked_parts(parts, seq, |id| tools.get(id).map(String::as_str)));
+        let masked_tokens = masked.as_ref().map(|parts| {
+            LazyEstimator::default().message(&Message {
+                role: Role::Tool,
+                parts: parts.clone(),
+            })
+        });
+        let masked_json = masked
+            .map(|parts| serde_json::to_string(&parts))
+            .transpose()?;
         insert_message.execute(params![
             session_id,
             seq,
             message.role,
             message.parts_json,
             message.tokens,
-            pinned
+            pinned,
+            message.answers.len(),
+            masked_json,
+            masked_tokens
         ])?;
         for (call_id, name) in &message.calls {
             insert_call.execute(params![session_id, call_id, seq, name])?;
@@ -413,20 +442,24 @@ impl Store {
     }
 
     /// The session, its pinned messages, its latest summary and its uncompacted messages, in
-    /// one snapshot.
+    /// one snapshot, as the context shows them (old outputs masked).
     pub async fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
+        self.snapshot(session_id, true).await
+    }
+
+    /// The same snapshot with every message whole, its tokens as the context counts them: what
+    /// a compaction summarizes.
+    pub async fn compaction_input(&self, session_id: &str) -> Result<ContextSnapshot> {
+        self.snapshot(session_id, false).await
+    }
+
+    async fn snapshot(&self, session_id: &str, masked: bool) -> Result<ContextSnapshot> {
         let session_id = session_id.to_string();
         self.read(move |conn| {
             let session = get_live(conn, &session_id)?;
             let pinned = pinned_before(conn, &session_id, session.active_from_seq)?;
             let latest = latest_summary(conn, &session_id)?;
-            let tail = messages_page(
-                conn,
-                &session_id,
-                session.active_from_seq,
-                usize::MAX,
-                usize::MAX,
-            )?;
+            let tail = active_messages(conn, &session, masked)?;
             Ok(ContextSnapshot {
                 session,
                 pinned,
@@ -436,4 +469,40 @@ impl Store {
         })
         .await
     }
+}
+
+/// The session's active messages, oldest first, with the tokens the context counts (masked
+/// ones at their masked size); their parts masked too when `masked`.
+fn active_messages(
+    conn: &Connection,
+    session: &SessionRow,
+    masked: bool,
+) -> Result<Vec<StoredMessage>> {
+    let sql = format!(
+        "SELECT {} FROM messages WHERE session_id = ?1 AND seq >= ?3 ORDER BY seq",
+        StoredMessage::CONTEXT_COLUMNS
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(
+        params![
+            session.id,
+            session.masked_through_seq,
+            session.active_from_seq
+        ],
+        StoredMessage::from_row,
+    )?;
+    let mut tail = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    if !masked && tail.iter().any(|m| m.masked) {
+        let originals = messages_page(
+            conn,
+            &session.id,
+            session.active_from_seq,
+            usize::MAX,
+            usize::MAX,
+        )?;
+        for (message, original) in tail.iter_mut().zip(originals) {
+            message.parts = original.parts;
+        }
+    }
+    Ok(tail)
 }

@@ -47,6 +47,25 @@ const UPGRADES: &[Upgrade] = &[
               ) WITHOUT ROWID;",
         then: None,
     },
+    // 4: masking old tool outputs (microcompaction). Earlier messages have no masked form,
+    // so they are never masked.
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN masked_through_seq INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE messages ADD COLUMN tool_results INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE messages ADD COLUMN masked_parts TEXT CHECK (json_valid(masked_parts));
+              ALTER TABLE messages ADD COLUMN masked_tokens INTEGER;
+              CREATE TABLE maskings (
+                  id          INTEGER PRIMARY KEY,
+                  session_id  TEXT NOT NULL REFERENCES sessions(id),
+                  through_seq INTEGER NOT NULL,
+                  outputs     INTEGER NOT NULL,
+                  pre_tokens  INTEGER NOT NULL,
+                  post_tokens INTEGER NOT NULL,
+                  created_at  TEXT NOT NULL
+              );
+              CREATE INDEX maskings_by_session ON maskings (session_id, id);",
+        then: None,
+    },
 ];
 
 /// The schema version this build writes.

@@ -13,6 +13,7 @@
 
 mod compactions;
 mod error;
+mod maskings;
 mod messages;
 mod migrate;
 mod rows;
@@ -21,6 +22,7 @@ mod writer;
 
 pub use compactions::{NewCompaction, NewFailure};
 pub use error::StoreError;
+pub use maskings::MaskingRow;
 pub use messages::{AppendOutcome, Idempotency, NewMessage, PinRules};
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage, TokenSource,

@@ -31,6 +31,8 @@ pub struct SessionRow {
     pub pinned_tokens: usize,
     /// The seq of the session's first user instruction, once there is one.
     pub task_seq: Option<u64>,
+    /// Tool outputs of active messages below this seq are masked in the context.
+    pub masked_through_seq: u64,
 }
 
 /// Where a session's token figure comes from.
@@ -46,7 +48,8 @@ pub enum TokenSource {
 impl SessionRow {
     pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
-        reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq";
+        reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
+        masked_through_seq";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -70,6 +73,7 @@ impl SessionRow {
             turn_attempts: row.get(15)?,
             pinned_tokens: row.get(16)?,
             task_seq: row.get(17)?,
+            masked_through_seq: row.get(18)?,
         })
     }
 
@@ -96,10 +100,20 @@ pub struct StoredMessage {
     /// A system message or the session's task: never compacted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
+    /// Its tool outputs read as placeholders here (microcompaction); the stored message keeps
+    /// them whole.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub masked: bool,
 }
 
 impl StoredMessage {
-    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned";
+    /// The columns of a message as stored.
+    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0";
+    /// The columns of a message as a context shows it: masked below `?2`.
+    pub(super) const CONTEXT_COLUMNS: &'static str = "seq, role, \
+        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_parts ELSE parts END, \
+        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE tokens END, \
+        created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
         let role: String = row.get(1)?;
@@ -117,6 +131,7 @@ impl StoredMessage {
             tokens: row.get(3)?,
             created_at: row.get(4)?,
             pinned: row.get(5)?,
+            masked: row.get(6)?,
         })
     }
 

@@ -35,7 +35,7 @@ pub(super) fn get_live(conn: &Connection, id: &str) -> Result<SessionRow> {
     let found = conn
         .prepare_cached(&sql)?
         .query_row([id], |row| {
-            Ok((SessionRow::from_row(row)?, row.get::<_, bool>(18)?))
+            Ok((SessionRow::from_row(row)?, row.get::<_, bool>(19)?))
         })
         .optional()?;
     match found {

@@ -176,7 +176,11 @@ fn hostile_requests(round: usize) -> Vec<(String, Vec<u8>)> {
     let mut add = |what: &str, bytes: Vec<u8>| out.push((what.to_string(), bytes));
     let append = |body: &[u8]| request("POST", "/session/target/message", &[], body);
     // Malformed HTTP.
-    add("garbage", pseudo_random_bytes(round, 1 + round % 1500));
+    // Junk that starts with a byte other than whitespace: whitespace alone is no request, and
+    // a client that sends only that and leaves gets no answer.
+    let mut junk = vec![b'#'];
+    junk.extend(pseudo_random_bytes(round, round % 1500));
+    add("garbage", junk);
     add("bad request line", b"GET\r\n\r\n".to_vec());
     add("bad version", b"GET /health HTTP/4.2\r\n\r\n".to_vec());
     add(

@@ -1,0 +1,163 @@
+//! Microcompaction: masking old tool outputs in the context before a summary is needed.
+//!
+//! Tool outputs are most of what fills an agent's window, and old ones are rarely read again.
+//! When the context passes `microcompact_tokens` (10,000 by default, at most half the
+//! trigger), every tool output older than the
+//! newest `preserveRecentOutputs` in the active messages is replaced *in the context* by a
+//! placeholder that says what was there and where to get it back:
+//! `[output of bash masked: 12,480 chars; seq 412]` (the original stays stored; `GET
+//! /session/{id}/message?after=411&limit=1` returns it). A summary compaction runs only when
+//! masking no longer brings the session under its trigger.
+//!
+//! Masking moves in batches: it runs only when it would save at least
+//! [`MIN_BATCH_SHARE`] of the point where it starts, so the context's prefix stays
+//! byte-for-byte stable between two maskings (prompt caches keep working), instead of
+//! changing an early message at every step as sliding-window masking does.
+
+use super::config::CompactionConfig;
+use crate::message::Part;
+
+/// A masking runs only when it saves at least this share of the token count where masking
+/// starts: fewer, larger batches keep the prefix stable.
+pub const MIN_BATCH_SHARE: f64 = 0.5;
+
+/// What a masked output reads in the context.
+pub fn placeholder(tool: &str, chars: usize, seq: u64) -> String {
+    format!(
+        "[output of {tool} masked: {} chars; seq {seq}]",
+        thousands(chars)
+    )
+}
+
+/// `12480` as `12,480`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The parts of message `seq` with every tool output replaced by its placeholder; `None`
+/// when the message has no tool results. `tool_of` names the tool of a call id.
+pub fn masked_parts<'a>(
+    parts: &[Part],
+    seq: u64,
+    tool_of: impl Fn(&str) -> Option<&'a str>,
+) -> Option<Vec<Part>> {
+    if !parts.iter().any(|p| matches!(p, Part::ToolResult { .. })) {
+        return None;
+    }
+    Some(
+        parts
+            .iter()
+            .map(|part| match part {
+                Part::ToolResult {
+                    call_id,
+                    name,
+                    output,
+                    is_error,
+                } => {
+                    let tool = name
+                        .as_deref()
+                        .or_else(|| tool_of(call_id))
+                        .unwrap_or("tool");
+                    Part::ToolResult {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        output: placeholder(tool, output.chars().count(), seq),
+                        is_error: *is_error,
+                    }
+                }
+                other => other.clone(),
+            })
+            .collect(),
+    )
+}
+
+/// The token count from which masking may run, and the least it must save when it does;
+/// `None` when microcompaction is off.
+pub fn masking_thresholds(
+    config: &CompactionConfig,
+    context_limit: usize,
+    pinned_tokens: usize,
+) -> Option<(usize, usize)> {
+    if !config.microcompact {
+        return None;
+    }
+    let start = config
+        .microcompact_tokens
+        .min(config.token_threshold(context_limit) / 2)
+        .max(pinned_tokens);
+    let min_saving = (start as f64 * MIN_BATCH_SHARE) as usize;
+    Some((start, min_saving.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placeholder_says_what_was_there_and_where_it_is() {
+        assert_eq!(
+            placeholder("bash", 12_480, 412),
+            "[output of bash masked: 12,480 chars; seq 412]"
+        );
+        assert_eq!(
+            placeholder("read", 7, 3),
+            "[output of read masked: 7 chars; seq 3]"
+        );
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn outputs_are_masked_and_everything_else_kept() {
+        let parts = vec![
+            Part::Text { text: "see".into() },
+            Part::ToolResult {
+                call_id: "c1".into(),
+                name: None,
+                output: "x".repeat(100),
+                is_error: true,
+            },
+        ];
+        let masked = masked_parts(&parts, 9, |id| (id == "c1").then_some("grep")).unwrap();
+        assert_eq!(masked[0], parts[0]);
+        assert_eq!(
+            masked[1],
+            Part::ToolResult {
+                call_id: "c1".into(),
+                name: None,
+                output: "[output of grep masked: 100 chars; seq 9]".into(),
+                is_error: true,
+            }
+        );
+        assert!(masked_parts(&[Part::Text { text: "t".into() }], 1, |_| None).is_none());
+    }
+
+    #[test]
+    fn masking_starts_at_a_share_of_the_trigger_and_moves_in_batches() {
+        let config = CompactionConfig::default();
+        // 32k and 128k: 10,000 tokens, half of it saved at a time.
+        for limit in [32_000, 128_000] {
+            let (start, saving) = masking_thresholds(&config, limit, 0).unwrap();
+            assert_eq!((start, saving), (10_000, 5_000));
+        }
+        // 16k: trigger 12,800, masking from half of it.
+        assert_eq!(masking_thresholds(&config, 16_000, 0), Some((6_400, 3_200)));
+        // Pinned messages are never masked, so masking starts above them.
+        assert_eq!(
+            masking_thresholds(&config, 128_000, 12_000),
+            Some((12_000, 6_000))
+        );
+        let off = CompactionConfig {
+            microcompact: false,
+            ..config
+        };
+        assert_eq!(masking_thresholds(&off, 32_000, 0), None);
+    }
+}

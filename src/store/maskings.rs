@@ -1,0 +1,164 @@
+//! Maskings of old tool outputs (microcompaction): move a session's mask forward, read the
+//! history of maskings.
+
+use super::rows::SessionRow;
+use super::sessions::{NOW, get_live};
+use super::{Result, Store};
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+/// One masking, as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct MaskingRow {
+    pub id: u64,
+    /// Tool outputs of messages below this seq read as placeholders from then on.
+    pub through_seq: u64,
+    /// Outputs this masking hid.
+    pub outputs: u64,
+    pub pre_tokens: usize,
+    pub post_tokens: usize,
+    pub created_at: String,
+}
+
+impl MaskingRow {
+    const COLUMNS: &'static str = "id, through_seq, outputs, pre_tokens, post_tokens, created_at";
+
+    fn from_row(row: &rusqlite::Row) -> rusqlite::Result<MaskingRow> {
+        Ok(MaskingRow {
+            id: row.get(0)?,
+            through_seq: row.get(1)?,
+            outputs: row.get(2)?,
+            pre_tokens: row.get(3)?,
+            post_tokens: row.get(4)?,
+            created_at: row.get(5)?,
+        })
+    }
+}
+
+/// Where a masking keeping the newest `keep_recent` outputs would put the mask, and what it
+/// would save: (through seq, outputs hidden, tokens saved).
+fn masking_point(
+    conn: &Connection,
+    session: &SessionRow,
+    keep_recent: usize,
+) -> Result<Option<(u64, u64, usize)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, tool_results, tokens - coalesce(masked_tokens, tokens), pinned
+         FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq DESC",
+    )?;
+    let rows = stmt
+        .query_map(params![session.id, session.active_from_seq], |r| {
+            Ok((
+                r.get::<_, u64>(0)?,
+                r.get::<_, usize>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, bool>(3)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    // Newest first: the message holding the oldest of the newest `keep_recent` outputs is
+    // where the mask ends; what comes before it and is not masked yet would be.
+    let mut kept = 0;
+    let mut through: Option<u64> = None;
+    let (mut outputs, mut saving) = (0u64, 0usize);
+    for (seq, results, saved, pinned) in rows {
+        match through {
+            None => {
+                kept += results;
+                if results > 0 && kept >= keep_recent {
+                    through = Some(seq);
+                }
+            }
+            Some(_) if seq >= session.masked_through_seq && !pinned => {
+                outputs += results as u64;
+                saving += saved.max(0) as usize;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(through
+        .filter(|&t| t > session.masked_through_seq && outputs > 0)
+        .map(|t| (t, outputs, saving)))
+}
+
+impl Store {
+    /// Masks the tool outputs of `session_id`'s active messages older than the newest
+    /// `keep_recent`, if that saves at least `min_saving` tokens. Returns the masking and the
+    /// session after it, or `None` when it would not be worth it.
+    pub async fn mask_outputs(
+        &self,
+        session_id: &str,
+        keep_recent: usize,
+        min_saving: usize,
+    ) -> Result<Option<(MaskingRow, SessionRow)>> {
+        let session_id = session_id.to_string();
+        self.write(move |conn| {
+            let session = get_live(conn, &session_id)?;
+            let Some((through, outputs, saving)) = masking_point(conn, &session, keep_recent)?
+            else {
+                return Ok(None);
+            };
+            if saving < min_saving {
+                return Ok(None);
+            }
+            let (pre_tokens, _) = session.context_tokens();
+            // A reported usage measured the context before the masking: drop it.
+            let after = conn
+                .prepare_cached(&format!(
+                    "UPDATE sessions SET
+                         masked_through_seq = ?2,
+                         active_tokens = (SELECT coalesce(sum(CASE WHEN seq < ?2 AND masked_tokens IS NOT NULL
+                                                                  THEN masked_tokens ELSE tokens END), 0)
+                                          FROM messages WHERE session_id = ?1 AND seq >= active_from_seq AND pinned = 0),
+                         reported_tokens = NULL,
+                         tokens_since_report = 0,
+                         updated_at = {NOW}
+                     WHERE id = ?1 RETURNING {}",
+                    SessionRow::COLUMNS
+                ))?
+                .query_row(params![session_id, through], SessionRow::from_row)?;
+            let (post_tokens, _) = after.context_tokens();
+            conn.prepare_cached(&format!(
+                "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+            ))?
+            .execute(params![session_id, through, outputs, pre_tokens, post_tokens])?;
+            let row = conn
+                .prepare_cached(&format!(
+                    "SELECT {} FROM maskings WHERE id = ?1",
+                    MaskingRow::COLUMNS
+                ))?
+                .query_row([conn.last_insert_rowid()], MaskingRow::from_row)?;
+            Ok(Some((row, after)))
+        })
+        .await
+    }
+
+    /// The session's maskings with an id above `after`, oldest first, at most `limit`; and
+    /// whether more follow.
+    pub async fn maskings(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<MaskingRow>, bool)> {
+        let session_id = session_id.to_string();
+        self.read(move |conn| {
+            get_live(conn, &session_id)?;
+            let sql = format!(
+                "SELECT {} FROM maskings WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+                MaskingRow::COLUMNS
+            );
+            let after = i64::try_from(after).unwrap_or(i64::MAX);
+            let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+            let mut rows = conn
+                .prepare_cached(&sql)?
+                .query_map(params![session_id, after, fetch], MaskingRow::from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let more = rows.len() > limit;
+            rows.truncate(limit);
+            Ok((rows, more))
+        })
+        .await
+    }
+}

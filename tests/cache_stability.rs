@@ -1,0 +1,173 @@
+//! The context is cache-stable: between two compactions or maskings, every context is the
+//! previous one plus the new messages, byte for byte, so a model API's prompt cache reads
+//! the whole previous prefix. Masking never touches the newest `preserveRecentOutputs`
+//! outputs nor a pinned message, and a masked output is retrievable whole from the history.
+//! Random sessions through the real service and store.
+
+use compactd::compaction::constants::PRESERVE_RECENT_OUTPUTS;
+use compactd::config::{Config, Synchronous};
+use compactd::message::{Message, Part, Role};
+use compactd::service::views::ContextMessage;
+use compactd::service::{AppendRequest, CreateSession, HistoryRequest, Service};
+use compactd::store::Store;
+use proptest::prelude::*;
+use serde_json::json;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+enum Step {
+    System(usize),
+    User(usize),
+    /// An assistant call and its result of this many characters.
+    Round(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (10usize..300).prop_map(Step::System),
+        2 => (10usize..2000).prop_map(Step::User),
+        10 => (10usize..8000).prop_map(Step::Round),
+    ]
+}
+
+fn messages(steps: &[Step]) -> Vec<Message> {
+    let mut out = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            Step::System(n) => out.push(Message::text(
+                Role::System,
+                format!("rule {i}: {}", "s".repeat(*n)),
+            )),
+            Step::User(n) => out.push(Message::text(
+                Role::User,
+                format!("ask {i}: {}", "u".repeat(*n)),
+            )),
+            Step::Round(n) => {
+                let id = format!("c{i}");
+                out.push(Message {
+                    role: Role::Assistant,
+                    parts: vec![Part::ToolCall {
+                        id: id.clone(),
+                        name: "bash".into(),
+                        args: json!({"command": format!("cat f{i}.txt")}),
+                    }],
+                });
+                out.push(Message {
+                    role: Role::Tool,
+                    parts: vec![Part::ToolResult {
+                        call_id: id,
+                        name: None,
+                        // Distinct per step, so a swapped output would show.
+                        output: format!("{i}:{}", "o".repeat(*n)),
+                        is_error: false,
+                    }],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// How many compactions and maskings the session has had.
+async fn rewrites(service: &Arc<Service>) -> (u32, usize) {
+    let compactions = service.session("s").await.unwrap().compaction_count;
+    let mut maskings = 0;
+    let mut after = 0;
+    loop {
+        let page = service
+            .compaction_history(
+                "s",
+                HistoryRequest {
+                    after: u32::MAX,
+                    failures_after: u64::MAX,
+                    maskings_after: after,
+                    limit: 100,
+                },
+            )
+            .await
+            .unwrap();
+        maskings += page.maskings.len();
+        match page.maskings_next_after {
+            Some(next) => after = next,
+            None => return (compactions, maskings),
+        }
+    }
+}
+
+fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd::store::StoredMessage> {
+    context.iter().filter_map(|m| match m {
+        ContextMessage::Stored(s) => Some(s),
+        ContextMessage::Summary { .. } => None,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_context_only_grows_between_rewrites_and_masking_spares_the_newest_outputs(
+        steps in prop::collection::vec(step(), 40..110),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::TempDir::new().unwrap();
+            let store = Store::open(&dir.path().join("c.db"), Synchronous::Normal).unwrap();
+            let service = Service::new(store.clone(), Config::default()).unwrap();
+            service.create_session(CreateSession {
+                id: Some("s".into()),
+                context_limit: Some(32_000),
+                ..Default::default()
+            }).await.unwrap();
+            let all = messages(&steps);
+            let mut previous: Option<(String, (u32, usize))> = None;
+            let mut stable_steps = 0;
+            let mut masked_seen = 0;
+            for message in &all {
+                service.append("s", AppendRequest {
+                    messages: vec![message.clone()],
+                    input_tokens: None,
+                    wait: true,
+                    idempotency_key: None,
+                }).await.unwrap();
+                let context = service.context("s", true).await.unwrap();
+                let now = rewrites(&service).await;
+                let items: Vec<String> = context.messages.iter().map(|m| serde_json::to_string(m).unwrap()).collect();
+                let bytes = items.join("\n");
+
+                // No compaction or masking since the previous context: it, then the new
+                // message, byte for byte.
+                if let Some((before, _)) = previous.as_ref().filter(|(_, then)| *then == now) {
+                    prop_assert!(bytes.starts_with(before.as_str()), "prefix changed without a rewrite");
+                    prop_assert_eq!(items.last().unwrap().len() + 1, bytes.len() - before.len());
+                    stable_steps += 1;
+                }
+                previous = Some((bytes, now));
+
+                let tail: Vec<_> = stored(&context.messages).collect();
+                // Pinned messages are never masked.
+                prop_assert!(tail.iter().all(|m| !(m.pinned && m.masked)));
+                // The newest preserveRecentOutputs outputs read whole.
+                let with_outputs: Vec<_> = tail.iter().filter(|m| m.parts.get().contains("\"tool_result\"")).collect();
+                for m in with_outputs.iter().rev().take(PRESERVE_RECENT_OUTPUTS) {
+                    prop_assert!(!m.masked, "seq {} among the newest outputs is masked", m.seq);
+                }
+                // A masked output says where it is, and the history has it whole.
+                for m in tail.iter().filter(|m| m.masked) {
+                    masked_seen += 1;
+                    let marker = format!("; seq {}]", m.seq);
+                    prop_assert!(m.parts.get().contains("masked: ") && m.parts.get().contains(&marker), "{}", m.parts.get());
+                    let page = service.history("s", m.seq - 1, 1).await.unwrap();
+                    let original = page.messages[0].message.to_message().unwrap();
+                    prop_assert_eq!(&original, &all[m.seq as usize - 1]);
+                }
+            }
+            service.shutdown().await;
+            store.close();
+            // The property was exercised, and masking happened in most sessions.
+            prop_assert!(stable_steps > all.len() / 2, "{stable_steps} stable steps of {}", all.len());
+            let total_chars: usize = steps.iter().map(|s| if let Step::Round(n) = s { *n } else { 0 }).sum();
+            prop_assert!(total_chars < 60_000 || masked_seen > 0, "{total_chars} chars of outputs, nothing masked");
+            Ok(())
+        })?;
+    }
+}
