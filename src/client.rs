@@ -25,6 +25,20 @@ pub enum ClientError {
     Transport { socket: PathBuf, reason: String },
 }
 
+/// How long [`Client::append`] keeps retrying an append the daemon did not answer.
+pub const APPEND_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A key no other append of this user uses: pid, time and a counter.
+fn idempotency_key() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("cli-{}-{nanos:x}-{n}", std::process::id())
+}
+
 /// A client of the daemon at one socket path.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -130,8 +144,23 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
+        self.call_with(method, path, &[], body).await
+    }
+
+    /// [`Client::call`] with extra headers.
+    pub async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
         let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let answer = self.raw(method, path, bytes).await?;
+        let answer = self
+            .keep_alive()
+            .await?
+            .raw_with(method, path, headers, bytes)
+            .await?;
         let json = answer.json();
         if answer.status.is_success() {
             return Ok(json);
@@ -145,6 +174,34 @@ impl Client {
                 .map(str::to_string)
                 .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).into_owned()),
         })
+    }
+
+    /// Appends `body` (a message, an array, or `{"messages": [...]}`) to session `id` at most
+    /// once, however the connection fails: the request carries a fresh `Idempotency-Key`, and
+    /// a failure before an answer (the daemon restarting, a dropped connection, a busy
+    /// database) is retried with the same key for up to [`APPEND_RETRY_FOR`], so an append
+    /// the daemon committed but could not acknowledge is not stored twice.
+    pub async fn append(&self, id: &str, body: &Value) -> Result<Value, ClientError> {
+        let key = idempotency_key();
+        let path = format!("/session/{id}/message");
+        let headers = [("idempotency-key", key.as_str())];
+        let deadline = tokio::time::Instant::now() + APPEND_RETRY_FOR;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            let result = self
+                .call_with(Method::POST, &path, &headers, Some(body))
+                .await;
+            let retry = match &result {
+                Err(ClientError::NotRunning { .. } | ClientError::Transport { .. }) => true,
+                Err(ClientError::Api { code, .. }) => code == "busy" || code == "shutting_down",
+                Ok(_) => false,
+            };
+            if !retry || tokio::time::Instant::now() + pause > deadline {
+                return result;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+        }
     }
 
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {

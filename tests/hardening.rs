@@ -689,3 +689,45 @@ fn a_retried_append_with_the_same_key_is_applied_once() {
         "{conflict}"
     );
 }
+
+// 14. The CLI's appends carry a key and wait out a restart: applied exactly once.
+#[tokio::test]
+async fn the_cli_append_waits_out_a_restart_and_is_applied_once() {
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session/cli/message", &json!([user("first")]))
+        .await
+        .unwrap();
+    daemon.kill9();
+    // The daemon is down: the CLI keeps retrying (for up to 10 s) while it comes back.
+    let append = Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args([
+            "append",
+            "cli",
+            "--role",
+            "user",
+            "--text",
+            "while restarting",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    daemon.spawn();
+    let out = append.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("appended seq 2..2"));
+    let texts: Vec<String> = common::all_messages(&client, "cli")
+        .await
+        .iter()
+        .map(|m| m["parts"][0]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts, ["first", "while restarting"]);
+}

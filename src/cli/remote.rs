@@ -178,10 +178,7 @@ pub async fn append(
         _ => bail!("--role and --text go together"),
     };
     let answer = client
-        .post(
-            &format!("/session/{id}/message"),
-            &json!({"messages": messages, "wait": wait}),
-        )
+        .append(id, &json!({"messages": messages, "wait": wait}))
         .await?;
     out.print(&answer, |a| {
         let mut line = format!(

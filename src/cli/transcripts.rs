@@ -80,12 +80,7 @@ async fn send(client: &Client, id: &str, batch: &mut Vec<Value>) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    client
-        .post(
-            &format!("/session/{id}/message"),
-            &json!({"messages": batch}),
-        )
-        .await?;
+    client.append(id, &json!({"messages": batch})).await?;
     batch.clear();
     Ok(())
 }
