@@ -30,6 +30,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// The current API version's path prefix.
+pub const API_PREFIX: &str = "/v1";
+
 /// The API's routes.
 pub fn router(service: Arc<Service>) -> Router {
     let server = service.settings().config.server.clone();
@@ -37,7 +40,7 @@ pub fn router(service: Arc<Service>) -> Router {
         server.max_body_bytes * body::BUDGET_BODIES,
         Duration::from_secs(server.request_timeout_s),
     );
-    Router::new()
+    let api = Router::new()
         .route("/health", get(routes::health))
         .route(
             "/session",
@@ -56,7 +59,11 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/context", get(routes::context))
         .route("/session/{id}/summarize", post(routes::summarize))
         .route("/session/{id}/compaction", get(routes::compactions))
-        .route("/events", get(events::events))
+        .route("/events", get(events::events));
+    // Versioned paths (`/v1/...`), and today's unversioned ones as aliases of v1.
+    Router::new()
+        .nest(API_PREFIX, api.clone())
+        .merge(api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(Extension(budget))

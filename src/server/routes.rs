@@ -3,6 +3,7 @@
 use super::error::ApiError;
 use super::extract::{ApiQuery, JsonBody, SessionPath, Utf8Body};
 use crate::message::{BatchError, parse_message_batch};
+use crate::service::views::{ContextFormat, ProviderContext};
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use crate::store::SessionUpdate;
 use axum::Json;
@@ -166,6 +167,8 @@ pub async fn history(
 #[serde(deny_unknown_fields)]
 pub struct ContextQuery {
     wait: Option<bool>,
+    #[serde(default)]
+    format: ContextFormat,
 }
 
 pub async fn context(
@@ -173,7 +176,11 @@ pub async fn context(
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<ContextQuery>,
 ) -> ApiResult {
-    ok(service.context(&id, query.wait.unwrap_or(true)).await?)
+    let view = service.context(&id, query.wait.unwrap_or(true)).await?;
+    match query.format {
+        ContextFormat::Compactd => ok(view),
+        format => ok(ProviderContext::new(&view, format)),
+    }
 }
 
 #[derive(Deserialize)]

@@ -287,3 +287,69 @@ impl ContextView {
         }
     }
 }
+
+impl ContextView {
+    /// The context's messages in the neutral shape (the summary as a user message).
+    pub fn to_messages(&self) -> Vec<crate::message::Message> {
+        self.messages
+            .iter()
+            .filter_map(|m| match m {
+                ContextMessage::Stored(stored) => stored.to_message().ok(),
+                ContextMessage::Summary { parts, .. } => Some(crate::message::Message {
+                    role: crate::message::Role::User,
+                    parts: serde_json::from_value(parts.clone()).ok()?,
+                }),
+            })
+            .collect()
+    }
+}
+
+/// Which shape a context is answered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextFormat {
+    /// compactd's own: stored messages with seq, tokens, pinned, masked; the summary marked.
+    #[default]
+    Compactd,
+    /// OpenAI Chat Completions `messages`.
+    Openai,
+    /// Anthropic Messages `system` and `messages`.
+    Anthropic,
+}
+
+/// A context ready to send to a model API: `messages` (and `system` for Anthropic) go into the
+/// request body as they are.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderContext {
+    pub session_id: String,
+    pub format: ContextFormat,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub messages: Vec<Value>,
+    pub tokens: usize,
+    pub context_limit: usize,
+    pub compaction_num: u32,
+}
+
+impl ProviderContext {
+    /// `view` in `format` (not [`ContextFormat::Compactd`], which is `view` itself).
+    pub fn new(view: &ContextView, format: ContextFormat) -> ProviderContext {
+        let messages = view.to_messages();
+        let (system, messages) = match format {
+            ContextFormat::Anthropic => {
+                let c = crate::provider::anthropic::conversation(&messages);
+                (c.system, c.messages)
+            }
+            _ => (None, crate::provider::openai::messages(&messages)),
+        };
+        ProviderContext {
+            session_id: view.session_id.clone(),
+            format,
+            system,
+            messages,
+            tokens: view.tokens,
+            context_limit: view.context_limit,
+            compaction_num: view.compaction_num,
+        }
+    }
+}
