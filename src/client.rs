@@ -181,7 +181,11 @@ impl Client {
     /// a failure before an answer (the daemon restarting, a dropped connection, a busy
     /// database) is retried with the same key for up to [`APPEND_RETRY_FOR`], so an append
     /// the daemon committed but could not acknowledge is not stored twice.
-    pub async fn append(&self, id: &str, body: &Value) -> Result<Value, ClientError> {
+    pub async fn append(
+        &self,
+        id: &crate::protocol::SessionId,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
         let key = idempotency_key();
         let path = format!("/session/{id}/message");
         let headers = [("idempotency-key", key.as_str())];

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod daemon_process;
 pub mod message;
 pub mod paths;
+pub mod protocol;
 pub mod provider;
 pub mod replay;
 pub mod server;

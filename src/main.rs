@@ -6,6 +6,7 @@ use compactd::cli::offline::{self, OfflineInput};
 use compactd::cli::remote::{self, Output};
 use compactd::client::Client;
 use compactd::config::Config;
+use compactd::protocol::SessionId;
 use compactd::transcript::Format;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,7 +43,7 @@ enum Command {
     Session(SessionCommand),
     /// Append a message: JSON on stdin (one message or a list), or --role and --text.
     Append {
-        session: String,
+        session: SessionId,
         #[arg(long)]
         role: Option<String>,
         #[arg(long)]
@@ -52,16 +53,16 @@ enum Command {
         wait: bool,
     },
     /// Print what the agent would send to its model now.
-    Context { session: String },
+    Context { session: SessionId },
     /// Compact a session now (the spec's manual /compact).
     Compact {
-        session: String,
+        session: SessionId,
         /// What the summary should focus on.
         #[arg(long)]
         focus: Option<String>,
     },
     /// The session's compactions (and failed attempts).
-    History { session: String },
+    History { session: SessionId },
     /// Follow the daemon's events.
     Events,
     /// Configuration.
@@ -72,7 +73,7 @@ enum Command {
         file: PathBuf,
         /// Session id [default: the transcript's own, else the file name]
         #[arg(long)]
-        session: Option<String>,
+        session: Option<SessionId>,
         #[arg(long, value_enum)]
         format: Option<Format>,
         #[arg(long)]
@@ -106,6 +107,8 @@ enum Command {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Print the API's OpenAPI 3.1 document (docs/openapi.json is this output).
+    Openapi,
     /// Show what compaction would do to a file of messages (offline, JSON).
     Plan {
         #[command(flatten)]
@@ -125,18 +128,18 @@ enum Command {
 enum SessionCommand {
     List,
     Show {
-        id: String,
+        id: SessionId,
     },
     Create {
         #[arg(long)]
-        id: Option<String>,
+        id: Option<SessionId>,
         #[arg(long)]
         context_limit: Option<usize>,
         #[arg(long)]
         model: Option<String>,
     },
     Delete {
-        id: String,
+        id: SessionId,
     },
 }
 
@@ -298,6 +301,7 @@ async fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
+        Command::Openapi => print!("{}", compactd::protocol::openapi::pretty()),
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;
             println!("{}", serde_json::to_string_pretty(&offline::plan(&input))?);

@@ -7,7 +7,7 @@
 use compactd::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use compactd::config::{Config, Synchronous};
 use compactd::message::{Message, Part, Role};
-use compactd::service::views::ContextMessage;
+use compactd::protocol::{ContextMessage, SessionId};
 use compactd::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use compactd::store::Store;
 use proptest::prelude::*;
@@ -70,13 +70,13 @@ fn messages(steps: &[Step]) -> Vec<Message> {
 
 /// How many compactions and maskings the session has had.
 async fn rewrites(service: &Arc<Service>) -> (u32, usize) {
-    let compactions = service.session("s").await.unwrap().compaction_count;
+    let compactions = service.session(&sid()).await.unwrap().compaction_count;
     let mut maskings = 0;
     let mut after = 0;
     loop {
         let page = service
             .compaction_history(
-                "s",
+                &sid(),
                 HistoryRequest {
                     after: u32::MAX,
                     failures_after: u64::MAX,
@@ -114,7 +114,7 @@ proptest! {
             let store = Store::open(&dir.path().join("c.db"), Synchronous::Normal).unwrap();
             let service = Service::new(store.clone(), Config::default()).unwrap();
             service.create_session(CreateSession {
-                id: Some("s".into()),
+                id: Some(sid()),
                 context_limit: Some(32_000),
                 ..Default::default()
             }).await.unwrap();
@@ -123,13 +123,13 @@ proptest! {
             let mut stable_steps = 0;
             let mut masked_seen = 0;
             for message in &all {
-                service.append("s", AppendRequest {
+                service.append(&sid(), AppendRequest {
                     messages: vec![message.clone()],
                     input_tokens: None,
                     wait: true,
                     idempotency_key: None,
                 }).await.unwrap();
-                let context = service.context("s", true).await.unwrap();
+                let context = service.context(&sid(), true).await.unwrap();
                 let now = rewrites(&service).await;
                 let items: Vec<String> = context.messages.iter().map(|m| serde_json::to_string(m).unwrap()).collect();
                 let bytes = items.join("\n");
@@ -156,9 +156,9 @@ proptest! {
                     masked_seen += 1;
                     let marker = format!("; seq {}]", m.seq);
                     prop_assert!(m.parts.get().contains("masked: ") && m.parts.get().contains(&marker), "{}", m.parts.get());
-                    let page = service.history("s", m.seq - 1, 1).await.unwrap();
-                    let original = page.messages[0].message.to_message().unwrap();
-                    prop_assert_eq!(&original, &all[m.seq as usize - 1]);
+                    let page = service.history(&sid(), m.seq - 1, 1).await.unwrap();
+                    let original = serde_json::from_str::<Vec<Part>>(page.messages[0].parts.get()).unwrap();
+                    prop_assert_eq!(&original, &all[m.seq as usize - 1].parts);
                 }
             }
             service.shutdown().await;
@@ -170,4 +170,9 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// The session these tests use.
+fn sid() -> SessionId {
+    SessionId::parse("s").unwrap()
 }

@@ -4,7 +4,7 @@
 
 use compactd::config::{Config, Synchronous};
 use compactd::message::{Message, Part, Role};
-use compactd::service::views::ContextMessage;
+use compactd::protocol::{ContextMessage, SessionId};
 use compactd::service::{AppendRequest, CreateSession, Service};
 use compactd::store::Store;
 use proptest::prelude::*;
@@ -88,7 +88,7 @@ proptest! {
             let store = Store::open(&dir.path().join("p.db"), Synchronous::Normal).unwrap();
             let service = Service::new(store.clone(), Config::default()).unwrap();
             service.create_session(CreateSession {
-                id: Some("p".into()),
+                id: Some(sid()),
                 context_limit: Some(16_000),
                 config: Some(json!({"max_messages": 20})),
                 ..Default::default()
@@ -96,14 +96,14 @@ proptest! {
             let all = messages(&steps);
             let mut compactions = 0;
             for (n, message) in all.iter().enumerate() {
-                let answer = service.append("p", AppendRequest {
+                let answer = service.append(&sid(), AppendRequest {
                     messages: vec![message.clone()],
                     input_tokens: None,
                     wait: true,
                     idempotency_key: None,
                 }).await.unwrap();
-                compactions += usize::from(answer.compaction.is_some_and(|c| c.status == "completed"));
-                let context = service.context("p", true).await.unwrap();
+                compactions += usize::from(answer.compaction.is_some_and(|c| c.status == compactd::protocol::CompactionState::Completed));
+                let context = service.context(&sid(), true).await.unwrap();
                 prop_assert!(context.tokens <= 16_000, "context of {} tokens", context.tokens);
                 let pinned: Vec<Message> = context.messages.iter().filter_map(|m| match m {
                     ContextMessage::Stored(s) if s.pinned => Some(s.to_message().unwrap()),
@@ -114,7 +114,7 @@ proptest! {
                 if let Some(ContextMessage::Summary { parts, .. }) =
                     context.messages.iter().find(|m| matches!(m, ContextMessage::Summary { .. }))
                 {
-                    let summary = parts.to_string();
+                    let summary = serde_json::to_string(parts).unwrap();
                     for pin in &pinned {
                         if pin.role == Role::System {
                             prop_assert!(!summary.contains(&pin.joined_text()));
@@ -130,4 +130,9 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// The session these tests use.
+fn sid() -> SessionId {
+    SessionId::parse("p").unwrap()
 }

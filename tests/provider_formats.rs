@@ -263,7 +263,10 @@ async fn the_daemon_serves_valid_provider_contexts_across_compactions() {
             .unwrap();
         for (n, chunk) in transcript.messages.chunks(25).enumerate() {
             client
-                .append(&id, &json!({"messages": chunk, "wait": true}))
+                .append(
+                    &compactd::protocol::SessionId::parse(id.as_str()).unwrap(),
+                    &json!({"messages": chunk, "wait": true}),
+                )
                 .await
                 .unwrap();
             let o = client

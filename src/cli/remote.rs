@@ -3,6 +3,7 @@
 
 use crate::client::Client;
 use crate::message::{BatchError, Message, Part, Role, parse_message_batch};
+use crate::protocol::SessionId;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Read, Write};
@@ -84,7 +85,7 @@ pub async fn session_list(client: &Client, out: Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn session_show(client: &Client, id: &str, out: Output) -> Result<()> {
+pub async fn session_show(client: &Client, id: &SessionId, out: Output) -> Result<()> {
     let s = client.get(&format!("/session/{id}")).await?;
     out.print(&s, |s| {
         let breaker = if s["breaker"]["open"] == true {
@@ -115,7 +116,7 @@ pub async fn session_show(client: &Client, id: &str, out: Output) -> Result<()> 
 
 pub async fn session_create(
     client: &Client,
-    id: Option<String>,
+    id: Option<SessionId>,
     context_limit: Option<usize>,
     model: Option<String>,
     out: Output,
@@ -141,7 +142,7 @@ pub async fn session_create(
     Ok(())
 }
 
-pub async fn session_delete(client: &Client, id: &str, out: Output) -> Result<()> {
+pub async fn session_delete(client: &Client, id: &SessionId, out: Output) -> Result<()> {
     let answer = client.delete(&format!("/session/{id}")).await?;
     out.print(&answer, |_| {
         format!("deleted session {id} (its history stays in the database)\n")
@@ -152,7 +153,7 @@ pub async fn session_delete(client: &Client, id: &str, out: Output) -> Result<()
 /// `append SESSION`: one message (or a list) as JSON on stdin, or `--role R --text T`.
 pub async fn append(
     client: &Client,
-    id: &str,
+    id: &SessionId,
     role: Option<String>,
     text_arg: Option<String>,
     wait: bool,
@@ -210,7 +211,7 @@ fn parse_stdin_messages(input: &str) -> Result<Vec<Message>> {
         .messages)
 }
 
-pub async fn context(client: &Client, id: &str, out: Output) -> Result<()> {
+pub async fn context(client: &Client, id: &SessionId, out: Output) -> Result<()> {
     let ctx = client.get(&format!("/session/{id}/context")).await?;
     out.print(&ctx, |c| {
         let mut s = format!(
@@ -238,7 +239,12 @@ pub async fn context(client: &Client, id: &str, out: Output) -> Result<()> {
 }
 
 /// `compact SESSION [--focus TEXT]`: manual compaction, with a progress line while it runs.
-pub async fn compact(client: &Client, id: &str, focus: Option<String>, out: Output) -> Result<()> {
+pub async fn compact(
+    client: &Client,
+    id: &SessionId,
+    focus: Option<String>,
+    out: Output,
+) -> Result<()> {
     let body = match &focus {
         Some(f) => json!({"focus": f}),
         None => json!({}),
@@ -284,7 +290,7 @@ pub async fn compact(client: &Client, id: &str, focus: Option<String>, out: Outp
     Ok(())
 }
 
-pub async fn history(client: &Client, id: &str, out: Output) -> Result<()> {
+pub async fn history(client: &Client, id: &SessionId, out: Output) -> Result<()> {
     let h = client.get(&format!("/session/{id}/compaction")).await?;
     out.print(&h, |h| {
         let mut rows = vec![vec![

@@ -5,6 +5,7 @@ use super::remote::Output;
 use crate::client::Client;
 use crate::config::Config;
 use crate::message::Part;
+use crate::protocol::SessionId;
 use crate::replay::{ReplayReport, replay};
 use crate::transcript::{self, Format, Transcript, session_id_from};
 use anyhow::{Context, Result};
@@ -17,7 +18,7 @@ const BATCH_BYTES: usize = 2 * 1024 * 1024;
 pub async fn import(
     client: &Client,
     path: &Path,
-    session: Option<String>,
+    session: Option<SessionId>,
     format: Option<Format>,
     context_limit: Option<usize>,
     out: Output,
@@ -28,7 +29,7 @@ pub async fn import(
             transcript
                 .session_hint
                 .clone()
-                .filter(|h| crate::service::validate_session_id(h).is_ok())
+                .and_then(|h| SessionId::parse(h).ok())
         })
         .unwrap_or_else(|| session_id_from(path));
     let mut create = json!({"id": id});
@@ -76,7 +77,7 @@ pub async fn import(
     Ok(())
 }
 
-async fn send(client: &Client, id: &str, batch: &mut Vec<Value>) -> Result<()> {
+async fn send(client: &Client, id: &SessionId, batch: &mut Vec<Value>) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }

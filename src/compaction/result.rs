@@ -4,7 +4,7 @@ use crate::message::{Message, Role};
 use serde::{Deserialize, Serialize};
 
 /// The outcome of one successful compaction, with the spec's fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompactionResult {
     pub summary: String,
     pub read_files: Vec<String>,

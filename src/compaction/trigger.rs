@@ -4,7 +4,7 @@ use super::config::CompactionConfig;
 use serde::{Deserialize, Serialize};
 
 /// Why a compaction ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// The active message count exceeded `max_messages`.
@@ -22,6 +22,12 @@ impl Trigger {
             Trigger::Tokens => "tokens",
             Trigger::Manual => "manual",
         }
+    }
+
+    pub fn parse(name: &str) -> Option<Trigger> {
+        [Trigger::Messages, Trigger::Tokens, Trigger::Manual]
+            .into_iter()
+            .find(|t| t.as_str() == name)
     }
 }
 

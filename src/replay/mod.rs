@@ -15,7 +15,8 @@ use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
 use crate::compaction::{FileLists, LazyEstimator, track_files};
 use crate::config::{Config, Synchronous};
 use crate::message::{Message, Part};
-use crate::service::{AppendRequest, ContextView, CreateSession, HistoryRequest, Service};
+use crate::protocol::{ContextView, SessionId};
+use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use crate::store::Store;
 use crate::transcript::Transcript;
 use anyhow::{Context, Result};
@@ -83,10 +84,10 @@ pub async fn replay(
     let dir = tempfile::TempDir::new().context("cannot create a temp dir for the replay")?;
     let store = Store::open(&dir.path().join("replay.db"), Synchronous::Normal)?;
     let service = Service::new(store.clone(), config)?;
-    let id = "replay";
+    let id = &SessionId::parse("replay")?;
     service
         .create_session(CreateSession {
-            id: Some(id.into()),
+            id: Some(id.clone()),
             context_limit: Some(context_limit),
             ..Default::default()
         })
@@ -147,7 +148,7 @@ pub async fn replay(
         if answer
             .compaction
             .as_ref()
-            .is_some_and(|c| c.status == "completed")
+            .is_some_and(|c| c.status == crate::protocol::CompactionState::Completed)
         {
             seen_by_latest = index + 1;
         }
@@ -204,7 +205,7 @@ pub async fn replay(
 /// page by page.
 async fn all_compactions(
     service: &Service,
-    id: &str,
+    id: &SessionId,
 ) -> Result<(Vec<crate::store::CompactionRow>, usize, usize)> {
     let (mut compactions, mut failures, mut maskings) = (Vec::new(), 0, 0);
     let mut page = HistoryRequest {
@@ -310,7 +311,7 @@ fn context_messages(context: &ContextView, estimator: &LazyEstimator) -> Vec<(u6
         .map(|m| {
             let bytes = serde_json::to_vec(m).unwrap_or_default();
             let tokens = match m {
-                crate::service::views::ContextMessage::Stored(s) => s.tokens,
+                crate::protocol::ContextMessage::Stored(s) => s.tokens,
                 summary => estimator.chars(
                     parts_of(summary)
                         .iter()
@@ -344,12 +345,10 @@ fn orphaned_results(context: &ContextView) -> usize {
     orphans
 }
 
-fn parts_of(message: &crate::service::views::ContextMessage) -> Vec<Part> {
-    use crate::service::views::ContextMessage;
+fn parts_of(message: &crate::protocol::ContextMessage) -> Vec<Part> {
+    use crate::protocol::ContextMessage;
     match message {
-        ContextMessage::Summary { parts, .. } => {
-            serde_json::from_value(parts.clone()).unwrap_or_default()
-        }
+        ContextMessage::Summary { parts, .. } => parts.clone(),
         ContextMessage::Stored(stored) => stored.to_message().map(|m| m.parts).unwrap_or_default(),
     }
 }

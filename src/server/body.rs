@@ -7,6 +7,7 @@
 //! grow the daemon's memory beyond that budget and the parsing it bounds.
 
 use super::error::ApiError;
+use crate::protocol::ErrorCode;
 use axum::body::Body;
 use axum::http::StatusCode;
 use http_body_util::BodyExt;
@@ -45,7 +46,7 @@ impl BodyBudget {
             Ok(Ok(permit)) => Ok(permit),
             _ => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
+                ErrorCode::Busy,
                 "too many large requests in flight; retry shortly",
             )
             .retry_after(1)),
@@ -91,7 +92,7 @@ pub async fn read_body(
         Err(_) => {
             return Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
-                "timeout",
+                ErrorCode::Timeout,
                 format!(
                     "the request body did not arrive within {} s",
                     budget.timeout.as_secs()

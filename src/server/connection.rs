@@ -9,6 +9,7 @@
 //! requests is closed. A client that half-closes after sending still gets its answer.
 
 use super::error::ApiError;
+use crate::protocol::ErrorCode;
 use axum::Router;
 use axum::http::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -46,7 +47,7 @@ pub async fn serve(
         Err(_) => {
             let error = ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
-                "timeout",
+                ErrorCode::Timeout,
                 format!(
                     "the request head did not arrive within {} s",
                     timeout.as_secs()
@@ -140,7 +141,7 @@ fn find_head_end(buffer: &[u8]) -> Option<usize> {
 fn too_large_head() -> ApiError {
     ApiError::new(
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        "too_large",
+        ErrorCode::TooLarge,
         format!(
             "the request head is larger than {MAX_HEAD_BYTES} bytes or has more than {MAX_HEADERS} headers"
         ),
@@ -159,7 +160,7 @@ fn check_head(head: &[u8]) -> Result<(), ApiError> {
             if !matches!(request.version, Some(1) | Some(0)) {
                 return Err(ApiError::new(
                     StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                    "bad_request",
+                    ErrorCode::BadRequest,
                     "only HTTP/1.0 and HTTP/1.1 are served",
                 ));
             }

@@ -1,5 +1,6 @@
 //! API errors: `{"error": {"code": "...", "message": "..."}}` with the right status.
 
+use crate::protocol::ErrorCode;
 use crate::service::ServiceError;
 use crate::store::StoreError;
 use crate::summarize::SummarizeError;
@@ -11,14 +12,14 @@ use serde_json::json;
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     /// Seconds after which a retry may succeed (`Retry-After`), for "busy" answers.
     pub retry_after: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             code,
@@ -34,13 +35,13 @@ impl ApiError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message)
     }
 
     pub fn too_large(limit: usize) -> ApiError {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+            ErrorCode::TooLarge,
             format!(
                 "request body is larger than the limit of {limit} bytes ([server] max_body_bytes)"
             ),
@@ -66,36 +67,40 @@ impl From<ServiceError> for ApiError {
         let message = e.to_string();
         let (status, code) = match &e {
             ServiceError::Store(StoreError::NotFound(_) | StoreError::Deleted(_)) => {
-                (StatusCode::NOT_FOUND, "not_found")
+                (StatusCode::NOT_FOUND, ErrorCode::NotFound)
             }
             ServiceError::Store(StoreError::Exists(_) | StoreError::Conflict(_)) => {
-                (StatusCode::CONFLICT, "conflict")
+                (StatusCode::CONFLICT, ErrorCode::Conflict)
             }
             ServiceError::Store(StoreError::UnknownCall(_)) => {
-                (StatusCode::BAD_REQUEST, "unknown_call")
+                (StatusCode::BAD_REQUEST, ErrorCode::UnknownCall)
             }
             ServiceError::Store(StoreError::PinnedTooLarge { .. }) => {
-                (StatusCode::BAD_REQUEST, "pinned_too_large")
+                (StatusCode::BAD_REQUEST, ErrorCode::PinnedTooLarge)
             }
-            ServiceError::PinnedOverflow(_) => (StatusCode::CONFLICT, "pinned_too_large"),
+            ServiceError::PinnedOverflow(_) => (StatusCode::CONFLICT, ErrorCode::PinnedTooLarge),
             ServiceError::Store(StoreError::IdempotencyMismatch(_)) => {
-                (StatusCode::CONFLICT, "idempotency_mismatch")
+                (StatusCode::CONFLICT, ErrorCode::IdempotencyMismatch)
             }
             ServiceError::Store(StoreError::Closed) | ServiceError::ShuttingDown => {
-                (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
             }
             ServiceError::Store(StoreError::Busy) => {
-                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
+                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Busy, message)
                     .retry_after(1);
             }
             ServiceError::Store(StoreError::Full) => {
                 tracing::error!(%message, "store error");
-                return ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "storage_full", message)
-                    .retry_after(60);
+                return ApiError::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    ErrorCode::StorageFull,
+                    message,
+                )
+                .retry_after(60);
             }
             ServiceError::Store(StoreError::Gone(_)) => {
                 tracing::error!(%message, "store error");
-                (StatusCode::SERVICE_UNAVAILABLE, "storage_gone")
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StorageGone)
             }
             ServiceError::Store(
                 StoreError::Io { .. }
@@ -104,14 +109,18 @@ impl From<ServiceError> for ApiError {
                 | StoreError::Internal(_),
             ) => {
                 tracing::error!(%message, "store error");
-                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal)
             }
-            ServiceError::InvalidMessage { .. } => (StatusCode::BAD_REQUEST, "invalid_message"),
-            ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ServiceError::InvalidMessage { .. } => {
+                (StatusCode::BAD_REQUEST, ErrorCode::InvalidMessage)
+            }
+            ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             ServiceError::Summarizer(SummarizeError::Cancelled) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
             }
-            ServiceError::Summarizer(_) => (StatusCode::SERVICE_UNAVAILABLE, "summarizer_failed"),
+            ServiceError::Summarizer(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::SummarizerFailed)
+            }
         };
         ApiError::new(status, code, message)
     }

@@ -8,6 +8,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use tokio_stream::wrappers::BroadcastStream;
 
+/// `GET /v1/events`: one server-sent event per [`crate::protocol::Event`], named by its kind,
+/// with its JSON as data; keep-alive comments every 15 s; `lagged` when this subscriber
+/// missed events.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    responses((status = 200, description = "`text/event-stream`: `event: <kind>` then `data: <Event as JSON>`, until the daemon stops",
+        content_type = "text/event-stream", body = crate::protocol::Event)))]
 pub async fn events(
     State(service): State<Arc<Service>>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
@@ -20,7 +26,13 @@ pub async fn events(
                     .json_data(&event)
                     .ok(),
                 // A slow reader missed events: say so rather than pretend.
-                Err(_) => Some(SseEvent::default().event("lagged").data("{}")),
+                Err(_) => {
+                    let lagged = crate::protocol::Event::Lagged {};
+                    SseEvent::default()
+                        .event(lagged.name())
+                        .json_data(&lagged)
+                        .ok()
+                }
             }
         })
         .map(Ok)

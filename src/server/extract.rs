@@ -2,6 +2,7 @@
 
 use super::body::{BodyBudget, BoundedBody, read_body};
 use super::error::ApiError;
+use crate::protocol::{ErrorCode, SessionId};
 use crate::service::Service;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
@@ -31,7 +32,7 @@ impl FromRequest<Arc<Service>> for Utf8Body {
             .ok_or_else(|| {
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
+                    ErrorCode::Internal,
                     "no body budget",
                 )
             })?;
@@ -79,18 +80,20 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// The `{id}` of `/session/{id}/...` (validated by the service).
-pub struct SessionPath(pub String);
+/// The `{id}` of `/session/{id}/...`, checked here once.
+pub struct SessionPath(pub SessionId);
 
 impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Path::<String>::from_request_parts(parts, state)
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
-            .map(|Path(id)| SessionPath(id))
             .map_err(|e| {
                 ApiError::bad_request(format!("invalid session id in path: {}", e.body_text()))
-            })
+            })?;
+        SessionId::parse(id)
+            .map(SessionPath)
+            .map_err(|e| ApiError::bad_request(e.to_string()))
     }
 }

@@ -9,15 +9,16 @@
 mod body;
 mod connection;
 mod error;
-mod events;
+pub(crate) mod events;
 mod extract;
 pub mod listener;
 mod peer;
-mod routes;
+pub(crate) mod routes;
 
 pub use error::ApiError;
 pub use peer::Peer;
 
+use crate::protocol::ErrorCode;
 use crate::service::Service;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
@@ -29,9 +30,6 @@ use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-/// The current API version's path prefix.
-pub const API_PREFIX: &str = "/v1";
 
 /// The API's routes.
 pub fn router(service: Arc<Service>) -> Router {
@@ -59,10 +57,11 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/context", get(routes::context))
         .route("/session/{id}/summarize", post(routes::summarize))
         .route("/session/{id}/compaction", get(routes::compactions))
-        .route("/events", get(events::events));
+        .route("/events", get(events::events))
+        .route("/openapi.json", get(routes::openapi));
     // Versioned paths (`/v1/...`), and today's unversioned ones as aliases of v1.
     Router::new()
-        .nest(API_PREFIX, api.clone())
+        .nest(crate::protocol::API_PREFIX, api.clone())
         .merge(api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
@@ -161,7 +160,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 fn too_many_connections() -> ApiError {
     ApiError::new(
         axum::http::StatusCode::SERVICE_UNAVAILABLE,
-        "busy",
+        ErrorCode::Busy,
         "too many open connections; retry shortly",
     )
     .retry_after(1)

@@ -6,6 +6,7 @@
 //! manager). Another user's connection is answered 403 and closed before any request is read.
 
 use super::error::ApiError;
+use crate::protocol::ErrorCode;
 use axum::http::StatusCode;
 use tokio::net::UnixStream;
 
@@ -35,7 +36,7 @@ impl Peer {
 pub fn forbidden(own_uid: u32) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
-        "forbidden",
+        ErrorCode::Forbidden,
         format!("this compactd serves uid {own_uid} only"),
     )
 }

@@ -1,17 +1,21 @@
-//! The handlers: parse, call the service, shape the answer. No decisions live here.
+//! The handlers: parse, call the service, shape the answer. No decisions live here. Each
+//! carries its OpenAPI description (`protocol::openapi` collects them).
 
 use super::error::ApiError;
 use super::extract::{ApiQuery, JsonBody, SessionPath, Utf8Body};
 use crate::message::{BatchError, parse_message_batch};
-use crate::service::views::{ContextFormat, ProviderContext};
+use crate::protocol::{
+    AppendBody, AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextQuery,
+    ContextView, CreateSessionRequest, Deleted, ErrorBody, ErrorCode, Health, HistoryPage,
+    HistoryQuery, ProviderContext, SessionList, SessionView, SummarizeOutcome, SummarizeRequest,
+    UpdateSessionRequest,
+};
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use crate::store::SessionUpdate;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
 use std::sync::Arc;
 
 type Svc = State<Arc<Service>>;
@@ -21,31 +25,34 @@ fn ok(value: impl serde::Serialize) -> ApiResult {
     Ok(Json(value).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/health", tag = "daemon",
+    responses((status = 200, description = "The daemon is up", body = Health)))]
 pub async fn health(State(service): Svc) -> ApiResult {
     let settings = service.settings();
-    let status = service.config_status();
-    ok(json!({
-        "status": "ok",
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_s": service.uptime_s(),
-        "pid": std::process::id(),
-        "summarizer": settings.summarizer.name(),
-        "config": status,
-    }))
+    let mut config = service.config_status();
+    config.exists = config
+        .path
+        .as_deref()
+        .is_some_and(|p| std::path::Path::new(p).exists());
+    ok(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        uptime_s: service.uptime_s(),
+        pid: std::process::id(),
+        summarizer: settings.summarizer.name(),
+        database: service.store().path().display().to_string(),
+        config,
+    })
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateBody {
-    id: Option<String>,
-    model: Option<String>,
-    context_limit: Option<usize>,
-    config: Option<Value>,
-}
-
+#[utoipa::path(post, path = "/v1/session", tag = "sessions", request_body = CreateSessionRequest,
+    responses(
+        (status = 201, description = "Created", body = SessionView),
+        (status = 400, description = "`bad_request`: a bad id, config key or context_limit", body = ErrorBody),
+        (status = 409, description = "`conflict`: the session exists", body = ErrorBody)))]
 pub async fn create_session(
     State(service): Svc,
-    JsonBody(body): JsonBody<CreateBody>,
+    JsonBody(body): JsonBody<CreateSessionRequest>,
 ) -> ApiResult {
     let view = service
         .create_session(CreateSession {
@@ -58,26 +65,32 @@ pub async fn create_session(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/session", tag = "sessions",
+    responses((status = 200, description = "Every session", body = SessionList)))]
 pub async fn list_sessions(State(service): Svc) -> ApiResult {
-    ok(json!({"sessions": service.sessions().await?}))
+    ok(SessionList {
+        sessions: service.sessions().await?,
+    })
 }
 
+#[utoipa::path(get, path = "/v1/session/{id}", tag = "sessions", params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
 pub async fn get_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
     ok(service.session(&id).await?)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateBody {
-    model: Option<String>,
-    context_limit: Option<usize>,
-    config: Option<Value>,
-}
-
+#[utoipa::path(patch, path = "/v1/session/{id}", tag = "sessions", params(("id" = String, Path)),
+    request_body = UpdateSessionRequest,
+    responses(
+        (status = 200, description = "The session after the change (a compaction may have started)", body = SessionView),
+        (status = 400, description = "`bad_request`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
 pub async fn update_session(
     State(service): Svc,
     SessionPath(id): SessionPath,
-    JsonBody(body): JsonBody<UpdateBody>,
+    JsonBody(body): JsonBody<UpdateSessionRequest>,
 ) -> ApiResult {
     let update = SessionUpdate {
         model: body.model,
@@ -87,14 +100,29 @@ pub async fn update_session(
     ok(service.update_session(&id, update).await?)
 }
 
+#[utoipa::path(delete, path = "/v1/session/{id}", tag = "sessions", params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "Hidden from the API; its rows stay in the database", body = Deleted),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
 pub async fn delete_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
     service.delete_session(&id).await?;
-    ok(json!({"deleted": true, "id": id}))
+    ok(Deleted { deleted: true, id })
 }
 
 /// `POST /session/{id}/message` takes one message, an array of messages, or
 /// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`; an `Idempotency-Key`
 /// header makes a retry append nothing twice.
+#[utoipa::path(post, path = "/v1/session/{id}/message", tag = "messages",
+    params(("id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 128 printable ASCII characters: a retry with the same key appends nothing again")),
+    request_body = AppendBody,
+    responses(
+        (status = 200, description = "Stored (the session is created if new)", body = AppendResponse),
+        (status = 400, description = "`bad_request`, `invalid_message`, `unknown_call`, `pinned_too_large`", body = ErrorBody),
+        (status = 409, description = "`idempotency_mismatch`", body = ErrorBody),
+        (status = 413, description = "`too_large`", body = ErrorBody),
+        (status = 503, description = "`busy` (Retry-After), `shutting_down`, `storage_gone`", body = ErrorBody),
+        (status = 507, description = "`storage_full`", body = ErrorBody)))]
 pub async fn append(
     State(service): Svc,
     SessionPath(id): SessionPath,
@@ -102,9 +130,11 @@ pub async fn append(
     Utf8Body(body): Utf8Body,
 ) -> ApiResult {
     let batch = parse_message_batch(&body.bytes).map_err(|e| match e {
-        BatchError::Message { .. } => {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", e.to_string())
-        }
+        BatchError::Message { .. } => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidMessage,
+            e.to_string(),
+        ),
         other => ApiError::bad_request(other.to_string()),
     })?;
     // The body's bytes are not needed once parsed.
@@ -138,17 +168,15 @@ pub async fn append(
 /// No model reads more tokens than this in one call; larger reports are mistakes.
 const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryQuery {
-    #[serde(default)]
-    after: u64,
-    limit: Option<usize>,
-}
-
 /// Most messages one history page returns.
 const MAX_PAGE: usize = 1_000;
 
+#[utoipa::path(get, path = "/v1/session/{id}/message", tag = "messages",
+    params(("id" = String, Path), HistoryQuery),
+    responses(
+        (status = 200, description = "A page of the history, every message whole", body = HistoryPage),
+        (status = 400, description = "`bad_request`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
 pub async fn history(
     State(service): Svc,
     SessionPath(id): SessionPath,
@@ -163,14 +191,13 @@ pub async fn history(
     ok(service.history(&id, query.after, limit).await?)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ContextQuery {
-    wait: Option<bool>,
-    #[serde(default)]
-    format: ContextFormat,
-}
-
+#[utoipa::path(get, path = "/v1/session/{id}/context", tag = "messages",
+    params(("id" = String, Path), ContextQuery),
+    responses(
+        (status = 200, description = "What to send to the model now: `ContextView` by default, `ProviderContext` with `format=openai` or `format=anthropic`",
+            body = inline(ContextAnswer)),
+        (status = 400, description = "`bad_request`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
 pub async fn context(
     State(service): Svc,
     SessionPath(id): SessionPath,
@@ -183,35 +210,39 @@ pub async fn context(
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SummarizeBody {
-    focus: Option<String>,
+/// The two shapes of a context answer (for the OpenAPI document).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ContextAnswer {
+    Compactd(ContextView),
+    Provider(ProviderContext),
 }
 
+#[utoipa::path(post, path = "/v1/session/{id}/summarize", tag = "compaction",
+    params(("id" = String, Path)), request_body = SummarizeRequest,
+    responses(
+        (status = 200, description = "Compacted, or why not (`compacted: false`)", body = SummarizeOutcome),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`conflict`, `pinned_too_large`", body = ErrorBody),
+        (status = 503, description = "`summarizer_failed` (recorded), `shutting_down`", body = ErrorBody)))]
 pub async fn summarize(
     State(service): Svc,
     SessionPath(id): SessionPath,
-    JsonBody(body): JsonBody<SummarizeBody>,
+    JsonBody(body): JsonBody<SummarizeRequest>,
 ) -> ApiResult {
     ok(service.summarize(&id, body.focus).await?)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompactionQuery {
-    #[serde(default)]
-    after: u32,
-    #[serde(default)]
-    failures_after: u64,
-    #[serde(default)]
-    maskings_after: u64,
-    limit: Option<usize>,
 }
 
 /// Most compactions (and failures) one page returns.
 const MAX_COMPACTION_PAGE: usize = 100;
 
+#[utoipa::path(get, path = "/v1/session/{id}/compaction", tag = "compaction",
+    params(("id" = String, Path), CompactionQuery),
+    responses(
+        (status = 200, description = "Compactions, failed attempts and maskings, oldest first, paged", body = CompactionHistory),
+        (status = 400, description = "`bad_request`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
 pub async fn compactions(
     State(service): Svc,
     SessionPath(id): SessionPath,
@@ -232,14 +263,24 @@ pub async fn compactions(
     ok(service.compaction_history(&id, page).await?)
 }
 
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "daemon",
+    responses((status = 200, description = "This API's OpenAPI 3.1 document")))]
+pub async fn openapi() -> ApiResult {
+    ok(crate::protocol::openapi::document())
+}
+
 pub async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "no such endpoint",
+    )
 }
 
 pub async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "method not allowed on this endpoint",
     )
 }

@@ -13,31 +13,19 @@
 //! session the lock is released and taken again in turn (the lock is fair), so a manual
 //! `/summarize` or a `/context` waiting for it is served in between.
 
-use super::events::Event;
 use super::locks::SessionGuard;
-use super::views::CompactionStatus;
 use super::{Service, ServiceError};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::microcompact::masking_thresholds;
 use crate::compaction::{CompactionConfig, CompactionPlan, PlanInput, Trigger};
 use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
+use crate::protocol::{CompactionStatus, Event, SessionId, SummarizeOutcome};
 use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
 use crate::summarize::extractive::Extractive;
 use crate::summarize::{SummarizeError, Summarizer};
-use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The answer to a manual compaction.
-#[derive(Debug, Clone, Serialize)]
-pub struct SummarizeOutcome {
-    pub compacted: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub compaction: Option<CompactionRow>,
-}
 
 /// Whether a session should compact automatically now.
 enum Decision {
@@ -224,10 +212,10 @@ impl Service {
     /// compaction of the session, then compacts whatever the trigger says.
     pub async fn summarize(
         &self,
-        id: &str,
+        id: &SessionId,
         focus: Option<String>,
     ) -> Result<SummarizeOutcome, ServiceError> {
-        super::validate_session_id(id)?;
+        let id = id.as_str();
         self.store.session(id).await?;
         let _guard = self.locks.lock(id).await;
         let focus = focus.filter(|f| !f.trim().is_empty());
@@ -236,17 +224,9 @@ impl Service {
                 if row.result.post_tokens < row.result.pre_tokens {
                     let _ = self.store.reset_attempts(id.to_string()).await;
                 }
-                Ok(SummarizeOutcome {
-                    compacted: true,
-                    reason: None,
-                    compaction: Some(*row),
-                })
+                Ok(SummarizeOutcome::compacted(*row))
             }
-            Attempt::NothingToCompact => Ok(SummarizeOutcome {
-                compacted: false,
-                reason: Some(NOTHING_TO_COMPACT.into()),
-                compaction: None,
-            }),
+            Attempt::NothingToCompact => Ok(SummarizeOutcome::not_compacted(NOTHING_TO_COMPACT)),
         }
     }
 
@@ -318,7 +298,7 @@ impl Service {
         let num = session.compaction_count + 1;
         self.emit(Event::CompactionStarted {
             session_id: id.to_string(),
-            trigger: trigger.as_str().into(),
+            trigger,
         });
         let started = Instant::now();
         let fallback = settings.config.summarizer.fallback.is_some();
@@ -353,7 +333,7 @@ impl Service {
                 );
                 self.emit(Event::CompactionFinished {
                     session_id: id.to_string(),
-                    trigger: trigger.as_str().into(),
+                    trigger,
                     compaction_num: num,
                     pre_tokens: row.result.pre_tokens,
                     post_tokens: row.result.post_tokens,
@@ -380,7 +360,7 @@ impl Service {
     fn announce_failure(&self, id: &str, trigger: Trigger, reason: &str) {
         self.emit(Event::CompactionFailed {
             session_id: id.to_string(),
-            trigger: trigger.as_str().into(),
+            trigger,
             reason: reason.to_string(),
         });
     }

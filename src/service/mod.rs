@@ -5,15 +5,13 @@
 //! and `bench` all call this, so the socket is only a transport.
 
 mod compact;
-mod events;
 mod locks;
 pub mod views;
 
-pub use compact::SummarizeOutcome;
-pub use events::Event;
-pub use views::{
-    AppendResponse, CompactionHistory, CompactionStatus, ContextView, HistoryPage, SessionView,
+use crate::protocol::{
+    AppendResponse, CompactionHistory, ContextView, HistoryPage, SessionId, SessionView,
 };
+pub use crate::protocol::{ConfigStatus, Event};
 
 use crate::compaction::{CompactionConfig, LazyEstimator, PinnedOverflow, Trigger, check_trigger};
 use crate::compactor::CompactError;
@@ -58,7 +56,7 @@ pub struct Settings {
 /// A session to create; `None` fields take the configured defaults.
 #[derive(Debug, Clone, Default)]
 pub struct CreateSession {
-    pub id: Option<String>,
+    pub id: Option<SessionId>,
     pub model: Option<String>,
     pub context_limit: Option<usize>,
     pub config: Option<Value>,
@@ -89,16 +87,6 @@ pub struct Service {
     tasks: TaskTracker,
     started: Instant,
     config_status: RwLock<ConfigStatus>,
-}
-
-/// Where the configuration came from and whether the last edit of it was rejected.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct ConfigStatus {
-    pub path: Option<String>,
-    /// Why the file on disk is not in force (the previous config is), if it is not.
-    pub error: Option<String>,
-    /// Successful reloads since start.
-    pub reloads: u64,
 }
 
 impl Service {
@@ -204,14 +192,13 @@ impl Service {
         &self,
         request: CreateSession,
     ) -> Result<SessionView, ServiceError> {
-        let id = match request.id {
-            Some(id) => {
-                validate_session_id(&id)?;
-                id
-            }
-            None => generated_session_id(),
-        };
-        let new = self.new_session(id, request.model, request.context_limit, request.config)?;
+        let id = request.id.unwrap_or_else(SessionId::generate);
+        let new = self.new_session(
+            id.to_string(),
+            request.model,
+            request.context_limit,
+            request.config,
+        )?;
         let session = self.store.create_session(new).await?;
         Ok(self.view(session))
     }
@@ -250,20 +237,18 @@ impl Service {
             .collect())
     }
 
-    pub async fn session(&self, id: &str) -> Result<SessionView, ServiceError> {
-        validate_session_id(id)?;
-        Ok(self.view(self.store.session(id).await?))
+    pub async fn session(&self, id: &SessionId) -> Result<SessionView, ServiceError> {
+        Ok(self.view(self.store.session(id.as_str()).await?))
     }
 
     /// Changes a session; if the change puts it over its trigger (a lower `context_limit`,
     /// say), a compaction starts at once.
     pub async fn update_session(
         self: &Arc<Self>,
-        id: &str,
+        id: &SessionId,
         update: SessionUpdate,
     ) -> Result<SessionView, ServiceError> {
-        validate_session_id(id)?;
-        let current = self.store.session(id).await?;
+        let current = self.store.session(id.as_str()).await?;
         let overrides = update.overrides.as_ref().unwrap_or(&current.overrides);
         let config = compaction_with_overrides(&self.settings().config.compaction, overrides)
             .map_err(ServiceError::BadRequest)?;
@@ -287,8 +272,7 @@ impl Service {
         Ok(started)
     }
 
-    pub async fn delete_session(&self, id: &str) -> Result<(), ServiceError> {
-        validate_session_id(id)?;
+    pub async fn delete_session(&self, id: &SessionId) -> Result<(), ServiceError> {
         Ok(self.store.delete_session(id.to_string()).await?)
     }
 
@@ -296,10 +280,10 @@ impl Service {
     /// compaction if the trigger fires.
     pub async fn append(
         self: &Arc<Self>,
-        id: &str,
+        id: &SessionId,
         request: AppendRequest,
     ) -> Result<AppendResponse, ServiceError> {
-        validate_session_id(id)?;
+        let id = id.as_str();
         if request.messages.is_empty() {
             return Err(ServiceError::BadRequest("no messages to append".into()));
         }
@@ -367,12 +351,14 @@ impl Service {
     /// and about [`MAX_PAGE_BYTES`] of parts.
     pub async fn history(
         &self,
-        id: &str,
+        id: &SessionId,
         after: u64,
         limit: usize,
     ) -> Result<HistoryPage, ServiceError> {
-        validate_session_id(id)?;
-        let (session, messages) = self.store.history(id, after, limit, MAX_PAGE_BYTES).await?;
+        let (session, messages) = self
+            .store
+            .history(id.as_str(), after, limit, MAX_PAGE_BYTES)
+            .await?;
         Ok(HistoryPage::new(&session, messages))
     }
 
@@ -382,10 +368,10 @@ impl Service {
     /// over-limit context while compaction could prevent it.
     pub async fn context(
         self: &Arc<Self>,
-        id: &str,
+        id: &SessionId,
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
-        validate_session_id(id)?;
+        let id = id.as_str();
         if !wait {
             return Ok(ContextView::new(self.store.context(id).await?));
         }
@@ -398,8 +384,9 @@ impl Service {
             let snapshot = self.store.context(id).await?;
             rounds += 1;
             match self.after_append(&snapshot.session, true).await {
-                Some(status) if status.status != "breaker_open" && rounds < CONTEXT_WAIT_ROUNDS => {
-                }
+                Some(status)
+                    if status.status != crate::protocol::CompactionState::BreakerOpen
+                        && rounds < CONTEXT_WAIT_ROUNDS => {}
                 _ => return Ok(ContextView::new(snapshot)),
             }
         }
@@ -409,10 +396,10 @@ impl Service {
     /// (after id `failures_after`).
     pub async fn compaction_history(
         &self,
-        id: &str,
+        id: &SessionId,
         page: HistoryRequest,
     ) -> Result<CompactionHistory, ServiceError> {
-        validate_session_id(id)?;
+        let id = id.as_str();
         let (session, compactions) = self
             .store
             .compactions(id, page.after, page.limit, MAX_PAGE_BYTES)
@@ -470,26 +457,6 @@ fn trigger_under(session: &SessionRow, config: &CompactionConfig) -> Option<Trig
     )
 }
 
-/// Session ids are `[A-Za-z0-9._:-]{1,128}`, not `.` or `..`: safe in paths, URLs, logs and
-/// shells.
-pub fn validate_session_id(id: &str) -> Result<(), ServiceError> {
-    let ok = !id.is_empty()
-        && id != "."
-        && id != ".."
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServiceError::BadRequest(format!(
-            "invalid session id {:?}: use 1 to 128 of A-Z a-z 0-9 . _ : - (not . or ..)",
-            truncate_for_error(id)
-        )))
-    }
-}
-
 /// Idempotency keys: 1 to 128 printable ASCII characters without spaces (a UUID fits).
 fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
     if (1..=128).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()) {
@@ -504,45 +471,4 @@ fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
 
 fn truncate_for_error(text: &str) -> String {
     crate::compaction::truncate::truncate_chars(text, 80).into_owned()
-}
-
-/// A fresh session id: time-ordered and unique within this process.
-fn generated_session_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "s-{nanos:x}-{:x}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn session_ids_are_checked() {
-        for ok in ["a", "demo-1", "proj:feature.x_2", &"x".repeat(128)] {
-            assert!(validate_session_id(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "a b",
-            "../etc",
-            "x/y",
-            "é",
-            &"x".repeat(129),
-            "a\0",
-        ] {
-            assert!(validate_session_id(bad).is_err(), "{bad:?}");
-        }
-        assert!(validate_session_id(&generated_session_id()).is_ok());
-    }
 }

@@ -1,45 +1,20 @@
-//! The shapes the API answers with.
+//! How the service builds its answers (the types are in [`crate::protocol`]).
 
 use crate::compaction::{CompactionConfig, Trigger, summary_message};
+use crate::protocol::{
+    AppendResponse, BreakerView, CompactionHistory, CompactionState, CompactionStatus,
+    ContextFormat, ContextMessage, ContextView, HistoryMessage, HistoryPage, ProviderContext,
+    SessionId, SessionView,
+};
 use crate::store::{
     AppendOutcome, CompactionRow, ContextSnapshot, FailureRow, MaskingRow, SessionRow,
-    StoredMessage, TokenSource,
+    StoredMessage,
 };
-use serde::Serialize;
-use serde_json::Value;
 
-/// A session as `GET /session/{id}` shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct SessionView {
-    pub id: String,
-    pub model: Option<String>,
-    pub context_limit: usize,
-    /// The session's `[compaction]` overrides.
-    pub config: Value,
-    pub created_at: String,
-    pub updated_at: String,
-    pub message_count: u64,
-    /// Messages not yet compacted.
-    pub active_messages: usize,
-    pub compaction_count: u32,
-    /// Tokens in the context now.
-    pub tokens: usize,
-    pub token_source: TokenSource,
-    /// Compaction starts at this many tokens (context_limit - reserve).
-    pub token_threshold: usize,
-    pub max_messages: usize,
-    /// A compaction of this session is running.
-    pub compacting: bool,
-    pub breaker: BreakerView,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct BreakerView {
-    /// Automatic attempts in this turn that have not yet brought the session under its trigger.
-    pub attempts: u32,
-    pub threshold: u32,
-    /// Automatic compaction is paused until the next user message.
-    pub open: bool,
+/// A stored id was validated when it was stored; one that no longer parses (an older
+/// database edited by hand) is shown as it is rather than hidden.
+fn stored_id(id: String) -> SessionId {
+    SessionId::parse(id.clone()).unwrap_or_else(|_| SessionId::unchecked(id))
 }
 
 impl SessionView {
@@ -56,7 +31,7 @@ impl SessionView {
             compacting,
             tokens,
             token_source,
-            id: session.id,
+            id: stored_id(session.id),
             model: session.model,
             context_limit: session.context_limit,
             config: session.overrides,
@@ -69,20 +44,8 @@ impl SessionView {
     }
 }
 
-/// What an append triggered.
-#[derive(Debug, Clone, Serialize)]
-pub struct CompactionStatus {
-    pub trigger: Option<Trigger>,
-    /// `started`, `in_progress`, `completed`, `failed`, `breaker_open`, `not_needed`.
-    pub status: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<Box<CompactionRow>>,
-}
-
 impl CompactionStatus {
-    fn of(trigger: Option<Trigger>, status: &'static str) -> CompactionStatus {
+    fn of(trigger: Option<Trigger>, status: CompactionState) -> CompactionStatus {
         CompactionStatus {
             trigger,
             status,
@@ -91,56 +54,36 @@ impl CompactionStatus {
         }
     }
     pub fn started(trigger: Trigger) -> Self {
-        Self::of(Some(trigger), "started")
+        Self::of(Some(trigger), CompactionState::Started)
     }
     pub fn in_progress(trigger: Trigger) -> Self {
-        Self::of(Some(trigger), "in_progress")
+        Self::of(Some(trigger), CompactionState::InProgress)
     }
     pub fn breaker_open(trigger: Trigger) -> Self {
-        Self::of(Some(trigger), "breaker_open")
+        Self::of(Some(trigger), CompactionState::BreakerOpen)
     }
     pub fn not_needed() -> Self {
-        Self::of(None, "not_needed")
+        Self::of(None, CompactionState::NotNeeded)
     }
     pub fn completed(trigger: Trigger, row: CompactionRow) -> Self {
         CompactionStatus {
             result: Some(Box::new(row)),
-            ..Self::of(Some(trigger), "completed")
+            ..Self::of(Some(trigger), CompactionState::Completed)
         }
     }
     pub fn failed(trigger: Trigger, reason: String) -> Self {
         CompactionStatus {
             reason: Some(reason),
-            ..Self::of(Some(trigger), "failed")
+            ..Self::of(Some(trigger), CompactionState::Failed)
         }
     }
-}
-
-/// The answer to an append.
-#[derive(Debug, Clone, Serialize)]
-pub struct AppendResponse {
-    pub session_id: String,
-    /// Sequence numbers given to the appended messages.
-    pub first_seq: u64,
-    pub last_seq: u64,
-    pub message_count: u64,
-    pub tokens: usize,
-    pub token_source: TokenSource,
-    /// The session was created by this append.
-    pub created: bool,
-    /// An earlier append with the same Idempotency-Key stored these messages; this one
-    /// stored nothing.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub replayed: bool,
-    /// The compaction this append triggered, if any.
-    pub compaction: Option<CompactionStatus>,
 }
 
 impl AppendResponse {
     pub fn new(outcome: AppendOutcome, compaction: Option<CompactionStatus>) -> AppendResponse {
         let (tokens, token_source) = outcome.session.context_tokens();
         AppendResponse {
-            session_id: outcome.session.id,
+            session_id: stored_id(outcome.session.id),
             first_seq: outcome.first_seq,
             last_seq: outcome.last_seq,
             message_count: outcome.session.message_count,
@@ -153,23 +96,6 @@ impl AppendResponse {
     }
 }
 
-/// A page of history.
-#[derive(Debug, Clone, Serialize)]
-pub struct HistoryPage {
-    pub messages: Vec<HistoryMessage>,
-    /// Pass as `after` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct HistoryMessage {
-    #[serde(flatten)]
-    pub message: StoredMessage,
-    /// Summarized by a compaction (no longer sent verbatim; pinned messages never are).
-    pub compacted: bool,
-}
-
 impl HistoryPage {
     pub fn new(session: &SessionRow, messages: Vec<StoredMessage>) -> HistoryPage {
         let next_after = messages
@@ -179,32 +105,19 @@ impl HistoryPage {
         HistoryPage {
             messages: messages
                 .into_iter()
-                .map(|message| HistoryMessage {
-                    compacted: message.seq < session.active_from_seq && !message.pinned,
-                    message,
+                .map(|m| HistoryMessage {
+                    compacted: m.seq < session.active_from_seq && !m.pinned,
+                    seq: m.seq,
+                    role: m.role,
+                    parts: m.parts,
+                    tokens: m.tokens,
+                    created_at: m.created_at,
+                    pinned: m.pinned,
                 })
                 .collect(),
             next_after,
         }
     }
-}
-
-/// A page of a session's compaction history.
-#[derive(Debug, Clone, Serialize)]
-pub struct CompactionHistory {
-    pub compactions: Vec<CompactionRow>,
-    /// Pass as `after` for the next page of compactions; absent on the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<u32>,
-    pub failures: Vec<FailureRow>,
-    /// Pass as `failures_after` for the next page of failures; absent on the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failures_next_after: Option<u64>,
-    /// Maskings of old tool outputs (microcompaction).
-    pub maskings: Vec<MaskingRow>,
-    /// Pass as `maskings_after` for the next page of maskings; absent on the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub maskings_next_after: Option<u64>,
 }
 
 impl CompactionHistory {
@@ -230,31 +143,6 @@ impl CompactionHistory {
     }
 }
 
-/// The context: pinned messages that were compacted past, the summary (once there is one),
-/// and the verbatim tail.
-#[derive(Debug, Clone, Serialize)]
-pub struct ContextView {
-    pub session_id: String,
-    pub messages: Vec<ContextMessage>,
-    /// Estimated tokens of these messages.
-    pub tokens: usize,
-    pub context_limit: usize,
-    pub compaction_num: u32,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(untagged)]
-pub enum ContextMessage {
-    Summary {
-        role: &'static str,
-        parts: Value,
-        /// Marks the summary message, for clients that want to show it differently.
-        summary: bool,
-        compaction_num: u32,
-    },
-    Stored(StoredMessage),
-}
-
 impl ContextView {
     pub fn new(snapshot: ContextSnapshot) -> ContextView {
         let mut messages = Vec::with_capacity(snapshot.pinned.len() + 1 + snapshot.tail.len());
@@ -264,8 +152,8 @@ impl ContextView {
         if let Some(latest) = &snapshot.latest {
             let message = summary_message(&latest.summary);
             messages.push(ContextMessage::Summary {
-                role: "user",
-                parts: serde_json::to_value(&message.parts).unwrap_or_default(),
+                role: message.role,
+                parts: message.parts,
                 summary: true,
                 compaction_num: latest.compaction_num,
             });
@@ -279,56 +167,27 @@ impl ContextView {
             .sum::<usize>();
         messages.extend(snapshot.tail.into_iter().map(ContextMessage::Stored));
         ContextView {
-            session_id: snapshot.session.id,
+            session_id: stored_id(snapshot.session.id),
             messages,
             tokens,
             context_limit: snapshot.session.context_limit,
             compaction_num: snapshot.session.compaction_count,
         }
     }
-}
 
-impl ContextView {
     /// The context's messages in the neutral shape (the summary as a user message).
     pub fn to_messages(&self) -> Vec<crate::message::Message> {
         self.messages
             .iter()
             .filter_map(|m| match m {
                 ContextMessage::Stored(stored) => stored.to_message().ok(),
-                ContextMessage::Summary { parts, .. } => Some(crate::message::Message {
-                    role: crate::message::Role::User,
-                    parts: serde_json::from_value(parts.clone()).ok()?,
+                ContextMessage::Summary { role, parts, .. } => Some(crate::message::Message {
+                    role: *role,
+                    parts: parts.clone(),
                 }),
             })
             .collect()
     }
-}
-
-/// Which shape a context is answered in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ContextFormat {
-    /// compactd's own: stored messages with seq, tokens, pinned, masked; the summary marked.
-    #[default]
-    Compactd,
-    /// OpenAI Chat Completions `messages`.
-    Openai,
-    /// Anthropic Messages `system` and `messages`.
-    Anthropic,
-}
-
-/// A context ready to send to a model API: `messages` (and `system` for Anthropic) go into the
-/// request body as they are.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProviderContext {
-    pub session_id: String,
-    pub format: ContextFormat,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
-    pub messages: Vec<Value>,
-    pub tokens: usize,
-    pub context_limit: usize,
-    pub compaction_num: u32,
 }
 
 impl ProviderContext {

@@ -8,7 +8,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 /// One masking, as stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct MaskingRow {
     pub id: u64,
     /// Tool outputs of messages below this seq read as placeholders from then on.

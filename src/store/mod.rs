@@ -127,6 +127,11 @@ impl Store {
         })
     }
 
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.readers.path
+    }
+
     /// Stops the writer after the queued writes and closes the database.
     pub fn close(&self) {
         self.writer.close();

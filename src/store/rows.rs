@@ -1,10 +1,10 @@
 //! What the store returns: rows of the tables, typed.
 
 use super::Result;
-use crate::compaction::CompactionResult;
+use crate::compaction::{CompactionResult, Trigger};
 use crate::message::{Message, Part, Role};
 use rusqlite::Row;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -36,7 +36,7 @@ pub struct SessionRow {
 }
 
 /// Where a session's token figure comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TokenSource {
     /// The LazyEstimator over the pinned messages, the summary and the active messages.
@@ -90,19 +90,20 @@ impl SessionRow {
 }
 
 /// A stored message. `parts` stays raw JSON so serving history never re-encodes it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StoredMessage {
     pub seq: u64,
     pub role: Role,
+    #[schema(value_type = Vec<crate::message::Part>)]
     pub parts: Box<RawValue>,
     pub tokens: usize,
     pub created_at: String,
     /// A system message or the session's task: never compacted.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
     /// Its tool outputs read as placeholders here (microcompaction); the stored message keeps
     /// them whole.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub masked: bool,
 }
 
@@ -146,12 +147,12 @@ impl StoredMessage {
 }
 
 /// A successful compaction.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompactionRow {
     #[serde(flatten)]
     pub result: CompactionResult,
     pub session_id: String,
-    pub trigger: String,
+    pub trigger: Trigger,
     pub focus: Option<String>,
     pub first_seq: u64,
     pub boundary_seq: u64,
@@ -184,7 +185,7 @@ impl CompactionRow {
                 pre_tokens: row.get(6)?,
                 post_tokens: row.get(7)?,
             },
-            trigger: row.get(1)?,
+            trigger: trigger_of(&row.get::<_, String>(1)?),
             focus: row.get(2)?,
             first_seq: row.get(8)?,
             boundary_seq: row.get(9)?,
@@ -218,11 +219,11 @@ impl CompactionRow {
 }
 
 /// A failed compaction attempt.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FailureRow {
     /// Its id, for paging.
     pub id: u64,
-    pub trigger: String,
+    pub trigger: Trigger,
     pub focus: Option<String>,
     pub summarizer: String,
     pub reason: String,
@@ -237,7 +238,7 @@ impl FailureRow {
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<FailureRow> {
         Ok(FailureRow {
-            trigger: row.get(0)?,
+            trigger: trigger_of(&row.get::<_, String>(0)?),
             focus: row.get(1)?,
             summarizer: row.get(2)?,
             reason: row.get(3)?,
@@ -265,4 +266,9 @@ pub struct ContextSnapshot {
     pub latest: Option<LatestSummary>,
     /// Messages from the latest boundary on.
     pub tail: Vec<StoredMessage>,
+}
+
+/// A stored trigger name (written by [`Trigger::as_str`]); an unknown one reads as manual.
+fn trigger_of(name: &str) -> Trigger {
+    Trigger::parse(name).unwrap_or(Trigger::Manual)
 }

@@ -213,7 +213,7 @@ pub(crate) fn parse_arguments(arguments: &Value) -> Value {
 }
 
 /// A session id made from a file name: allowed characters kept, others replaced by `-`.
-pub fn session_id_from(path: &Path) -> String {
+pub fn session_id_from(path: &Path) -> crate::protocol::SessionId {
     let stem = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -233,7 +233,8 @@ pub fn session_id_from(path: &Path) -> String {
         })
         .take(128)
         .collect();
-    if id.is_empty() { "imported".into() } else { id }
+    crate::protocol::SessionId::parse(id)
+        .unwrap_or_else(|_| crate::protocol::SessionId::parse("imported").expect("a valid id"))
 }
 
 #[cfg(test)]
@@ -288,10 +289,14 @@ mod tests {
         let id = session_id_from(Path::new(
             "/x/deepseek_chat__astropy__astropy-14182.traj.json",
         ));
-        assert_eq!(id, "deepseek_chat__astropy__astropy-14182");
-        assert!(
-            crate::service::validate_session_id(&session_id_from(Path::new("a b/ü?.jsonl")))
-                .is_ok()
+        assert_eq!(id.as_str(), "deepseek_chat__astropy__astropy-14182");
+        assert_eq!(
+            session_id_from(Path::new("a b/ü?.jsonl")).as_str(),
+            "--.jsonl".replace(".jsonl", "")
+        );
+        assert_eq!(
+            session_id_from(Path::new("x/...jsonl")).as_str(),
+            "imported"
         );
     }
 }

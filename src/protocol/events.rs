@@ -1,18 +1,23 @@
-//! What the daemon tells subscribers of `GET /events`.
+//! What the daemon tells subscribers of `GET /v1/events`: server-sent events whose `event:`
+//! line is the kind and whose `data:` line is one of these as JSON (with `"event"` repeated
+//! inside). A subscriber too slow to keep up gets a `lagged` event (`{"event": "lagged"}`): it missed
+//! some, and should re-read what it shows from the API.
 
-use serde::Serialize;
+use crate::compaction::Trigger;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// An event, serialized as `{"event": "compaction_finished", ...}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     CompactionStarted {
         session_id: String,
-        trigger: String,
+        trigger: Trigger,
     },
     CompactionFinished {
         session_id: String,
-        trigger: String,
+        trigger: Trigger,
         compaction_num: u32,
         pre_tokens: usize,
         post_tokens: usize,
@@ -24,7 +29,7 @@ pub enum Event {
     },
     CompactionFailed {
         session_id: String,
-        trigger: String,
+        trigger: Trigger,
         reason: String,
     },
     /// Old tool outputs of the session now read as placeholders in its context.
@@ -48,6 +53,8 @@ pub enum Event {
         path: String,
         error: String,
     },
+    /// This subscriber missed events (it read too slowly); sent by the stream, not broadcast.
+    Lagged {},
 }
 
 impl Event {
@@ -61,6 +68,7 @@ impl Event {
             Event::BreakerOpen { .. } => "breaker_open",
             Event::ConfigReloaded { .. } => "config_reloaded",
             Event::ConfigRejected { .. } => "config_rejected",
+            Event::Lagged {} => "lagged",
         }
     }
 }

@@ -1,0 +1,85 @@
+//! [`ErrorCode`]: the `code` of every error answer, one per condition a client may handle.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What went wrong, for a program (the `message` is for a person).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: malformed request or JSON, a bad session id, a number out of range.
+    BadRequest,
+    /// 400: a message the API cannot accept (its index is named).
+    InvalidMessage,
+    /// 400: a tool result for a call the session has not seen.
+    UnknownCall,
+    /// 400 on append, 409 on compaction: pinned messages would leave no room.
+    PinnedTooLarge,
+    /// 403: a connection from another user.
+    Forbidden,
+    /// 404: an unknown session or endpoint.
+    NotFound,
+    /// 405.
+    MethodNotAllowed,
+    /// 408: a request head or body did not arrive in time.
+    Timeout,
+    /// 409: a session that exists, a compaction that lost a race.
+    Conflict,
+    /// 409: an Idempotency-Key reused for a different request.
+    IdempotencyMismatch,
+    /// 413 or 431: a body or request head over its limit.
+    TooLarge,
+    /// 503 with Retry-After: a locked database, too many connections or large bodies.
+    Busy,
+    /// 503: the summarizer failed (the failure is recorded).
+    SummarizerFailed,
+    /// 503: the daemon is stopping.
+    ShuttingDown,
+    /// 503: the database file was removed or replaced while running.
+    StorageGone,
+    /// 507 with Retry-After: the disk is full; nothing was acknowledged.
+    StorageFull,
+    /// 500: a fault of compactd's (logged).
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidMessage => "invalid_message",
+            ErrorCode::UnknownCall => "unknown_call",
+            ErrorCode::PinnedTooLarge => "pinned_too_large",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::IdempotencyMismatch => "idempotency_mismatch",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Busy => "busy",
+            ErrorCode::SummarizerFailed => "summarizer_failed",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::StorageGone => "storage_gone",
+            ErrorCode::StorageFull => "storage_full",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_serialize_as_their_names() {
+        for code in [
+            ErrorCode::BadRequest,
+            ErrorCode::IdempotencyMismatch,
+            ErrorCode::StorageFull,
+        ] {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! The API's wire types, in one place: what clients send ([`requests`]), what the daemon
+//! answers ([`responses`]), what it announces ([`events`]) and how it refuses ([`ErrorCode`]).
+//! The server, the CLI's client, bench, torture and the tests all use these; the OpenAPI
+//! document ([`openapi`], `GET /v1/openapi.json`, `docs/openapi.json`) is generated from them.
+//!
+//! Stored rows that answers carry as they are (messages, compactions, failures, maskings) are
+//! the store's types, re-exported here.
+
+mod errors;
+pub mod events;
+pub mod openapi;
+pub mod requests;
+pub mod responses;
+mod session_id;
+
+pub use crate::compaction::{CompactionResult, Trigger};
+pub use crate::message::{Message, Part, Role};
+pub use crate::store::{CompactionRow, FailureRow, MaskingRow, StoredMessage, TokenSource};
+pub use errors::ErrorCode;
+pub use events::Event;
+pub use requests::*;
+pub use responses::*;
+pub use session_id::{InvalidSessionId, SessionId};
+
+/// The current API version's path prefix.
+pub const API_PREFIX: &str = "/v1";

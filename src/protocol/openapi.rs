@@ -1,0 +1,55 @@
+//! The OpenAPI 3.1 document of the API, generated from the protocol types and the handlers'
+//! descriptions. Served at `GET /v1/openapi.json` and checked in as `docs/openapi.json`
+//! (a test fails when the two differ: regenerate with `compactd openapi > docs/openapi.json`).
+
+use utoipa::OpenApi;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "compactd",
+        description = "Keeps long-running LLM agent sessions inside their context window. \
+            HTTP/1.1 + JSON over a Unix socket (`$XDG_RUNTIME_DIR/compactd/compactd.sock`). \
+            Every path is also served without the `/v1` prefix, as an alias. Errors are \
+            `{\"error\": {\"code\", \"message\"}}` (see ErrorCode). docs/API.md has examples."
+    ),
+    paths(
+        crate::server::routes::health,
+        crate::server::routes::create_session,
+        crate::server::routes::list_sessions,
+        crate::server::routes::get_session,
+        crate::server::routes::update_session,
+        crate::server::routes::delete_session,
+        crate::server::routes::append,
+        crate::server::routes::history,
+        crate::server::routes::context,
+        crate::server::routes::summarize,
+        crate::server::routes::compactions,
+        crate::server::routes::openapi,
+        crate::server::events::events,
+    ),
+    components(schemas(
+        super::Event,
+        super::ErrorCode,
+        super::MessageInput,
+        super::Message,
+    )),
+    tags(
+        (name = "daemon", description = "Health and this document"),
+        (name = "sessions", description = "Create, read, change and hide sessions"),
+        (name = "messages", description = "Append messages; read the history and the context"),
+        (name = "compaction", description = "Compact by hand; read what compactions did"),
+        (name = "events", description = "Server-sent events"),
+    )
+)]
+struct ApiDoc;
+
+/// The document as JSON.
+pub fn document() -> serde_json::Value {
+    serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+}
+
+/// The document as the pretty JSON checked in as `docs/openapi.json`.
+pub fn pretty() -> String {
+    serde_json::to_string_pretty(&document()).unwrap_or_default() + "\n"
+}

@@ -1,0 +1,300 @@
+//! What the API answers with. The service builds these (`service::views`); the server
+//! serializes them; clients, the CLI and the tests deserialize them.
+
+use super::ErrorCode;
+use crate::compaction::Trigger;
+use crate::message::Role;
+use crate::store::{CompactionRow, FailureRow, MaskingRow, StoredMessage, TokenSource};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the daemon answers.
+    pub status: String,
+    pub version: String,
+    pub uptime_s: u64,
+    pub pid: u32,
+    /// The summarizer in force: `extractive`, `openai`, `anthropic` or `command`.
+    pub summarizer: String,
+    /// The database file.
+    pub database: String,
+    pub config: ConfigStatus,
+}
+
+/// Where the configuration came from and whether the last edit of it was rejected.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ConfigStatus {
+    /// The config file watched (it may not exist: then the defaults are in force).
+    pub path: Option<String>,
+    /// Whether that file exists.
+    #[serde(default)]
+    pub exists: bool,
+    /// Why the file on disk is not in force (the previous config is), if it is not.
+    pub error: Option<String>,
+    /// Successful reloads since start.
+    pub reloads: u64,
+}
+
+/// A session as `GET /v1/session/{id}` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionView {
+    #[schema(value_type = String)]
+    pub id: super::SessionId,
+    pub model: Option<String>,
+    pub context_limit: usize,
+    /// The session's `[compaction]` overrides.
+    pub config: Value,
+    pub created_at: String,
+    pub updated_at: String,
+    pub message_count: u64,
+    /// Messages not yet compacted.
+    pub active_messages: usize,
+    pub compaction_count: u32,
+    /// Tokens in the context now.
+    pub tokens: usize,
+    pub token_source: TokenSource,
+    /// Compaction starts at this many tokens (context_limit - reserve).
+    pub token_threshold: usize,
+    pub max_messages: usize,
+    /// A compaction of this session is running.
+    pub compacting: bool,
+    pub breaker: BreakerView,
+}
+
+/// The circuit breaker of automatic compaction.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BreakerView {
+    /// Automatic attempts in this turn that have not yet brought the session under its trigger.
+    pub attempts: u32,
+    pub threshold: u32,
+    /// Automatic compaction is paused until the next user message.
+    pub open: bool,
+}
+
+/// `GET /v1/session`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionView>,
+}
+
+/// `DELETE /v1/session/{id}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Deleted {
+    pub deleted: bool,
+    #[schema(value_type = String)]
+    pub id: super::SessionId,
+}
+
+/// Where a compaction an append triggered stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionState {
+    /// Running in the background; `compaction_finished` or `compaction_failed` follows.
+    Started,
+    /// One was already running for the session.
+    InProgress,
+    /// Finished before the answer (`"wait": true`); `result` holds it.
+    Completed,
+    /// Failed (`"wait": true`); `reason` says why, and the failure is recorded.
+    Failed,
+    /// Automatic compaction is paused until the next user message.
+    BreakerOpen,
+    /// Nothing was due.
+    NotNeeded,
+}
+
+/// What an append triggered.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CompactionStatus {
+    pub trigger: Option<Trigger>,
+    pub status: CompactionState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<CompactionRow>>,
+}
+
+/// The answer to an append.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AppendResponse {
+    #[schema(value_type = String)]
+    pub session_id: super::SessionId,
+    /// Sequence numbers given to the appended messages.
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub message_count: u64,
+    pub tokens: usize,
+    pub token_source: TokenSource,
+    /// The session was created by this append.
+    pub created: bool,
+    /// An earlier append with the same Idempotency-Key stored these messages; this one
+    /// stored nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// The compaction this append triggered, if any.
+    pub compaction: Option<CompactionStatus>,
+}
+
+/// A page of history: `GET /v1/session/{id}/message`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HistoryPage {
+    pub messages: Vec<HistoryMessage>,
+    /// Pass as `after` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<u64>,
+}
+
+/// A stored message as the history shows it: always whole (never masked).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HistoryMessage {
+    /// 1-based position in the session.
+    pub seq: u64,
+    pub role: Role,
+    #[schema(value_type = Vec<crate::message::Part>)]
+    pub parts: Box<RawValue>,
+    /// Estimated tokens.
+    pub tokens: usize,
+    pub created_at: String,
+    /// A system message or the session's task: never compacted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// Summarized by a compaction (no longer sent verbatim; pinned messages never are).
+    pub compacted: bool,
+}
+
+/// A page of a session's compaction history: `GET /v1/session/{id}/compaction`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CompactionHistory {
+    pub compactions: Vec<CompactionRow>,
+    /// Pass as `after` for the next page of compactions; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<u32>,
+    pub failures: Vec<FailureRow>,
+    /// Pass as `failures_after` for the next page of failures; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures_next_after: Option<u64>,
+    /// Maskings of old tool outputs (microcompaction).
+    pub maskings: Vec<MaskingRow>,
+    /// Pass as `maskings_after` for the next page of maskings; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maskings_next_after: Option<u64>,
+}
+
+/// The answer to a manual compaction: `POST /v1/session/{id}/summarize`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum SummarizeOutcome {
+    /// `"compacted": true` and the compaction's fields.
+    Compacted {
+        /// Always true here.
+        compacted: bool,
+        #[serde(flatten)]
+        compaction: Box<CompactionRow>,
+    },
+    /// `"compacted": false` and why not.
+    NotCompacted {
+        /// Always false here.
+        compacted: bool,
+        reason: String,
+    },
+}
+
+impl SummarizeOutcome {
+    pub fn compacted(row: CompactionRow) -> SummarizeOutcome {
+        SummarizeOutcome::Compacted {
+            compacted: true,
+            compaction: Box::new(row),
+        }
+    }
+
+    pub fn not_compacted(reason: impl Into<String>) -> SummarizeOutcome {
+        SummarizeOutcome::NotCompacted {
+            compacted: false,
+            reason: reason.into(),
+        }
+    }
+
+    /// The compaction, if one ran.
+    pub fn compaction(&self) -> Option<&CompactionRow> {
+        match self {
+            SummarizeOutcome::Compacted { compaction, .. } => Some(compaction),
+            SummarizeOutcome::NotCompacted { .. } => None,
+        }
+    }
+}
+
+/// The context: pinned messages that were compacted past, the summary (once there is one),
+/// and the verbatim tail.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ContextView {
+    #[schema(value_type = String)]
+    pub session_id: super::SessionId,
+    pub messages: Vec<ContextMessage>,
+    /// Estimated tokens of these messages.
+    pub tokens: usize,
+    pub context_limit: usize,
+    pub compaction_num: u32,
+}
+
+/// One message of a context: the summary, or a stored message.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ContextMessage {
+    /// The summary of what was compacted, as a user message.
+    Summary {
+        role: Role,
+        parts: Vec<crate::message::Part>,
+        /// Marks the summary message, for clients that want to show it differently.
+        summary: bool,
+        compaction_num: u32,
+    },
+    /// A stored message; its old tool outputs may be masked (`masked: true`).
+    Stored(StoredMessage),
+}
+
+/// Which shape a context is answered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextFormat {
+    /// compactd's own: stored messages with seq, tokens, pinned, masked; the summary marked.
+    #[default]
+    Compactd,
+    /// OpenAI Chat Completions `messages`.
+    Openai,
+    /// Anthropic Messages `system` and `messages`.
+    Anthropic,
+}
+
+/// A context ready to send to a model API: `messages` (and `system` for Anthropic) go into
+/// the request body as they are.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProviderContext {
+    #[schema(value_type = String)]
+    pub session_id: super::SessionId,
+    pub format: ContextFormat,
+    /// Anthropic only: the system messages' text, lifted out of `messages`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Chat Completions messages, or Messages API messages.
+    pub messages: Vec<Value>,
+    pub tokens: usize,
+    pub context_limit: usize,
+    pub compaction_num: u32,
+}
+
+/// Every error: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    /// What went wrong, for a person.
+    pub message: String,
+}
