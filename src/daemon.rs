@@ -118,3 +118,15 @@ pub async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
 }
+
+/// Logs to stderr (journald picks it up under systemd), at the level `COMPACTD_LOG` names
+/// (default `info`), in color only on a terminal.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("COMPACTD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

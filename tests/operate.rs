@@ -55,6 +55,9 @@ fn every_cli_command_against_a_real_daemon() {
         status.contains("running on") && status.contains("summarizer: extractive"),
         "{status}"
     );
+    // Where the data is, and whether the config file exists.
+    assert!(status.contains(daemon.db().to_str().unwrap()), "{status}");
+    assert!(status.contains("config.toml (in force)"), "{status}");
     let status: Value = serde_json::from_str(&ok(&s, &["--json", "status"])).unwrap();
     assert_eq!(status["status"], "ok");
 
@@ -133,6 +136,80 @@ fn every_cli_command_against_a_real_daemon() {
     assert!(context.contains("[#9] assistant: → bash"), "{context}");
     let context: Value = serde_json::from_str(&ok(&s, &["--json", "context", "cli"])).unwrap();
     assert_eq!(context["compaction_num"], 1);
+    // Whole messages, and ready to send.
+    let whole = ok(&s, &["context", "cli", "--full"]);
+    assert!(
+        whole.contains(&format!(
+            "instruction 7: {}",
+            "word ".repeat(299).trim_end()
+        )),
+        "{whole}"
+    );
+    assert!(whole.contains("## 9. Optional Next Step"), "{whole}");
+    let openai: Value =
+        serde_json::from_str(&ok(&s, &["context", "cli", "--format", "openai"])).unwrap();
+    assert_eq!(openai["format"], "openai");
+    assert_eq!(
+        openai["messages"].as_array().unwrap().last().unwrap()["tool_calls"][0]["function"]["name"],
+        "bash"
+    );
+    let anthropic: Value =
+        serde_json::from_str(&ok(&s, &["context", "cli", "--format", "anthropic"])).unwrap();
+    assert_eq!(anthropic["messages"][0]["role"], "user");
+    // The latest summary whole, the stored messages whole, the newest compactions.
+    let summary = ok(&s, &["summary", "cli"]);
+    assert!(
+        summary.starts_with("compaction #1 of cli") && summary.contains("## 6. All user messages"),
+        "{summary}"
+    );
+    let messages = ok(&s, &["messages", "cli", "--limit", "2"]);
+    assert!(messages.starts_with("── #1 user (pinned)"), "{messages}");
+    assert!(messages.contains("── #2 user (compacted)"), "{messages}");
+    assert!(messages.contains("instruction 1: word"), "{messages}");
+    assert!(messages.contains("(more: --after 2)"), "{messages}");
+    assert!(ok(&s, &["history", "cli", "--limit", "1"]).contains("manual"));
+    // PATCH: a new model and a lower limit.
+    let updated = ok(
+        &s,
+        &[
+            "session",
+            "update",
+            "cli",
+            "--model",
+            "m2",
+            "--context-limit",
+            "6000",
+        ],
+    );
+    assert!(
+        updated.contains("model:        m2") && updated.contains("/ 6000 tokens"),
+        "{updated}"
+    );
+    let (code, _, err) = cli(&s, &["session", "update", "cli"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("nothing to change"), "{err}");
+    let (code, _, err) = cli(&s, &["session", "update", "cli", "--config", "{max"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("--config is not valid JSON"), "{err}");
+    // A bad id never reaches the daemon (`prod?x` would have meant `prod` in a URL).
+    let (code, _, err) = cli(&s, &["session", "delete", "prod?x"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid session id"), "{err}");
+    // Reading into a pipe that closes early ends quietly.
+    let piped = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{BIN} --socket {} messages cli --limit 9 | head -1",
+            s.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(piped.status.success());
+    assert_eq!(String::from_utf8_lossy(&piped.stdout).lines().count(), 1);
+    assert!(
+        !String::from_utf8_lossy(&piped.stderr).contains("panicked"),
+        "{piped:?}"
+    );
 
     // The compaction reached the event follower.
     let mut names = Vec::new();
@@ -170,10 +247,12 @@ fn without_a_daemon_every_command_fails_with_a_one_line_hint() {
         vec!["context", "x"],
         vec!["compact", "x"],
         vec!["history", "x"],
+        vec!["summary", "x"],
+        vec!["messages", "x"],
         vec!["events"],
     ] {
         let (code, out, err) = cli(&socket, &args, None);
-        assert_ne!(code, 0, "{args:?}");
+        assert_eq!(code, 3, "{args:?}: not running has its own exit code");
         assert!(out.is_empty(), "{args:?}: {out}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(
@@ -494,4 +573,47 @@ fn other_users_are_refused_by_the_peer_uid_guard() {
     }
     // The owner is still served.
     assert!(ok(&daemon.socket(), &["status"]).contains("running on"));
+}
+
+#[test]
+fn completions_and_a_man_page_are_generated() {
+    let s = std::path::Path::new("/nonexistent.sock");
+    let bash = ok(s, &["completions", "bash"]);
+    assert!(
+        bash.contains("_compactd()") && bash.contains("summary"),
+        "{}",
+        &bash[..200]
+    );
+    for shell in ["zsh", "fish"] {
+        assert!(ok(s, &["completions", shell]).contains("compactd"));
+    }
+    let man = ok(s, &["man"]);
+    assert!(
+        man.contains(".TH compactd") && man.contains("Exit codes"),
+        "{}",
+        &man[..300]
+    );
+}
+
+#[test]
+fn events_fail_when_the_daemon_stops() {
+    let mut daemon = TestDaemon::start("");
+    let mut follower = Command::new(BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("events")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(follower.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("following events"), "{line}");
+    daemon.terminate();
+    let status = follower.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(1), "{rest}");
+    assert!(rest.contains("closed the event stream"), "{rest}");
 }

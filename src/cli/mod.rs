@@ -1,8 +1,12 @@
-//! The CLI's commands, as library functions so tests can call them. `main.rs` parses arguments
-//! and calls these.
+//! The CLI: its grammar ([`args`]), running it ([`run`]), the commands that talk to a daemon
+//! ([`remote`]), offline ones ([`offline`], [`transcripts`]) and printing ([`render`]). As
+//! library code so tests can call it; `main.rs` only parses and exits.
 
+pub mod args;
 pub mod offline;
 pub mod remote;
+pub mod render;
+pub mod run;
 pub mod transcripts;
 
 /// Reads a file for a command, naming the file in the error.

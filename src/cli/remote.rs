@@ -1,83 +1,82 @@
-//! The CLI commands that talk to a running daemon. Human-readable by default; `--json` prints
-//! the daemon's answer as is, for scripts.
+//! The CLI commands that talk to a running daemon, through the typed client. Human-readable
+//! by default; `--json` prints the daemon's answer as is, for scripts.
 
+use super::render::{Output, duration, full, or_dash, preview, table};
 use crate::client::Client;
-use crate::message::{BatchError, Message, Part, Role, parse_message_batch};
-use crate::protocol::SessionId;
+use crate::message::{BatchError, Message, Role, parse_message_batch};
+use crate::protocol::{
+    CompactionQuery, CompactionRow, ContextFormat, ContextMessage, CreateSessionRequest, Event,
+    SessionId, SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
+};
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Read, Write};
 use std::time::{Duration, Instant};
 
-/// How to print.
-#[derive(Debug, Clone, Copy)]
-pub struct Output {
-    pub json: bool,
-}
-
-impl Output {
-    pub fn print(&self, value: &Value, human: impl FnOnce(&Value) -> String) {
-        if self.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(value).unwrap_or_default()
-            );
-        } else {
-            let text = human(value);
-            print!("{text}");
-            if !text.ends_with('\n') {
-                println!();
-            }
-        }
-    }
-}
-
+/// `status`: whether the daemon runs, and how.
 pub async fn status(client: &Client, out: Output) -> Result<()> {
-    let health = client.get("/health").await?;
-    let sessions = client.get("/session").await?;
-    let count = sessions["sessions"].as_array().map_or(0, Vec::len);
-    let mut value = health.clone();
-    value["sessions"] = json!(count);
-    value["socket"] = json!(client.socket().display().to_string());
-    out.print(&value, |h| {
-        let config = match h["config"]["error"].as_str() {
-            Some(error) => format!("REJECTED EDIT (previous config in force): {error}"),
-            None => "ok".into(),
+    let health = client.health().await?;
+    let sessions = client.sessions().await?.len();
+    #[derive(Serialize)]
+    struct Status {
+        #[serde(flatten)]
+        health: crate::protocol::Health,
+        socket: String,
+        sessions: usize,
+    }
+    let status = Status {
+        health,
+        socket: client.socket().display().to_string(),
+        sessions,
+    };
+    out.print(&status, |s| {
+        let h = &s.health;
+        let config = match (&h.config.error, h.config.exists) {
+            (Some(error), _) => format!("REJECTED EDIT (previous config in force): {error}"),
+            (None, true) => "in force".into(),
+            (None, false) => "no file: built-in defaults".into(),
         };
         format!(
-            "compactd {} running on {} (pid {}, up {})\nsummarizer: {}\nconfig: {} ({config})\nsessions: {count}\n",
-            h["version"].as_str().unwrap_or("?"),
-            client.socket().display(),
-            h["pid"],
-            duration(h["uptime_s"].as_u64().unwrap_or(0)),
-            h["summarizer"].as_str().unwrap_or("?"),
-            h["config"]["path"].as_str().unwrap_or("?"),
+            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nsessions:   {}\n",
+            h.version,
+            s.socket,
+            h.pid,
+            duration(h.uptime_s),
+            h.database,
+            or_dash(&h.config.path),
+            h.summarizer,
+            s.sessions,
         )
     });
     Ok(())
 }
 
 pub async fn session_list(client: &Client, out: Output) -> Result<()> {
-    let list = client.get("/session").await?;
-    out.print(&list, |l| {
-        let mut rows = vec![vec![
-            "ID".to_string(),
-            "MESSAGES".into(),
-            "ACTIVE".into(),
-            "TOKENS".into(),
-            "LIMIT".into(),
-            "COMPACTIONS".into(),
-            "UPDATED".into(),
-        ]];
-        for s in l["sessions"].as_array().into_iter().flatten() {
+    let sessions = client.sessions().await?;
+    out.print(&json!({ "sessions": sessions }), |_| {
+        let mut rows = vec![
+            [
+                "ID",
+                "MESSAGES",
+                "ACTIVE",
+                "TOKENS",
+                "LIMIT",
+                "COMPACTIONS",
+                "UPDATED",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for s in &sessions {
             rows.push(vec![
-                text(&s["id"]),
-                text(&s["message_count"]),
-                text(&s["active_messages"]),
-                text(&s["tokens"]),
-                text(&s["context_limit"]),
-                text(&s["compaction_count"]),
-                text(&s["updated_at"]),
+                s.id.to_string(),
+                s.message_count.to_string(),
+                s.active_messages.to_string(),
+                s.tokens.to_string(),
+                s.context_limit.to_string(),
+                s.compaction_count.to_string(),
+                s.updated_at.clone(),
             ]);
         }
         table(&rows)
@@ -85,67 +84,85 @@ pub async fn session_list(client: &Client, out: Output) -> Result<()> {
     Ok(())
 }
 
-pub async fn session_show(client: &Client, id: &SessionId, out: Output) -> Result<()> {
-    let s = client.get(&format!("/session/{id}")).await?;
-    out.print(&s, |s| {
-        let breaker = if s["breaker"]["open"] == true {
-            format!("OPEN ({} attempts this turn; manual compaction still works)", s["breaker"]["attempts"])
-        } else {
-            format!("closed ({}/{} attempts)", s["breaker"]["attempts"], s["breaker"]["threshold"])
-        };
+fn session_text(s: &SessionView) -> String {
+    let breaker = if s.breaker.open {
         format!(
-            "session:      {}\nmodel:        {}\ncontext:      {} / {} tokens ({}), compacts at {}\nmessages:     {} total, {} active (compacts above {})\ncompactions:  {}{}\nbreaker:      {breaker}\noverrides:    {}\ncreated:      {}\nupdated:      {}\n",
-            text(&s["id"]),
-            s["model"].as_str().unwrap_or("-"),
-            s["tokens"],
-            s["context_limit"],
-            text(&s["token_source"]),
-            s["token_threshold"],
-            s["message_count"],
-            s["active_messages"],
-            s["max_messages"],
-            s["compaction_count"],
-            if s["compacting"] == true { " (one running now)" } else { "" },
-            s["config"],
-            text(&s["created_at"]),
-            text(&s["updated_at"]),
+            "OPEN ({} attempts this turn; manual compaction still works)",
+            s.breaker.attempts
         )
-    });
+    } else {
+        format!(
+            "closed ({}/{} attempts)",
+            s.breaker.attempts, s.breaker.threshold
+        )
+    };
+    let source = serde_json::to_value(s.token_source).unwrap_or_default();
+    format!(
+        "session:      {}\nmodel:        {}\ncontext:      {} / {} tokens ({}), compacts at {}\nmessages:     {} total, {} active (compacts above {})\ncompactions:  {}{}\nbreaker:      {breaker}\noverrides:    {}\ncreated:      {}\nupdated:      {}\n",
+        s.id,
+        or_dash(&s.model),
+        s.tokens,
+        s.context_limit,
+        source.as_str().unwrap_or("-"),
+        s.token_threshold,
+        s.message_count,
+        s.active_messages,
+        s.max_messages,
+        s.compaction_count,
+        if s.compacting {
+            " (one running now)"
+        } else {
+            ""
+        },
+        s.config,
+        s.created_at,
+        s.updated_at,
+    )
+}
+
+pub async fn session_show(client: &Client, id: &SessionId, out: Output) -> Result<()> {
+    let session = client.session(id).await?;
+    out.print(&session, session_text);
     Ok(())
 }
 
 pub async fn session_create(
     client: &Client,
-    id: Option<SessionId>,
-    context_limit: Option<usize>,
-    model: Option<String>,
+    request: CreateSessionRequest,
     out: Output,
 ) -> Result<()> {
-    let mut body = json!({});
-    if let Some(id) = id {
-        body["id"] = json!(id);
-    }
-    if let Some(limit) = context_limit {
-        body["context_limit"] = json!(limit);
-    }
-    if let Some(model) = model {
-        body["model"] = json!(model);
-    }
-    let created = client.post("/session", &body).await?;
+    let created = client.create_session(&request).await?;
     out.print(&created, |s| {
         format!(
             "created session {} (context limit {})\n",
-            text(&s["id"]),
-            s["context_limit"]
+            s.id, s.context_limit
         )
     });
     Ok(())
 }
 
+/// `session update ID [--model M] [--context-limit N] [--config JSON]` (PATCH).
+pub async fn session_update(
+    client: &Client,
+    id: &SessionId,
+    request: UpdateSessionRequest,
+    out: Output,
+) -> Result<()> {
+    if request.model.is_none() && request.context_limit.is_none() && request.config.is_none() {
+        bail!("nothing to change: give --model, --context-limit or --config");
+    }
+    let updated = client.update_session(id, &request).await?;
+    out.print(&updated, session_text);
+    Ok(())
+}
+
 pub async fn session_delete(client: &Client, id: &SessionId, out: Output) -> Result<()> {
-    let answer = client.delete(&format!("/session/{id}")).await?;
-    out.print(&answer, |_| {
-        format!("deleted session {id} (its history stays in the database)\n")
+    let answer = client.delete_session(id).await?;
+    out.print(&answer, |a| {
+        format!(
+            "deleted session {} (its history stays in the database)\n",
+            a.id
+        )
     });
     Ok(())
 }
@@ -154,19 +171,13 @@ pub async fn session_delete(client: &Client, id: &SessionId, out: Output) -> Res
 pub async fn append(
     client: &Client,
     id: &SessionId,
-    role: Option<String>,
-    text_arg: Option<String>,
+    text: Option<(Role, String)>,
     wait: bool,
     out: Output,
 ) -> Result<()> {
-    let messages = match (role, text_arg) {
-        (Some(role), Some(text)) => {
-            let role = Role::parse(&role).with_context(|| {
-                format!("unknown role `{role}` (user, assistant, system, tool)")
-            })?;
-            vec![Message::text(role, text)]
-        }
-        (None, None) => {
+    let messages = match text {
+        Some((role, text)) => vec![Message::text(role, text)],
+        None => {
             if std::io::stdin().is_terminal() {
                 bail!("give a message as JSON on stdin, or --role and --text");
             }
@@ -176,7 +187,6 @@ pub async fn append(
                 .context("cannot read stdin")?;
             parse_stdin_messages(&input)?
         }
-        _ => bail!("--role and --text go together"),
     };
     let answer = client
         .append(id, &json!({"messages": messages, "wait": wait}))
@@ -184,17 +194,17 @@ pub async fn append(
     out.print(&answer, |a| {
         let mut line = format!(
             "appended seq {}..{} to {} ({} tokens, {})",
-            a["first_seq"],
-            a["last_seq"],
-            text(&a["session_id"]),
-            a["tokens"],
-            text(&a["token_source"])
+            a.first_seq,
+            a.last_seq,
+            a.session_id,
+            a.tokens,
+            name(&a.token_source)
         );
-        if let Some(c) = a["compaction"].as_object() {
+        if let Some(c) = &a.compaction {
             line.push_str(&format!(
                 "; compaction ({}): {}",
-                text(&c["trigger"].clone()),
-                text(&c["status"].clone())
+                c.trigger.map_or("-", |t| t.as_str()),
+                name(&c.status)
             ));
         }
         line
@@ -211,27 +221,97 @@ fn parse_stdin_messages(input: &str) -> Result<Vec<Message>> {
         .messages)
 }
 
-pub async fn context(client: &Client, id: &SessionId, out: Output) -> Result<()> {
-    let ctx = client.get(&format!("/session/{id}/context")).await?;
+/// `messages SESSION [--after N] [--limit N]`: the stored history, whole.
+pub async fn messages(
+    client: &Client,
+    id: &SessionId,
+    after: u64,
+    limit: usize,
+    out: Output,
+) -> Result<()> {
+    let page = client.history(id, after, limit).await?;
+    out.print(&page, |p| {
+        let mut s = String::new();
+        for m in &p.messages {
+            let parts: Vec<crate::message::Part> =
+                serde_json::from_str(m.parts.get()).unwrap_or_default();
+            let flags = match (m.pinned, m.compacted) {
+                (true, _) => " (pinned)",
+                (false, true) => " (compacted)",
+                _ => "",
+            };
+            s.push_str(&format!(
+                "── #{} {}{flags} · {} tokens · {}\n{}\n",
+                m.seq,
+                m.role.as_str(),
+                m.tokens,
+                m.created_at,
+                full(&parts)
+            ));
+        }
+        if let Some(next) = p.next_after {
+            s.push_str(&format!("(more: --after {next})\n"));
+        }
+        s
+    });
+    Ok(())
+}
+
+/// `context SESSION [--full] [--format F]`: what the agent would send to its model now.
+pub async fn context(
+    client: &Client,
+    id: &SessionId,
+    whole: bool,
+    format: ContextFormat,
+    out: Output,
+) -> Result<()> {
+    if format != ContextFormat::Compactd {
+        // Ready to send: always printed as the JSON a request body takes.
+        let ctx = client.provider_context(id, format).await?;
+        println!("{}", serde_json::to_string_pretty(&ctx)?);
+        return Ok(());
+    }
+    let ctx = client.context(id).await?;
     out.print(&ctx, |c| {
         let mut s = format!(
             "context of {}: {} messages, {} / {} tokens, {} compactions\n",
-            text(&c["session_id"]),
-            c["messages"].as_array().map_or(0, Vec::len),
-            c["tokens"],
-            c["context_limit"],
-            c["compaction_num"]
+            c.session_id,
+            c.messages.len(),
+            c.tokens,
+            c.context_limit,
+            c.compaction_num
         );
-        for m in c["messages"].as_array().into_iter().flatten() {
-            let label = match m["seq"].as_u64() {
-                Some(seq) => format!("#{seq}"),
-                None => "summary".into(),
+        for m in &c.messages {
+            let (label, role, parts) = match m {
+                ContextMessage::Summary { role, parts, .. } => {
+                    ("summary".to_string(), *role, parts.clone())
+                }
+                ContextMessage::Stored(stored) => {
+                    let mut label = format!("#{}", stored.seq);
+                    if stored.pinned {
+                        label.push_str(" pinned");
+                    }
+                    if stored.masked {
+                        label.push_str(" masked");
+                    }
+                    let parts: Vec<crate::message::Part> =
+                        serde_json::from_str(stored.parts.get()).unwrap_or_default();
+                    (label, stored.role, parts)
+                }
             };
-            s.push_str(&format!(
-                "[{label}] {}: {}\n",
-                text(&m["role"]),
-                preview(&m["parts"])
-            ));
+            if whole {
+                s.push_str(&format!(
+                    "── [{label}] {}\n{}\n",
+                    role.as_str(),
+                    full(&parts)
+                ));
+            } else {
+                s.push_str(&format!(
+                    "[{label}] {}: {}\n",
+                    role.as_str(),
+                    preview(&parts)
+                ));
+            }
         }
         s
     });
@@ -245,19 +325,15 @@ pub async fn compact(
     focus: Option<String>,
     out: Output,
 ) -> Result<()> {
-    let body = match &focus {
-        Some(f) => json!({"focus": f}),
-        None => json!({}),
-    };
-    let path = format!("/session/{id}/summarize");
-    let request = client.post(&path, &body);
-    tokio::pin!(request);
+    let request = SummarizeRequest { focus };
+    let call = client.summarize(id, &request);
+    tokio::pin!(call);
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let progress = std::io::stderr().is_terminal() && !out.json;
     let answer = loop {
         tokio::select! {
-            answer = &mut request => break answer,
+            answer = &mut call => break answer,
             _ = tick.tick() => if progress {
                 eprint!("\rcompacting {id}… {:.1} s", started.elapsed().as_secs_f64());
                 let _ = std::io::stderr().flush();
@@ -271,56 +347,70 @@ pub async fn compact(
         );
     }
     let answer = answer?;
-    out.print(&answer, |a| {
-        if a["compacted"] == true {
-            format!(
-                "compaction #{} of {id}: {} -> {} tokens; messages before seq {} summarized; {} files read, {} modified ({})\n",
-                a["compaction_num"],
-                a["pre_tokens"],
-                a["post_tokens"],
-                a["boundary_seq"],
-                a["read_files"].as_array().map_or(0, Vec::len),
-                a["modified_files"].as_array().map_or(0, Vec::len),
-                text(&a["summarizer"]),
-            )
-        } else {
-            format!("not compacted: {}\n", text(&a["reason"]))
-        }
+    out.print(&answer, |a| match a {
+        SummarizeOutcome::Compacted { compaction: c, .. } => format!(
+            "compaction #{} of {id}: {} -> {} tokens; messages before seq {} summarized; {} files read, {} modified ({})\n",
+            c.result.compaction_num,
+            c.result.pre_tokens,
+            c.result.post_tokens,
+            c.boundary_seq,
+            c.result.read_files.len(),
+            c.result.modified_files.len(),
+            c.summarizer,
+        ),
+        SummarizeOutcome::NotCompacted { reason, .. } => format!("not compacted: {reason}\n"),
     });
     Ok(())
 }
 
-pub async fn history(client: &Client, id: &SessionId, out: Output) -> Result<()> {
-    let h = client.get(&format!("/session/{id}/compaction")).await?;
-    out.print(&h, |h| {
-        let mut rows = vec![vec![
-            "NUM".to_string(),
-            "WHEN".into(),
-            "TRIGGER".into(),
-            "TOKENS PRE -> POST".into(),
-            "SUMMARIZED".into(),
-            "FILES R/M".into(),
-            "SUMMARIZER".into(),
-        ]];
-        for c in h["compactions"].as_array().into_iter().flatten() {
+/// The session's newest `limit` compactions, oldest first.
+async fn newest_compactions(
+    client: &Client,
+    id: &SessionId,
+    limit: usize,
+) -> Result<(Vec<CompactionRow>, crate::protocol::CompactionHistory)> {
+    let count = client.session(id).await?.compaction_count as usize;
+    let page = CompactionQuery {
+        after: count.saturating_sub(limit) as u32,
+        limit: Some(limit.clamp(1, 100)),
+        ..Default::default()
+    };
+    let history = client.compactions(id, &page).await?;
+    Ok((history.compactions.clone(), history))
+}
+
+/// `history SESSION [--limit N]`: the newest compactions (and failed attempts, maskings).
+pub async fn history(client: &Client, id: &SessionId, limit: usize, out: Output) -> Result<()> {
+    let (compactions, history) = newest_compactions(client, id, limit).await?;
+    out.print(&history, |h| {
+        let mut rows = vec![
+            [
+                "NUM",
+                "WHEN",
+                "TRIGGER",
+                "TOKENS PRE -> POST",
+                "SUMMARIZED",
+                "FILES R/M",
+                "SUMMARIZER",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for c in &compactions {
             rows.push(vec![
-                text(&c["compaction_num"]),
-                text(&c["finished_at"]),
-                text(&c["trigger"]),
-                format!("{} -> {}", c["pre_tokens"], c["post_tokens"]),
-                format!(
-                    "seq {}..{}",
-                    c["first_seq"],
-                    c["boundary_seq"].as_u64().unwrap_or(1).saturating_sub(1)
-                ),
+                c.result.compaction_num.to_string(),
+                c.finished_at.clone(),
+                c.trigger.as_str().into(),
+                format!("{} -> {}", c.result.pre_tokens, c.result.post_tokens),
+                format!("seq {}..{}", c.first_seq, c.boundary_seq.saturating_sub(1)),
                 format!(
                     "{}/{}",
-                    c["read_files"].as_array().map_or(0, Vec::len),
-                    c["modified_files"].as_array().map_or(0, Vec::len)
+                    c.result.read_files.len(),
+                    c.result.modified_files.len()
                 ),
-                match c["fallback_reason"].as_str() {
-                    Some(_) => format!("{} (fallback)", text(&c["summarizer"])),
-                    None => text(&c["summarizer"]),
+                match &c.fallback_reason {
+                    Some(_) => format!("{} (fallback)", c.summarizer),
+                    None => c.summarizer.clone(),
                 },
             ]);
         }
@@ -329,15 +419,26 @@ pub async fn history(client: &Client, id: &SessionId, out: Output) -> Result<()>
         } else {
             table(&rows)
         };
-        let failures = h["failures"].as_array().cloned().unwrap_or_default();
-        if !failures.is_empty() {
-            s.push_str(&format!("\n{} failed attempts:\n", failures.len()));
-            for f in failures {
+        if !h.maskings.is_empty() {
+            s.push_str(&format!(
+                "\n{} maskings of old outputs:\n",
+                h.maskings.len()
+            ));
+            for m in &h.maskings {
+                s.push_str(&format!(
+                    "  {} {} outputs before seq {}: {} -> {} tokens\n",
+                    m.created_at, m.outputs, m.through_seq, m.pre_tokens, m.post_tokens
+                ));
+            }
+        }
+        if !h.failures.is_empty() {
+            s.push_str(&format!("\n{} failed attempts:\n", h.failures.len()));
+            for f in &h.failures {
                 s.push_str(&format!(
                     "  {} {}: {}\n",
-                    text(&f["finished_at"]),
-                    text(&f["trigger"]),
-                    text(&f["reason"])
+                    f.finished_at,
+                    f.trigger.as_str(),
+                    f.reason
                 ));
             }
         }
@@ -346,94 +447,105 @@ pub async fn history(client: &Client, id: &SessionId, out: Output) -> Result<()>
     Ok(())
 }
 
-pub async fn events(client: &Client, out: Output) -> Result<()> {
-    let mut stream = client.events().await?;
-    eprintln!("following events on {}", client.socket().display());
-    while let Some(event) = stream.next().await {
-        let (name, data) = event?;
-        if out.json {
-            println!("{}", json!({"event": name, "data": data}));
-        } else {
-            let session = data["session_id"].as_str().unwrap_or("-");
-            let detail = match name.as_str() {
-                "compaction_finished" => format!(
-                    "#{} {} -> {} tokens ({})",
-                    data["compaction_num"],
-                    data["pre_tokens"],
-                    data["post_tokens"],
-                    text(&data["trigger"])
-                ),
-                "compaction_failed" => {
-                    format!("{}: {}", text(&data["trigger"]), text(&data["reason"]))
-                }
-                "compaction_started" => text(&data["trigger"]),
-                "breaker_open" => format!("{} attempts this turn", data["attempts"]),
-                _ => data.to_string(),
-            };
-            println!("{name:<20} {session:<24} {detail}");
-        }
-        let _ = std::io::stdout().flush();
-    }
+/// `summary SESSION`: the latest summary, whole.
+pub async fn summary(client: &Client, id: &SessionId, out: Output) -> Result<()> {
+    let (compactions, _) = newest_compactions(client, id, 1).await?;
+    let Some(latest) = compactions.into_iter().last() else {
+        bail!("session {id} has no compaction yet, so no summary");
+    };
+    out.print(&latest, |c| {
+        format!(
+            "compaction #{} of {id} ({}, {}):\n\n{}\n",
+            c.result.compaction_num,
+            c.finished_at,
+            c.summarizer,
+            c.result.summary.trim_end()
+        )
+    });
     Ok(())
 }
 
-/// A one-line preview of a message's parts.
-fn preview(parts: &Value) -> String {
-    let parts: Vec<Part> = serde_json::from_value(parts.clone()).unwrap_or_default();
-    let mut out = Vec::new();
-    for part in &parts {
-        out.push(match part {
-            Part::Text { text } => text.clone(),
-            Part::Reasoning { text } => format!("(reasoning) {text}"),
-            Part::ToolCall { name, args, .. } => format!("→ {name}({args})"),
-            Part::ToolResult { output, .. } => format!("← {output}"),
-        });
+/// `events`: follows the daemon's events until it stops (then fails: a follower that
+/// exits 0 when the daemon dies would hide it).
+pub async fn events(client: &Client, out: Output) -> Result<()> {
+    let mut stream = client.subscribe().await?;
+    eprintln!("following events on {}", client.socket().display());
+    while let Some(event) = stream.next_event().await {
+        let event = event?;
+        if out.json {
+            println!("{}", serde_json::to_string(&event)?);
+        } else {
+            println!("{}", event_line(&event));
+        }
+        let _ = std::io::stdout().flush();
     }
-    let joined = out
-        .join(" ")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    crate::compaction::truncate::truncate_chars(&joined, 100).into_owned()
+    bail!("the daemon closed the event stream (it stopped or restarted)")
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+/// One line per event: its kind, its session, what happened.
+fn event_line(event: &Event) -> String {
+    let (session, detail) = match event {
+        Event::CompactionStarted {
+            session_id,
+            trigger,
+        } => (session_id.as_str(), trigger.as_str().to_string()),
+        Event::CompactionFinished {
+            session_id,
+            trigger,
+            compaction_num,
+            pre_tokens,
+            post_tokens,
+            ..
+        } => (
+            session_id.as_str(),
+            format!(
+                "#{compaction_num} {pre_tokens} -> {post_tokens} tokens ({})",
+                trigger.as_str()
+            ),
+        ),
+        Event::CompactionFailed {
+            session_id,
+            trigger,
+            reason,
+        } => (
+            session_id.as_str(),
+            format!("{}: {reason}", trigger.as_str()),
+        ),
+        Event::OutputsMasked {
+            session_id,
+            outputs,
+            pre_tokens,
+            post_tokens,
+            ..
+        } => (
+            session_id.as_str(),
+            format!("{outputs} outputs, {pre_tokens} -> {post_tokens} tokens"),
+        ),
+        Event::BreakerOpen {
+            session_id,
+            attempts,
+            ..
+        } => (
+            session_id.as_str(),
+            format!("{attempts} attempts this turn; automatic compaction paused"),
+        ),
+        Event::ConfigReloaded { path } => ("-", format!("{path} is in force")),
+        Event::ConfigRejected { path, error } => (
+            "-",
+            format!("{path} rejected (previous config stays): {error}"),
+        ),
+        Event::Lagged {} => (
+            "-",
+            "events were missed (this follower was too slow)".into(),
+        ),
+    };
+    format!("{:<20} {session:<24} {detail}", event.name())
 }
 
-fn duration(secs: u64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{}s", s / 60, s % 60),
-        s => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+/// A unit enum's wire name.
+fn name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(s)) => s,
+        _ => "-".into(),
     }
-}
-
-/// Left-aligned columns.
-fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, cell)| format!("{cell:<width$}", width = widths[c]))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }

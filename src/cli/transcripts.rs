@@ -1,7 +1,7 @@
 //! `compactd import` (a transcript into a running daemon) and `compactd replay` (a transcript
 //! through an in-process daemon, measuring what compaction keeps and saves).
 
-use super::remote::Output;
+use super::render::Output;
 use crate::client::Client;
 use crate::config::Config;
 use crate::message::Part;
@@ -81,7 +81,11 @@ async fn send(client: &Client, id: &SessionId, batch: &mut Vec<Value>) -> Result
     if batch.is_empty() {
         return Ok(());
     }
-    client.append(id, &json!({"messages": batch})).await?;
+    // Waiting for the compactions each batch triggers: an import ends with the session as
+    // the agent would have left it, its compactions done.
+    client
+        .append(id, &json!({"messages": batch, "wait": true}))
+        .await?;
     batch.clear();
     Ok(())
 }

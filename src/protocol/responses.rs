@@ -241,7 +241,7 @@ pub struct ContextView {
 }
 
 /// One message of a context: the summary, or a stored message.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum ContextMessage {
     /// The summary of what was compacted, as a user message.
@@ -254,6 +254,35 @@ pub enum ContextMessage {
     },
     /// A stored message; its old tool outputs may be masked (`masked: true`).
     Stored(StoredMessage),
+}
+
+/// By hand, because an untagged enum buffers its input and a stored message's raw `parts`
+/// cannot be read from a buffer: the summary is told by its `"summary": true`.
+impl<'de> Deserialize<'de> for ContextMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        struct Summary {
+            role: Role,
+            parts: Vec<crate::message::Part>,
+            summary: bool,
+            compaction_num: u32,
+        }
+        let value = Value::deserialize(d)?;
+        if value.get("summary").and_then(Value::as_bool) == Some(true) {
+            let s: Summary = serde_json::from_value(value).map_err(D::Error::custom)?;
+            Ok(ContextMessage::Summary {
+                role: s.role,
+                parts: s.parts,
+                summary: s.summary,
+                compaction_num: s.compaction_num,
+            })
+        } else {
+            serde_json::from_str(&value.to_string())
+                .map(ContextMessage::Stored)
+                .map_err(D::Error::custom)
+        }
+    }
 }
 
 /// Which shape a context is answered in.

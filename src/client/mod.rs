@@ -1,5 +1,12 @@
 //! A small HTTP/1.1 client over the daemon's Unix socket, for the CLI (and tests): one
 //! connection per request, JSON in and out, API errors turned into [`ClientError::Api`].
+//! This file is the transport (raw and JSON calls); [`api`] has one typed method per
+//! endpoint, and [`events`] the event stream.
+
+mod api;
+mod events;
+
+pub use events::EventStream;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -181,13 +188,13 @@ impl Client {
     /// a failure before an answer (the daemon restarting, a dropped connection, a busy
     /// database) is retried with the same key for up to [`APPEND_RETRY_FOR`], so an append
     /// the daemon committed but could not acknowledge is not stored twice.
-    pub async fn append(
+    pub async fn append_json(
         &self,
         id: &crate::protocol::SessionId,
         body: &Value,
     ) -> Result<Value, ClientError> {
         let key = idempotency_key();
-        let path = format!("/session/{id}/message");
+        let path = format!("/v1/session/{id}/message");
         let headers = [("idempotency-key", key.as_str())];
         let deadline = tokio::time::Instant::now() + APPEND_RETRY_FOR;
         let mut pause = std::time::Duration::from_millis(50);
@@ -196,7 +203,10 @@ impl Client {
                 .call_with(Method::POST, &path, &headers, Some(body))
                 .await;
             let retry = match &result {
-                Err(ClientError::NotRunning { .. } | ClientError::Transport { .. }) => true,
+                // A socket file nobody answers on is a daemon restarting; no file at all is
+                // one that is not running, and waiting would only delay the error.
+                Err(ClientError::NotRunning { .. }) => self.socket.exists(),
+                Err(ClientError::Transport { .. }) => true,
                 Err(ClientError::Api { code, .. }) => code == "busy" || code == "shutting_down",
                 Ok(_) => false,
             };
@@ -224,10 +234,10 @@ impl Client {
         self.call(Method::DELETE, path, None).await
     }
 
-    /// Subscribes to `GET /events`. Once this returns, the daemon is sending this
+    /// Subscribes to `GET /v1/events`. Once this returns, the daemon is sending this
     /// subscriber every event that happens.
     pub async fn events(&self) -> Result<EventStream, ClientError> {
-        let response = self.send(Method::GET, "/events", Bytes::new()).await?;
+        let response = self.send(Method::GET, "/v1/events", Bytes::new()).await?;
         if !response.status().is_success() {
             return Err(ClientError::Api {
                 status: response.status().as_u16(),
@@ -315,45 +325,5 @@ impl Connection {
             .map_err(|e| self.client.transport(e))?
             .to_bytes();
         Ok(Answer { status, body })
-    }
-}
-
-/// Server-sent events from the daemon.
-pub struct EventStream {
-    body: Incoming,
-    buffer: String,
-    socket: PathBuf,
-}
-
-impl EventStream {
-    /// The next event as (name, data); `None` when the daemon closed the stream.
-    pub async fn next(&mut self) -> Option<Result<(String, Value), ClientError>> {
-        let (mut name, mut data) = (String::new(), String::new());
-        loop {
-            while let Some(end) = self.buffer.find('\n') {
-                let line: String = self.buffer.drain(..=end).collect();
-                let line = line.trim_end_matches(['\r', '\n']);
-                if let Some(v) = line.strip_prefix("event:") {
-                    name = v.trim().to_string();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.trim_start());
-                } else if line.is_empty() && !data.is_empty() {
-                    let value = serde_json::from_str(&data).unwrap_or(Value::String(data));
-                    return Some(Ok((name, value)));
-                }
-            }
-            let frame = match self.body.frame().await? {
-                Ok(frame) => frame,
-                Err(e) => {
-                    return Some(Err(ClientError::Transport {
-                        socket: self.socket.clone(),
-                        reason: e.to_string(),
-                    }));
-                }
-            };
-            if let Some(chunk) = frame.data_ref() {
-                self.buffer.push_str(&String::from_utf8_lossy(chunk));
-            }
-        }
     }
 }

@@ -1,0 +1,322 @@
+//! The command line's grammar (clap), in the library so `completions` and `man` can render it.
+
+use crate::message::Role;
+use crate::protocol::{ContextFormat, SessionId};
+use crate::transcript::Format;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// compactd keeps long-running LLM agent sessions inside their context window.
+///
+/// Run `compactd serve` (or the systemd user service) once; agents append their messages to
+/// it over a Unix socket and ask it for their context before every model call. The other
+/// commands talk to the running daemon, or (plan, summarize, replay) work offline.
+///
+/// Exit codes: 0 success; 1 the command failed (the daemon refused, a file is unreadable, a
+/// torture promise broke); 2 bad usage; 3 no daemon answers on the socket.
+#[derive(Parser)]
+#[command(name = "compactd", version, about, long_about)]
+pub struct Cli {
+    /// The daemon's socket [default: $XDG_RUNTIME_DIR/compactd/compactd.sock, else
+    /// $TMPDIR/compactd-$UID/compactd.sock]
+    #[arg(long, global = true, env = "COMPACTD_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Print JSON (the daemon's answer as is) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the daemon (socket-activation aware; logs to stderr, level from COMPACTD_LOG).
+    Serve {
+        /// Database path [default: $XDG_DATA_HOME/compactd/compactd.db]
+        #[arg(long, value_name = "PATH")]
+        db: Option<PathBuf>,
+        /// Config file [default: $XDG_CONFIG_HOME/compactd/config.toml]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Show whether the daemon runs: version, socket, database, config, summarizer, sessions.
+    Status,
+    /// List, show, create, change or delete sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Append a message: JSON on stdin (one message or a list), or --role and --text.
+    Append {
+        /// The session (created with the defaults if new).
+        session: SessionId,
+        /// Who wrote the message.
+        #[arg(long, value_enum, requires = "text")]
+        role: Option<CliRole>,
+        /// The message's text.
+        #[arg(long, requires = "role")]
+        text: Option<String>,
+        /// Wait for a compaction this append triggers to finish.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print the session's stored messages, whole (the history; nothing is ever deleted).
+    Messages {
+        /// The session.
+        session: SessionId,
+        /// Messages after this seq.
+        #[arg(long, default_value_t = 0, value_name = "SEQ")]
+        after: u64,
+        /// At most this many (1 to 1000).
+        #[arg(long, default_value_t = 100, value_name = "N")]
+        limit: usize,
+    },
+    /// Print what the agent would send to its model now (pinned messages, summary, tail).
+    Context {
+        /// The session.
+        session: SessionId,
+        /// Print every message whole instead of a one-line preview.
+        #[arg(long)]
+        full: bool,
+        /// Print it ready to send: as OpenAI Chat Completions or Anthropic Messages JSON.
+        #[arg(long, value_enum, default_value = "compactd")]
+        format: CliFormat,
+    },
+    /// Compact a session now (the spec's manual /compact).
+    Compact {
+        /// The session.
+        session: SessionId,
+        /// What the summary should focus on.
+        #[arg(long)]
+        focus: Option<String>,
+    },
+    /// The session's compactions, maskings of old outputs and failed attempts, newest last.
+    History {
+        /// The session.
+        session: SessionId,
+        /// Show at most this many compactions (the newest).
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        limit: usize,
+    },
+    /// Print the session's latest summary, whole.
+    Summary {
+        /// The session.
+        session: SessionId,
+    },
+    /// Follow the daemon's events (exits non-zero when the daemon stops).
+    Events,
+    /// Configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Load an agent transcript into the daemon (Claude Code, OpenAI, mini-swe-agent, SWE-agent).
+    Import {
+        /// The transcript file.
+        file: PathBuf,
+        /// Session id [default: the transcript's own, else the file name]
+        #[arg(long)]
+        session: Option<SessionId>,
+        /// The transcript's format [default: detected]
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// The session's context limit in tokens [default: the daemon's default_context_limit]
+        #[arg(long, value_name = "TOKENS")]
+        context_limit: Option<usize>,
+    },
+    /// Replay transcripts through an in-process daemon and report what compaction keeps and saves.
+    Replay {
+        /// Transcript files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Their format [default: detected]
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// The context limit to replay at, in tokens.
+        #[arg(long, default_value_t = 128_000, value_name = "TOKENS")]
+        context_limit: usize,
+        /// A config file (e.g. to replay with a model summarizer) [default: built-in defaults]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Measure throughput, latency, scaling and memory on this machine.
+    Bench {
+        /// A shorter run (under a minute); the full run gives steadier figures.
+        #[arg(long)]
+        quick: bool,
+        /// Durability to measure at: full (the default) or normal.
+        #[arg(long, value_enum, default_value = "full")]
+        synchronous: crate::config::Synchronous,
+    },
+    /// Abuse a real daemon (kill -9 cycles under appends, hostile requests, slow clients) and
+    /// check every promise; exits non-zero if one broke.
+    Torture {
+        /// How long to run, in seconds (CI runs 60).
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Print the API's OpenAPI 3.1 document (docs/openapi.json is this output).
+    Openapi,
+    /// Print a shell completion script: `compactd completions bash > /etc/bash_completion.d/compactd`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `compactd man > ~/.local/share/man/man1/compactd.1`.
+    Man,
+    /// Show what compaction would do to a file of messages (offline, JSON).
+    Plan {
+        #[command(flatten)]
+        input: InputArgs,
+        /// Instructions for the summary, as for a manual compaction.
+        #[arg(long)]
+        focus: Option<String>,
+    },
+    /// Compact a file of messages with the extractive summarizer (offline, JSON).
+    Summarize {
+        #[command(flatten)]
+        input: InputArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SessionCommand {
+    /// Every session, one line each.
+    List,
+    /// One session: tokens, threshold, counts, breaker, overrides.
+    Show {
+        /// The session.
+        id: SessionId,
+    },
+    /// Create a session (an append to an unknown session also creates it).
+    Create {
+        /// Its id [default: generated]
+        #[arg(long)]
+        id: Option<SessionId>,
+        /// The model's window in tokens [default: the daemon's default_context_limit]
+        #[arg(long, value_name = "TOKENS")]
+        context_limit: Option<usize>,
+        /// The model's name (informational).
+        #[arg(long)]
+        model: Option<String>,
+        /// [compaction] overrides for this session, as JSON: '{"max_messages": 40}'
+        #[arg(long, value_name = "JSON")]
+        config: Option<String>,
+    },
+    /// Change a session's model, context limit or overrides (a lower limit compacts at once).
+    Update {
+        /// The session.
+        id: SessionId,
+        /// The model's name (informational).
+        #[arg(long)]
+        model: Option<String>,
+        /// The model's window in tokens.
+        #[arg(long, value_name = "TOKENS")]
+        context_limit: Option<usize>,
+        /// Replaces the session's [compaction] overrides, as JSON.
+        #[arg(long, value_name = "JSON")]
+        config: Option<String>,
+    },
+    /// Hide a session from the API; its rows stay in the database.
+    Delete {
+        /// The session.
+        id: SessionId,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration (the file's values over the defaults), as TOML.
+    Show {
+        /// The file [default: $XDG_CONFIG_HOME/compactd/config.toml]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// The offline commands' input.
+#[derive(clap::Args)]
+pub struct InputArgs {
+    /// A JSON array of messages, or {"messages": [...]}.
+    #[arg(long, value_name = "PATH")]
+    pub input: PathBuf,
+    /// The model's context limit in tokens.
+    #[arg(long, default_value_t = 128_000, value_name = "TOKENS")]
+    pub context_limit: usize,
+    /// A file holding the previous compaction's summary.
+    #[arg(long, value_name = "PATH")]
+    pub prior_summary: Option<PathBuf>,
+}
+
+/// `--role` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CliRole {
+    /// What the person asked.
+    User,
+    /// What the model answered.
+    Assistant,
+    /// Instructions (never compacted).
+    System,
+    /// A tool's answer (needs JSON with tool_result parts: use stdin).
+    Tool,
+}
+
+impl From<CliRole> for Role {
+    fn from(role: CliRole) -> Role {
+        match role {
+            CliRole::User => Role::User,
+            CliRole::Assistant => Role::Assistant,
+            CliRole::System => Role::System,
+            CliRole::Tool => Role::Tool,
+        }
+    }
+}
+
+/// `--format` values of `context`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CliFormat {
+    /// compactd's own shape (text unless --json).
+    Compactd,
+    /// OpenAI Chat Completions `messages` (JSON).
+    Openai,
+    /// Anthropic Messages `system` and `messages` (JSON).
+    Anthropic,
+}
+
+impl From<CliFormat> for ContextFormat {
+    fn from(format: CliFormat) -> ContextFormat {
+        match format {
+            CliFormat::Compactd => ContextFormat::Compactd,
+            CliFormat::Openai => ContextFormat::Openai,
+            CliFormat::Anthropic => ContextFormat::Anthropic,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument says what it is for.
+    fn check(command: &clap::Command, path: &str) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            assert!(arg.get_help().is_some(), "{path} {id} has no help text");
+        }
+        for sub in command.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let path = format!("{path} {}", sub.get_name());
+            assert!(sub.get_about().is_some(), "{path} has no help text");
+            check(sub, &path);
+        }
+    }
+
+    #[test]
+    fn every_command_and_flag_has_help() {
+        Cli::command().debug_assert();
+        check(&Cli::command(), "compactd");
+    }
+}

@@ -1,0 +1,201 @@
+//! Runs a parsed command line.
+
+use super::args::{Cli, Command, ConfigCommand, InputArgs, SessionCommand};
+use super::offline::{self, OfflineInput};
+use super::remote;
+use super::render::Output;
+use crate::client::{Client, ClientError};
+use crate::config::Config;
+use crate::protocol::{CreateSessionRequest, UpdateSessionRequest};
+use anyhow::{Context, Result};
+use clap::CommandFactory;
+use serde_json::Value;
+
+/// What the process exits with when `run` fails: 3 when no daemon answers (scripts can tell
+/// "not running" from "refused"), 1 otherwise. (clap exits with 2 on bad usage.)
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    let not_running = error.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<ClientError>(),
+            Some(ClientError::NotRunning { .. })
+        )
+    });
+    if not_running { 3 } else { 1 }
+}
+
+impl InputArgs {
+    fn load(&self, focus: Option<String>) -> Result<OfflineInput> {
+        OfflineInput::load(
+            &self.input,
+            self.prior_summary.as_deref(),
+            focus,
+            self.context_limit,
+            Default::default(),
+        )
+    }
+}
+
+/// `--config` JSON of `session create` / `session update`.
+fn overrides(json: Option<String>) -> Result<Option<Value>> {
+    json.map(|text| {
+        serde_json::from_str(&text).with_context(|| format!("--config is not valid JSON: {text}"))
+    })
+    .transpose()
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let socket = cli.socket.clone();
+    let client = || Client::new(socket.clone().unwrap_or_else(crate::paths::default_socket));
+    let out = Output { json: cli.json };
+    match cli.command {
+        Command::Serve { db, config } => {
+            crate::daemon::init_logging();
+            let options = crate::daemon::DaemonOptions { socket, db, config };
+            crate::daemon::run(options, crate::daemon::shutdown_signal()).await?;
+        }
+        Command::Status => remote::status(&client(), out).await?,
+        Command::Session(SessionCommand::List) => remote::session_list(&client(), out).await?,
+        Command::Session(SessionCommand::Show { id }) => {
+            remote::session_show(&client(), &id, out).await?
+        }
+        Command::Session(SessionCommand::Create {
+            id,
+            context_limit,
+            model,
+            config,
+        }) => {
+            let request = CreateSessionRequest {
+                id,
+                model,
+                context_limit,
+                config: overrides(config)?,
+            };
+            remote::session_create(&client(), request, out).await?
+        }
+        Command::Session(SessionCommand::Update {
+            id,
+            model,
+            context_limit,
+            config,
+        }) => {
+            let request = UpdateSessionRequest {
+                model,
+                context_limit,
+                config: overrides(config)?,
+            };
+            remote::session_update(&client(), &id, request, out).await?
+        }
+        Command::Session(SessionCommand::Delete { id }) => {
+            remote::session_delete(&client(), &id, out).await?
+        }
+        Command::Append {
+            session,
+            role,
+            text,
+            wait,
+        } => {
+            let text = role.zip(text).map(|(role, text)| (role.into(), text));
+            remote::append(&client(), &session, text, wait, out).await?
+        }
+        Command::Messages {
+            session,
+            after,
+            limit,
+        } => remote::messages(&client(), &session, after, limit, out).await?,
+        Command::Context {
+            session,
+            full,
+            format,
+        } => remote::context(&client(), &session, full, format.into(), out).await?,
+        Command::Compact { session, focus } => {
+            remote::compact(&client(), &session, focus, out).await?
+        }
+        Command::History { session, limit } => {
+            remote::history(&client(), &session, limit, out).await?
+        }
+        Command::Summary { session } => remote::summary(&client(), &session, out).await?,
+        Command::Events => remote::events(&client(), out).await?,
+        Command::Config(ConfigCommand::Show { config }) => {
+            let path = config.unwrap_or_else(crate::paths::default_config);
+            let effective = Config::load(&path)?;
+            println!("# effective configuration ({})", path.display());
+            print!("{}", toml::to_string_pretty(&effective)?);
+        }
+        Command::Import {
+            file,
+            session,
+            format,
+            context_limit,
+        } => {
+            super::transcripts::import(&client(), &file, session, format, context_limit, out)
+                .await?
+        }
+        Command::Replay {
+            files,
+            format,
+            context_limit,
+            config,
+        } => {
+            super::transcripts::replay_files(&files, format, context_limit, config.as_deref(), out)
+                .await?
+        }
+        Command::Bench { quick, synchronous } => {
+            let report = crate::bench::run(quick, synchronous, |what| {
+                if !out.json {
+                    eprintln!("measuring {what}…");
+                }
+            })
+            .await?;
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", crate::bench::render(&report));
+            }
+        }
+        Command::Torture { seconds } => {
+            let report = crate::torture::run(std::time::Duration::from_secs(seconds), |what| {
+                if !out.json {
+                    eprintln!("torture: {what}…");
+                }
+            })
+            .await?;
+            if out.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", crate::torture::render(&report));
+            }
+            let failures = report.failures();
+            if !failures.is_empty() {
+                anyhow::bail!(
+                    "{} promises broken: {}",
+                    failures.len(),
+                    failures.join("; ")
+                );
+            }
+        }
+        Command::Openapi => print!("{}", crate::protocol::openapi::pretty()),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "compactd",
+                &mut std::io::stdout(),
+            );
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+        }
+        Command::Plan { input, focus } => {
+            let input = input.load(focus)?;
+            println!("{}", serde_json::to_string_pretty(&offline::plan(&input))?);
+        }
+        Command::Summarize { input } => {
+            let input = input.load(None)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&offline::summarize(&input).await?)?
+            );
+        }
+    }
+    Ok(())
+}
