@@ -304,3 +304,24 @@ async fn every_endpoint_answers_as_documented() {
     assert_eq!(s, 404);
     c.check("delete", "/v1/session/{id}", s, &b);
 }
+
+#[test]
+fn docs_api_md_describes_every_endpoint_and_error_code() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let api = std::fs::read_to_string(format!("{root}/docs/API.md")).unwrap();
+    let doc = compactd::protocol::openapi::document();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let heading = format!("## {} {path}", method.to_uppercase());
+            assert!(api.contains(&heading), "docs/API.md lacks `{heading}`");
+        }
+    }
+    let codes = &doc["components"]["schemas"]["ErrorCode"]["enum"];
+    for code in codes.as_array().unwrap() {
+        let code = format!("`{}`", code.as_str().unwrap());
+        assert!(
+            api.contains(&code),
+            "docs/API.md lacks the error code {code}"
+        );
+    }
+}
