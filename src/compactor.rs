@@ -83,6 +83,10 @@ pub async fn run(
         })
 }
 
+/// How many times a compaction cuts its chunks smaller after the summarizer said the prompt
+/// did not fit its window, before it gives up.
+const MAX_RECHUNKS: usize = 4;
+
 async fn summarize(
     input: &PlanInput<'_>,
     plan: &CompactionPlan,
@@ -90,51 +94,119 @@ async fn summarize(
     compaction_num: u32,
 ) -> Result<Compacted, CompactError> {
     let (messages, seqs) = plan.summarized_messages(input);
-    let ranges = match summarizer.context_window() {
-        Some(window) => {
-            let fixed = fixed_prompt_tokens(input, plan, summarizer.max_output_tokens());
-            let blocks = block_tokens(&messages, plan.masking, &input.estimator);
-            chunk_ranges(&blocks, fixed + summarizer.max_output_tokens(), window)
-        }
+    // Rendered to count tokens only when chunking needs them (a summarizer without a window
+    // takes everything in one call).
+    let blocks = std::sync::OnceLock::new();
+    let blocks = || blocks.get_or_init(|| block_tokens(&messages, plan.masking, &input.estimator));
+    let reserved = fixed_prompt_tokens(input, plan, summarizer.max_output_tokens())
+        + summarizer.max_output_tokens();
+    let mut ranges = match summarizer.context_window() {
+        Some(window) => chunk_ranges(blocks(), reserved, window),
         None => std::iter::once(0..messages.len()).collect(),
     };
-    let redact = |text: String| {
-        if input.redact_secrets {
-            redact_secrets(&text).into_owned()
-        } else {
-            text
-        }
+    let chunks = Chunks {
+        input,
+        plan,
+        summarizer,
+        messages: &messages,
+        seqs: &seqs,
     };
-    let task = task_note(input, plan);
-    let mut summary: Option<String> = input.prior_summary.map(str::to_string);
-    for range in &ranges {
-        let prompt = build_compaction_prompt(&PromptInput {
-            messages: &messages[range.clone()],
-            masking: plan.masking.from_message(range.start),
-            prior_summary: summary.as_deref(),
-            files: &plan.files,
-            focus: input.focus,
-        });
-        let request = SummaryRequest {
-            prompt: redact(prompt),
-            messages: messages[range.clone()].to_vec(),
-            seqs: seqs[range.clone()].to_vec(),
-            prior_summary: summary.clone(),
-            files: plan.files.clone(),
-            focus: input.focus.map(str::to_string),
-            max_summary_tokens: Some(plan.summary_budget),
-            task: task.clone(),
-        };
-        let written = summarizer.summarize(&request).await?;
-        if is_blank(&written) {
-            return Err(SummarizeError::Blank.into());
+    let mut rechunks = 0;
+    loop {
+        match chunks.summarize(&ranges).await {
+            Ok(summary) => {
+                let chunks = ranges.len();
+                return Ok(finish(
+                    input,
+                    plan,
+                    summary,
+                    chunks,
+                    summarizer,
+                    compaction_num,
+                ));
+            }
+            // The model's window is smaller than we were told (or than it says): halve the
+            // largest chunk and start over, as long as a chunk can still be split.
+            Err(SummarizeError::ContextExceeded(why))
+                if rechunks < MAX_RECHUNKS && ranges.iter().any(|r| r.len() > 1) =>
+            {
+                let largest = ranges
+                    .iter()
+                    .map(|r| blocks()[r.clone()].iter().sum::<usize>());
+                let room = largest.max().unwrap_or(0) / 2;
+                ranges = chunk_ranges(blocks(), reserved, reserved + room.max(1));
+                rechunks += 1;
+                tracing::info!(chunks = ranges.len(), %why, "the summarizer's window was exceeded; compacting in smaller chunks");
+            }
+            Err(e) => return Err(e.into()),
         }
-        summary = Some(redact(written.trim().to_string()));
     }
-    let summary = summary.ok_or(SummarizeError::Blank)?;
+}
+
+/// The messages a compaction summarizes, and how to turn a chunking of them into one summary.
+struct Chunks<'a> {
+    input: &'a PlanInput<'a>,
+    plan: &'a CompactionPlan,
+    summarizer: &'a dyn Summarizer,
+    messages: &'a [crate::message::Message],
+    seqs: &'a [u64],
+}
+
+impl Chunks<'_> {
+    /// Summarizes each range in turn, each call refining the summary of the ones before.
+    async fn summarize(&self, ranges: &[std::ops::Range<usize>]) -> Result<String, SummarizeError> {
+        let (input, plan) = (self.input, self.plan);
+        let task = task_note(input, plan);
+        let mut summary: Option<String> = input.prior_summary.map(str::to_string);
+        for range in ranges {
+            let prompt = build_compaction_prompt(&PromptInput {
+                messages: &self.messages[range.clone()],
+                masking: plan.masking.from_message(range.start),
+                prior_summary: summary.as_deref(),
+                files: &plan.files,
+                focus: input.focus,
+            });
+            let request = SummaryRequest {
+                prompt: redact(input, prompt),
+                messages: self.messages[range.clone()].to_vec(),
+                seqs: self.seqs[range.clone()].to_vec(),
+                prior_summary: summary.clone(),
+                files: plan.files.clone(),
+                focus: input.focus.map(str::to_string),
+                max_summary_tokens: Some(plan.summary_budget),
+                task: task.clone(),
+            };
+            let written = self.summarizer.summarize(&request).await?;
+            if is_blank(&written) {
+                return Err(SummarizeError::Blank);
+            }
+            summary = Some(redact(input, written.trim().to_string()));
+        }
+        summary.ok_or(SummarizeError::Blank)
+    }
+}
+
+/// Credentials masked when the session asks for it.
+fn redact(input: &PlanInput, text: String) -> String {
+    if input.redact_secrets {
+        redact_secrets(&text).into_owned()
+    } else {
+        text
+    }
+}
+
+/// The compaction's result around a written summary.
+fn finish(
+    input: &PlanInput,
+    plan: &CompactionPlan,
+    summary: String,
+    chunks: usize,
+    summarizer: &dyn Summarizer,
+    compaction_num: u32,
+) -> Compacted {
     let summary_tokens = input.estimator.message(&summary_message(&summary));
     let files = plan.files.clone();
-    Ok(Compacted {
+    Compacted {
         result: CompactionResult {
             summary,
             read_files: files.read,
@@ -147,9 +219,9 @@ async fn summarize(
         },
         boundary: plan.boundary,
         summary_tokens,
-        chunks: ranges.len(),
+        chunks,
         summarizer: summarizer.name(),
-    })
+    }
 }
 
 /// The session's task, when it lies in what this compaction replaces or moves in front.

@@ -364,6 +364,61 @@ async fn a_tiny_window_compacts_in_chunks_each_refining_the_last() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_smaller_than_configured_is_answered_by_smaller_chunks() {
+    // The config claims no window at all; the model really takes 3,000 tokens and says
+    // `context_length_exceeded` to anything longer.
+    let mock = MockModel::start(vec![], Reply::Window(3000));
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    client
+        .post(
+            "/session",
+            &json!({"id": "small", "context_limit": 16000,
+                    "config": {"max_messages": 1000, "microcompact": false}}),
+        )
+        .await
+        .unwrap();
+    fill(&client, "small", 75).await;
+    let answer = client
+        .post("/session/small/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["compacted"], true, "{answer}");
+    let requests = mock.requests();
+    let (refused, accepted): (Vec<_>, Vec<_>) = requests
+        .iter()
+        .partition(|r| r.body["messages"].to_string().len() / 4 > 3000);
+    assert!(!refused.is_empty(), "the first, whole prompt was refused");
+    let chunks = answer["chunks"].as_u64().unwrap() as usize;
+    assert!(chunks >= 2, "{answer}");
+    assert_eq!(
+        accepted.len(),
+        chunks,
+        "every chunk of the last try was taken"
+    );
+    assert!(
+        answer["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("summary written by call {}", requests.len())),
+        "{answer}"
+    );
+    let history = client.get("/session/small/compaction").await.unwrap();
+    assert_eq!(history["failures"].as_array().unwrap().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_refused_as_too_long_even_alone_fails_cleanly() {
+    let mock = MockModel::start(vec![], Reply::Window(10));
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    let (status, message) = fill_and_fail(&client, "tiny").await;
+    assert_eq!(status, 503, "{message}");
+    assert!(message.contains("context window exceeded"), "{message}");
+    assert!(mock.requests().len() <= 1 + 4 * 80, "bounded retries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_extractive_fallback_compacts_when_the_model_fails_and_says_so() {
     let mock = MockModel::start(
         vec![],

@@ -115,9 +115,13 @@ async fn attempt_once(
             )))
         });
     }
+    let message = error_message(&text);
+    if is_context_exceeded(status, &text) {
+        return Err(Failure::Final(SummarizeError::ContextExceeded(message)));
+    }
     let error = SummarizeError::Http {
         status: status.as_u16(),
-        message: error_message(&text),
+        message,
     };
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
         Err(Failure::Retryable { error, retry_after })
@@ -162,6 +166,23 @@ fn error_message(body: &str) -> String {
     crate::compaction::truncate::truncate_chars(message.trim(), 300).into_owned()
 }
 
+/// Whether an error answer says the prompt was longer than the model's window, in the words
+/// OpenAI-compatible servers (`context_length_exceeded`, "maximum context length", vLLM's and
+/// llama.cpp's "exceeds the context size") and Anthropic ("prompt is too long") use.
+fn is_context_exceeded(status: StatusCode, body: &str) -> bool {
+    const PHRASES: [&str; 6] = [
+        "context_length_exceeded",
+        "maximum context length",
+        "prompt is too long",
+        "exceed context limit",
+        "exceeds the context",
+        "context window",
+    ];
+    let lower = body.to_lowercase();
+    (status == StatusCode::BAD_REQUEST || status == StatusCode::PAYLOAD_TOO_LARGE)
+        && PHRASES.iter().any(|p| lower.contains(p))
+}
+
 /// A transport error without the URL (which could carry credentials in its query).
 fn describe(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
@@ -187,6 +208,7 @@ pub fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
             message: scrub(message),
         },
         SummarizeError::BadResponse(t) => SummarizeError::BadResponse(scrub(t)),
+        SummarizeError::ContextExceeded(t) => SummarizeError::ContextExceeded(scrub(t)),
         SummarizeError::Command(t) => SummarizeError::Command(scrub(t)),
         SummarizeError::Config(t) => SummarizeError::Config(scrub(t)),
         SummarizeError::Internal(t) => SummarizeError::Internal(scrub(t)),
@@ -288,6 +310,22 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_apis_words_for_a_too_long_prompt_are_recognised() {
+        let openai = r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","code":"context_length_exceeded"}}"#;
+        let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert!(is_context_exceeded(StatusCode::BAD_REQUEST, openai));
+        assert!(is_context_exceeded(StatusCode::BAD_REQUEST, anthropic));
+        assert!(!is_context_exceeded(
+            StatusCode::BAD_REQUEST,
+            r#"{"error":{"message":"model not found"}}"#
+        ));
+        assert!(
+            !is_context_exceeded(StatusCode::INTERNAL_SERVER_ERROR, openai),
+            "5xx is retried as it is"
+        );
+    }
 
     #[test]
     fn keys_and_their_quoted_fragments_are_scrubbed() {

@@ -60,6 +60,10 @@ pub enum SummarizeError {
     Timeout(u64),
     #[error("summarizer answered HTTP {status}: {message}")]
     Http { status: u16, message: String },
+    /// The model refused the prompt as longer than its context window. The compactor answers
+    /// this by cutting the conversation into smaller chunks and trying again.
+    #[error("summarizer's context window exceeded: {0}")]
+    ContextExceeded(String),
     #[error("summarizer response could not be read: {0}")]
     BadResponse(String),
     #[error("summarizer returned a blank summary")]

@@ -29,6 +29,9 @@ pub enum Reply {
     },
     /// Never answers.
     Hang,
+    /// As a model with a window of this many tokens (4 characters each): a request longer
+    /// than that gets OpenAI's 400 `context_length_exceeded`, others `OpenAiNumbered`.
+    Window(usize),
 }
 
 impl Reply {
@@ -171,12 +174,14 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let request_tokens = body["messages"].to_string().len() / 4;
     let n = {
         let mut requests = state.requests.lock().unwrap();
         requests.push(Recorded {
             path: uri.path().to_string(),
             headers,
-            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            body,
             at: Instant::now(),
         });
         state.arrived.notify_all();
@@ -211,6 +216,18 @@ async fn handle(
             }
             response
         }
+        Reply::Window(tokens) if request_tokens > tokens => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {
+                "message": format!("This model's maximum context length is {tokens} tokens. However, your messages resulted in {request_tokens} tokens."),
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"
+            }})),
+        )
+            .into_response(),
+        Reply::Window(_) => axum::Json(openai_completion(&nine_sections(&format!(
+            "summary written by call {n}"
+        ))))
+        .into_response(),
         Reply::Hang => {
             std::future::pending::<()>().await;
             unreachable!()

@@ -202,7 +202,8 @@ pub fn raw_http(socket: &Path, request: &[u8]) -> String {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    stream.write_all(request).unwrap();
+    // A daemon that refuses the connection (503 at the limit) may close before reading it all.
+    let _ = stream.write_all(request);
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
