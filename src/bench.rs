@@ -136,12 +136,9 @@ pub async fn run(
     let echo = latencies(&mut conn, sizes.echo, |_| get("/health")).await?;
 
     progress("append, 1 client");
-    // Compaction runs after the acknowledgement and is measured elsewhere; these sessions
-    // never trigger it, so the figures are the append path alone.
-    let no_compaction = json!({"max_messages": 100_000_000});
-    let create =
-        |id: &str| json!({"id": id, "context_limit": 100_000_000, "config": no_compaction});
-    client.post("/session", &create("append-1")).await?;
+    client
+        .post("/session", &unbounded_session("append-1"))
+        .await?;
     let start = Instant::now();
     let one = latencies(&mut conn, sizes.append_1, |i| {
         (
@@ -154,15 +151,56 @@ pub async fn run(
     let clients_1 = throughput(&one, start.elapsed());
 
     progress("append, 16 clients");
+    let clients_16 = append_16_clients(&client, sizes.append_16_each).await?;
+
+    progress("raw SQLite, one transaction per row");
+    let raw_sqlite_txn_per_s =
+        raw_sqlite_rate(&dir.path().join("raw.db"), synchronous, sizes.append_1)?;
+
+    progress("context at 100 and 100,000 messages");
+    let context = context_figures(&client, &mut conn, sizes.context_requests).await?;
+
+    progress("engine: plan at 80, 1,000 and 10,000 messages");
+    let engine = EngineFigures {
+        plan_ms_80: plan_ms(80, sizes.plan_runs * 10),
+        plan_ms_1000: plan_ms(1_000, sizes.plan_runs * 2),
+        plan_ms_10000: plan_ms(10_000, sizes.plan_runs),
+    };
+
+    progress("memory with 1,000 sessions of 100 messages");
+    let rss_sessions = rss_with_sessions(&client, &mut conn, &daemon).await?;
+    daemon.stop()?;
+
+    Ok(BenchReport {
+        append_vs_echo_p50: clients_1.p50_us / percentile(&echo, 0.5),
+        append: AppendFigures {
+            clients_1,
+            clients_16,
+            raw_sqlite_txn_per_s,
+        },
+        echo: Echo {
+            p50_us: percentile(&echo, 0.5),
+        },
+        context,
+        engine,
+        rss_mb: Rss {
+            idle: rss_idle,
+            sessions_1000: rss_sessions,
+        },
+    })
+}
+
+/// Appends from 16 clients at once, each on its own connection and session, `each` messages
+/// apiece.
+async fn append_16_clients(client: &Client, each: usize) -> Result<Throughput> {
     let mut tasks = Vec::new();
     for c in 0..16 {
         let id = format!("append-16-{c}");
-        client.post("/session", &create(&id)).await?;
+        client.post("/session", &unbounded_session(&id)).await?;
         let mut conn = client.keep_alive().await?;
-        let n = sizes.append_16_each;
         tasks.push(tokio::spawn(async move {
             let path = format!("/session/{id}/message");
-            latencies(&mut conn, n, |i| {
+            latencies(&mut conn, each, |i| {
                 (Method::POST, path.clone(), bench_message(i).to_string())
             })
             .await
@@ -174,60 +212,44 @@ pub async fn run(
         all.extend(task.await??);
     }
     all.sort_by(f64::total_cmp);
-    let clients_16 = throughput(&all, start.elapsed());
+    Ok(throughput(&all, start.elapsed()))
+}
 
-    progress("raw SQLite, one transaction per row");
-    let raw_sqlite_txn_per_s =
-        raw_sqlite_rate(&dir.path().join("raw.db"), synchronous, sizes.append_1)?;
+/// A session that never compacts: compaction runs after the acknowledgement and is measured
+/// elsewhere, so its appends measure the append path alone.
+fn unbounded_session(id: &str) -> serde_json::Value {
+    json!({"id": id, "context_limit": 100_000_000, "config": {"max_messages": 100_000_000}})
+}
 
-    progress("context at 100 and 100,000 messages");
-    fill_session(&client, "ctx-100", 100).await?;
-    fill_session(&client, "ctx-100k", 100_000).await?;
-    let small = latencies(&mut conn, sizes.context_requests, |_| {
-        get("/session/ctx-100/context")
-    })
-    .await?;
-    let large = latencies(&mut conn, sizes.context_requests, |_| {
-        get("/session/ctx-100k/context")
-    })
-    .await?;
-
-    progress("engine: plan at 80, 1,000 and 10,000 messages");
-    let engine = EngineFigures {
-        plan_ms_80: plan_ms(80, sizes.plan_runs * 10),
-        plan_ms_1000: plan_ms(1_000, sizes.plan_runs * 2),
-        plan_ms_10000: plan_ms(10_000, sizes.plan_runs),
-    };
-
-    progress("memory with 1,000 sessions of 100 messages");
+/// The daemon's resident memory once it holds 1,000 sessions of 100 messages.
+async fn rss_with_sessions(
+    client: &Client,
+    conn: &mut Connection,
+    daemon: &DaemonProcess,
+) -> Result<f64> {
     for s in 0..1_000 {
-        fill_session(&client, &format!("mem-{s}"), 100).await?;
+        fill_session(client, &format!("mem-{s}"), 100).await?;
     }
     conn.raw(Method::GET, "/health", "").await?;
-    let rss_sessions = daemon.rss_mb()?;
-    daemon.stop()?;
+    daemon.rss_mb()
+}
 
-    let (p50_small, p50_large) = (percentile(&small, 0.5), percentile(&large, 0.5));
-    Ok(BenchReport {
-        append_vs_echo_p50: clients_1.p50_us / percentile(&echo, 0.5),
-        append: AppendFigures {
-            clients_1,
-            clients_16,
-            raw_sqlite_txn_per_s,
-        },
-        echo: Echo {
-            p50_us: percentile(&echo, 0.5),
-        },
-        context: ContextFigures {
-            p50_us_100: p50_small,
-            p50_us_100k: p50_large,
-            ratio: p50_large / p50_small,
-        },
-        engine,
-        rss_mb: Rss {
-            idle: rss_idle,
-            sessions_1000: rss_sessions,
-        },
+/// Context latency at 100 and at 100,000 messages, and their ratio.
+async fn context_figures(
+    client: &Client,
+    conn: &mut Connection,
+    requests: usize,
+) -> Result<ContextFigures> {
+    fill_session(client, "ctx-100", 100).await?;
+    fill_session(client, "ctx-100k", 100_000).await?;
+    let get = |path: &str| (Method::GET, path.to_string(), String::new());
+    let small = latencies(conn, requests, |_| get("/session/ctx-100/context")).await?;
+    let large = latencies(conn, requests, |_| get("/session/ctx-100k/context")).await?;
+    let (p50_us_100, p50_us_100k) = (percentile(&small, 0.5), percentile(&large, 0.5));
+    Ok(ContextFigures {
+        p50_us_100,
+        p50_us_100k,
+        ratio: p50_us_100k / p50_us_100,
     })
 }
 

@@ -49,85 +49,15 @@ impl Turns {
     /// unanswered calls are answered with [`NO_RESULT`] unless the conversation ends with
     /// them, and reasoning and empty texts are left out.
     pub fn of(messages: &[Message]) -> Turns {
-        let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
-        // Call id -> index of the assistant turn still waiting for its result.
-        let mut pending: HashMap<String, usize> = HashMap::new();
+        let mut builder = Builder::default();
         for message in messages {
             match message.role {
-                Role::System => {
-                    let text = joined_text(&message.parts);
-                    if !text.trim().is_empty() {
-                        turns.push(Turn::System(text));
-                    }
-                }
-                Role::Assistant => {
-                    let calls: Vec<Call> = message
-                        .parts
-                        .iter()
-                        .filter_map(|p| match p {
-                            Part::ToolCall { id, name, args } => Some(Call {
-                                id: id.clone(),
-                                name: name.clone(),
-                                args: args.clone(),
-                            }),
-                            _ => None,
-                        })
-                        .collect();
-                    let text = joined_text(&message.parts);
-                    if calls.is_empty() && text.trim().is_empty() {
-                        continue;
-                    }
-                    for call in &calls {
-                        pending.insert(call.id.clone(), turns.len());
-                    }
-                    turns.push(Turn::Assistant {
-                        text,
-                        calls,
-                        results: Vec::new(),
-                    });
-                }
-                Role::User | Role::Tool => {
-                    let mut stray = Vec::new();
-                    for part in &message.parts {
-                        let Part::ToolResult {
-                            call_id,
-                            output,
-                            is_error,
-                            ..
-                        } = part
-                        else {
-                            continue;
-                        };
-                        let result = CallResult {
-                            call_id: call_id.clone(),
-                            output: output.clone(),
-                            is_error: *is_error,
-                        };
-                        match pending.remove(call_id) {
-                            Some(at) => {
-                                if let Turn::Assistant { results, .. } = &mut turns[at] {
-                                    results.push(result);
-                                }
-                            }
-                            None => stray.push(format!(
-                                "[result of tool call {call_id}]\n{}",
-                                result.output
-                            )),
-                        }
-                    }
-                    let mut text = joined_text(&message.parts);
-                    for s in stray {
-                        if !text.is_empty() {
-                            text.push_str("\n\n");
-                        }
-                        text.push_str(&s);
-                    }
-                    if !text.trim().is_empty() {
-                        turns.push(Turn::User(text));
-                    }
-                }
+                Role::System => builder.system(message),
+                Role::Assistant => builder.assistant(message),
+                Role::User | Role::Tool => builder.user(message),
             }
         }
+        let mut turns = builder.turns;
         let last = turns.len().saturating_sub(1);
         for (i, turn) in turns.iter_mut().enumerate() {
             if let Turn::Assistant { calls, results, .. } = turn {
@@ -135,6 +65,83 @@ impl Turns {
             }
         }
         Turns(turns)
+    }
+}
+
+/// Turns being built, message by message.
+#[derive(Default)]
+struct Builder {
+    turns: Vec<Turn>,
+    /// Call id -> index of the assistant turn still waiting for its result.
+    pending: HashMap<String, usize>,
+}
+
+impl Builder {
+    fn system(&mut self, message: &Message) {
+        let text = joined_text(&message.parts);
+        if !text.trim().is_empty() {
+            self.turns.push(Turn::System(text));
+        }
+    }
+
+    fn assistant(&mut self, message: &Message) {
+        let calls: Vec<Call> = message
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall { id, name, args } => Some(Call {
+                    id: id.clone(),
+                    name: name.clone(),
+                    args: args.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let text = joined_text(&message.parts);
+        if calls.is_empty() && text.trim().is_empty() {
+            return;
+        }
+        for call in &calls {
+            self.pending.insert(call.id.clone(), self.turns.len());
+        }
+        self.turns.push(Turn::Assistant {
+            text,
+            calls,
+            results: Vec::new(),
+        });
+    }
+
+    /// A user or tool message: each result goes to its call's turn, or, answering nothing
+    /// pending, becomes text of this turn.
+    fn user(&mut self, message: &Message) {
+        let mut text = joined_text(&message.parts);
+        for part in &message.parts {
+            let Part::ToolResult {
+                call_id,
+                output,
+                is_error,
+                ..
+            } = part
+            else {
+                continue;
+            };
+            let turn = self.pending.remove(call_id).map(|at| &mut self.turns[at]);
+            if let Some(Turn::Assistant { results, .. }) = turn {
+                results.push(CallResult {
+                    call_id: call_id.clone(),
+                    output: output.clone(),
+                    is_error: *is_error,
+                });
+            } else {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&format!("[result of tool call {call_id}]\n{output}"));
+            }
+        }
+        if !text.trim().is_empty() {
+            self.turns.push(Turn::User(text));
+        }
     }
 }
 

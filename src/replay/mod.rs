@@ -17,7 +17,7 @@ use crate::config::{Config, Synchronous};
 use crate::message::{Message, Part};
 use crate::protocol::{ContextView, SessionId};
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-use crate::store::Store;
+use crate::store::{CompactionRow, Store};
 use crate::transcript::Transcript;
 use anyhow::{Context, Result};
 use cost::{CacheCost, CacheMeter, content_hash};
@@ -28,7 +28,7 @@ use std::collections::HashSet;
 /// Observations kept verbatim by the masking baseline.
 pub const MASKING_BASELINE_KEEP: usize = 10;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplayReport {
     pub session_messages: usize,
     pub assistant_steps: usize,
@@ -59,7 +59,7 @@ pub struct ReplayReport {
 }
 
 /// Input tokens summed over all assistant steps.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct InputTokens {
     pub raw: usize,
     pub masking_m10: usize,
@@ -93,29 +93,49 @@ pub async fn replay(
         })
         .await?;
 
-    let estimator = LazyEstimator::default();
-    let mut baselines = Baselines::default();
     let mut report = ReplayReport {
         session_messages: transcript.messages.len(),
-        assistant_steps: 0,
-        compactions: 0,
-        failed_compactions: 0,
-        maskings: 0,
         context_limit,
-        peak_context_tokens: 0,
-        contexts_over_limit: 0,
-        input_tokens: InputTokens {
-            raw: 0,
-            masking_m10: 0,
-            compactd: 0,
-        },
-        user_message_retention: None,
-        modified_file_recall: None,
-        orphaned_tool_results: 0,
-        probes: Probes::default(),
-        cached_cost: CachedCosts::default(),
-        summary_tokens: Vec::new(),
+        ..Default::default()
     };
+    let seen_by_latest = drive(&service, id, transcript, &mut report).await?;
+    let compactions = count_compactions(&service, id, &mut report).await?;
+    let final_context = context_text(&service.context(id, true).await?);
+    report.user_message_retention = retention(&transcript.messages, &final_context);
+    let summaries: Vec<String> = compactions
+        .iter()
+        .map(|c| c.result.summary.clone())
+        .collect();
+    report.probes = Probes::measure(&ProbeInput {
+        messages: &transcript.messages,
+        submission: transcript.submission.as_deref(),
+        context_text: &final_context,
+        summaries: &summaries,
+        latest: compactions.last().map(|c| LatestCompaction {
+            summary: &c.result.summary,
+            modified_files: &c.result.modified_files,
+            created_files: &c.result.created_files,
+        }),
+        pin_tokens,
+    });
+    report.modified_file_recall =
+        modified_file_recall(&transcript.messages[..seen_by_latest], compactions.last());
+    service.shutdown().await;
+    store.close();
+    Ok(report)
+}
+
+/// Appends the transcript message by message, asking for the context before each assistant
+/// step as an agent would, and meters every step's input for compactd and both baselines.
+/// Returns how many messages the latest compaction saw.
+async fn drive(
+    service: &std::sync::Arc<Service>,
+    id: &SessionId,
+    transcript: &Transcript,
+    report: &mut ReplayReport,
+) -> Result<usize> {
+    let estimator = LazyEstimator::default();
+    let mut baselines = Baselines::default();
     let mut meters = [
         CacheMeter::default(),
         CacheMeter::default(),
@@ -123,6 +143,7 @@ pub async fn replay(
     ];
     // Messages that existed when the latest compaction ran: what its file lists can know.
     let mut seen_by_latest = 0;
+    let context_limit = report.context_limit;
     for (index, message) in transcript.messages.iter().enumerate() {
         if message.role == crate::message::Role::Assistant {
             let context = service.context(id, true).await?;
@@ -153,13 +174,23 @@ pub async fn replay(
             seen_by_latest = index + 1;
         }
     }
-
     report.cached_cost = CachedCosts {
         raw: meters[0].cost(),
         masking_m10: meters[1].cost(),
         compactd: meters[2].cost(),
     };
-    let (compactions, failures, maskings) = all_compactions(&service, id).await?;
+    Ok(seen_by_latest)
+}
+
+/// Fills in the report's compaction, failure, masking and summary-size figures; returns the
+/// compactions.
+async fn count_compactions(
+    service: &Service,
+    id: &SessionId,
+    report: &mut ReplayReport,
+) -> Result<Vec<CompactionRow>> {
+    let estimator = LazyEstimator::default();
+    let (compactions, failures, maskings) = all_compactions(service, id).await?;
     report.compactions = compactions.len();
     report.summary_tokens = compactions
         .iter()
@@ -167,38 +198,19 @@ pub async fn replay(
         .collect();
     report.failed_compactions = failures;
     report.maskings = maskings;
-    let final_context = context_text(&service.context(id, true).await?);
-    report.user_message_retention = retention(&transcript.messages, &final_context);
-    let summaries: Vec<String> = compactions
-        .iter()
-        .map(|c| c.result.summary.clone())
-        .collect();
-    report.probes = Probes::measure(&ProbeInput {
-        messages: &transcript.messages,
-        submission: transcript.submission.as_deref(),
-        context_text: &final_context,
-        summaries: &summaries,
-        latest: compactions.last().map(|c| LatestCompaction {
-            summary: &c.result.summary,
-            modified_files: &c.result.modified_files,
-            created_files: &c.result.created_files,
-        }),
-        pin_tokens,
-    });
-    let modified = track_files(
-        &transcript.messages[..seen_by_latest],
-        &FileLists::default(),
-    )
-    .modified;
-    report.modified_file_recall = compactions.last().and_then(|latest| {
+    Ok(compactions)
+}
+
+/// The share of files the session really modified (up to the latest compaction) that the
+/// latest compaction lists as modified; `None` when nothing was modified or nothing compacted.
+fn modified_file_recall(seen: &[Message], latest: Option<&CompactionRow>) -> Option<f64> {
+    let modified = track_files(seen, &FileLists::default()).modified;
+    latest.and_then(|latest| {
         let listed: HashSet<&String> = latest.result.modified_files.iter().collect();
         (!modified.is_empty()).then(|| {
             modified.iter().filter(|f| listed.contains(f)).count() as f64 / modified.len() as f64
         })
-    });
-    service.shutdown().await;
-    store.close();
-    Ok(report)
+    })
 }
 
 /// Every compaction of the session, and the numbers of failed attempts and of maskings,

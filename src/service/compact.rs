@@ -17,10 +17,11 @@ use super::locks::SessionGuard;
 use super::{Service, ServiceError};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::microcompact::masking_thresholds;
-use crate::compaction::{CompactionConfig, CompactionPlan, PlanInput, Trigger};
+use crate::compaction::{CompactionConfig, CompactionPlan, FileLists, PlanInput, Trigger};
 use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::protocol::{CompactionStatus, Event, SessionId, SummarizeOutcome};
+use crate::store::ContextSnapshot;
 use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
 use crate::summarize::extractive::Extractive;
 use crate::summarize::{SummarizeError, Summarizer};
@@ -32,6 +33,40 @@ enum Decision {
     Idle,
     Compact(Trigger),
     BreakerOpen(Trigger),
+}
+
+/// A finished compaction as the store takes it (its timing and fallback still to be said).
+fn to_store(attempt: &AttemptOf, first_seq: u64, done: Compacted) -> NewCompaction {
+    NewCompaction {
+        session_id: attempt.id.to_string(),
+        trigger: attempt.trigger,
+        focus: attempt.focus.clone(),
+        summary_tokens: done.summary_tokens,
+        first_seq,
+        boundary_seq: first_seq + done.boundary.index as u64,
+        summarizer: done.summarizer,
+        chunks: done.chunks,
+        fallback_reason: None,
+        duration_ms: 0,
+        result: done.result,
+    }
+}
+
+/// A session's active messages as the engine takes them.
+struct Loaded {
+    snapshot: ContextSnapshot,
+    messages: Vec<Message>,
+    tokens: Vec<usize>,
+    pinned: Vec<bool>,
+    prior_files: FileLists,
+}
+
+/// Which compaction attempt a failure belongs to.
+struct AttemptOf<'a> {
+    id: &'a str,
+    trigger: Trigger,
+    focus: &'a Option<String>,
+    summarizer: String,
 }
 
 /// How one attempt ended.
@@ -240,121 +275,146 @@ impl Service {
         trigger: Trigger,
         focus: Option<String>,
     ) -> Result<Attempt, ServiceError> {
-        let snapshot = self.store.compaction_input(id).await?;
-        let session = &snapshot.session;
-        let messages: Vec<Message> = snapshot
-            .tail
-            .iter()
-            .map(|m| m.to_message())
-            .collect::<Result<_, _>>()?;
-        // Estimated once, when each message was appended; pinned when it was appended.
-        let tokens: Vec<usize> = snapshot.tail.iter().map(|m| m.tokens).collect();
-        let pinned: Vec<bool> = snapshot.tail.iter().map(|m| m.pinned).collect();
-        // The caller holds the session's lock: no compaction can commit between these reads.
-        let prior_files = self.store.prior_files(id).await?;
+        let loaded = self.load(id).await?;
+        let session = &loaded.snapshot.session;
         let config = self.compaction_config(session);
         let settings = self.settings();
         let input = PlanInput {
-            pinned: &pinned,
+            pinned: &loaded.pinned,
             pinned_tokens: session.pinned_tokens,
             first_seq: session.active_from_seq,
             task_seq: session.task_seq,
-            prior_summary: snapshot.latest.as_ref().map(|l| l.summary.as_str()),
-            prior_files: &prior_files,
+            prior_summary: loaded.snapshot.latest.as_ref().map(|l| l.summary.as_str()),
+            prior_files: &loaded.prior_files,
             focus: focus.as_deref(),
             estimator: self.estimator,
             redact_secrets: settings.config.summarizer.redact_secrets,
-            ..PlanInput::new(&messages, &tokens, session.context_limit, &config)
+            ..PlanInput::new(
+                &loaded.messages,
+                &loaded.tokens,
+                session.context_limit,
+                &config,
+            )
         };
-        let summarizer = settings.summarizer.clone();
-        let failure = |reason: String, duration_ms: u64| NewFailure {
-            session_id: id.to_string(),
+        let attempt = AttemptOf {
+            id,
             trigger,
-            focus: focus.clone(),
-            summarizer: summarizer.name(),
-            reason,
-            duration_ms,
+            focus: &focus,
+            summarizer: settings.summarizer.name(),
         };
         let plan = match compactor::plan(&input) {
             Ok(Some(plan)) => plan,
+            Ok(None) if trigger == Trigger::Manual => return Ok(Attempt::NothingToCompact),
             Ok(None) => {
-                if trigger != Trigger::Manual {
-                    self.store
-                        .record_failure(failure(NOTHING_TO_COMPACT.into(), 0))
-                        .await?;
-                    self.announce_failure(id, trigger, NOTHING_TO_COMPACT);
-                }
+                self.record_failure(&attempt, NOTHING_TO_COMPACT.into(), 0)
+                    .await?;
                 return Ok(Attempt::NothingToCompact);
             }
             Err(error) => {
-                let reason = error.to_string();
-                self.store
-                    .record_failure(failure(reason.clone(), 0))
-                    .await?;
-                self.announce_failure(id, trigger, &reason);
+                self.record_failure(&attempt, error.to_string(), 0).await?;
                 return Err(error.into());
             }
         };
-        let num = session.compaction_count + 1;
         self.emit(Event::CompactionStarted {
             session_id: id.to_string(),
             trigger,
         });
         let started = Instant::now();
+        let num = session.compaction_count + 1;
         let fallback = settings.config.summarizer.fallback.is_some();
         let outcome = self
-            .run_summarizer(&input, &plan, summarizer.as_ref(), num, fallback)
+            .run_summarizer(&input, &plan, settings.summarizer.as_ref(), num, fallback)
             .await;
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
             Ok((done, fallback_reason)) => {
                 let new = NewCompaction {
-                    session_id: id.to_string(),
-                    trigger,
-                    focus: focus.clone(),
-                    summary_tokens: done.summary_tokens,
-                    first_seq: session.active_from_seq,
-                    boundary_seq: session.active_from_seq + done.boundary.index as u64,
-                    summarizer: done.summarizer.clone(),
-                    chunks: done.chunks,
                     fallback_reason,
                     duration_ms,
-                    result: done.result,
+                    ..to_store(&attempt, session.active_from_seq, done)
                 };
-                let chunks = new.chunks;
-                let (row, _) = self.store.commit_compaction(new).await?;
-                tracing::info!(
-                    session = id,
-                    num,
-                    trigger = trigger.as_str(),
-                    pre = row.result.pre_tokens,
-                    post = row.result.post_tokens,
-                    "compacted"
-                );
-                self.emit(Event::CompactionFinished {
-                    session_id: id.to_string(),
-                    trigger,
-                    compaction_num: num,
-                    pre_tokens: row.result.pre_tokens,
-                    post_tokens: row.result.post_tokens,
-                    boundary_seq: row.boundary_seq,
-                    summarizer: row.summarizer.clone(),
-                    chunks,
-                    fallback_reason: row.fallback_reason.clone(),
-                    duration_ms,
-                });
-                Ok(Attempt::Compacted(Box::new(row)))
+                Ok(Attempt::Compacted(Box::new(self.commit(new).await?)))
             }
             Err(error) => {
-                let reason = error.to_string();
-                tracing::warn!(session = id, trigger = trigger.as_str(), %reason, "compaction failed");
-                self.store
-                    .record_failure(failure(reason.clone(), duration_ms))
+                tracing::warn!(session = id, trigger = trigger.as_str(), reason = %error, "compaction failed");
+                self.record_failure(&attempt, error.to_string(), duration_ms)
                     .await?;
-                self.announce_failure(id, trigger, &reason);
                 Err(error.into())
             }
         }
+    }
+
+    /// What a compaction of the session starts from. The caller holds the session's lock, so
+    /// no compaction can commit between these reads.
+    async fn load(&self, id: &str) -> Result<Loaded, ServiceError> {
+        let snapshot = self.store.compaction_input(id).await?;
+        let messages = snapshot
+            .tail
+            .iter()
+            .map(|m| m.to_message())
+            .collect::<Result<_, _>>()?;
+        Ok(Loaded {
+            messages,
+            // Estimated once, when each message was appended; pinned when it was appended.
+            tokens: snapshot.tail.iter().map(|m| m.tokens).collect(),
+            pinned: snapshot.tail.iter().map(|m| m.pinned).collect(),
+            prior_files: self.store.prior_files(id).await?,
+            snapshot,
+        })
+    }
+
+    /// Stores a finished compaction and announces it.
+    async fn commit(&self, new: NewCompaction) -> Result<CompactionRow, ServiceError> {
+        let (id, trigger, chunks, duration_ms) = (
+            new.session_id.clone(),
+            new.trigger,
+            new.chunks,
+            new.duration_ms,
+        );
+        let (row, _) = self.store.commit_compaction(new).await?;
+        let num = row.result.compaction_num;
+        tracing::info!(
+            session = id,
+            num,
+            trigger = trigger.as_str(),
+            pre = row.result.pre_tokens,
+            post = row.result.post_tokens,
+            "compacted"
+        );
+        self.emit(Event::CompactionFinished {
+            session_id: id,
+            trigger,
+            compaction_num: num,
+            pre_tokens: row.result.pre_tokens,
+            post_tokens: row.result.post_tokens,
+            boundary_seq: row.boundary_seq,
+            summarizer: row.summarizer.clone(),
+            chunks,
+            fallback_reason: row.fallback_reason.clone(),
+            duration_ms,
+        });
+        Ok(row)
+    }
+
+    /// Records a failed attempt and announces it.
+    async fn record_failure(
+        &self,
+        attempt: &AttemptOf<'_>,
+        reason: String,
+        duration_ms: u64,
+    ) -> Result<(), ServiceError> {
+        self.store
+            .record_failure(NewFailure {
+                session_id: attempt.id.to_string(),
+                trigger: attempt.trigger,
+                focus: attempt.focus.clone(),
+                summarizer: attempt.summarizer.clone(),
+                reason: reason.clone(),
+                duration_ms,
+            })
+            .await?;
+        self.announce_failure(attempt.id, attempt.trigger, &reason);
+        Ok(())
     }
 
     fn announce_failure(&self, id: &str, trigger: Trigger, reason: &str) {

@@ -170,8 +170,38 @@ fn append(
         (Err(StoreError::NotFound(_)), Some(new)) => (insert(conn, new)?, true),
         (Err(e), _) => return Err(e),
     };
-    // Every result must answer a call of this session, made earlier or earlier in this batch;
-    // the call's tool names the result when it is masked.
+    let tools = tools_of_results(conn, session_id, messages)?;
+    let first_seq = session.message_count + 1;
+    let inserted = insert_messages(conn, &session, messages, &tools, pins)?;
+    if inserted.pinned_tokens > session.pinned_tokens
+        && inserted.pinned_tokens > pins.max_pinned_tokens
+    {
+        return Err(StoreError::PinnedTooLarge {
+            pinned: inserted.pinned_tokens,
+            max: pins.max_pinned_tokens,
+        });
+    }
+    let session = count_appended(conn, session_id, messages, reported_tokens, &inserted)?;
+    let last_seq = first_seq + messages.len() as u64 - 1;
+    if let Some(idempotency) = idempotency {
+        remember_key(conn, session_id, idempotency, first_seq, last_seq)?;
+    }
+    Ok(AppendOutcome {
+        session,
+        first_seq,
+        last_seq,
+        created,
+        replayed: false,
+    })
+}
+
+/// The tool of every call the batch's results answer, made earlier or earlier in this batch
+/// (a masked result is named after it); a result that answers no call is refused.
+fn tools_of_results(
+    conn: &Connection,
+    session_id: &str,
+    messages: &[NewMessage],
+) -> Result<HashMap<String, String>> {
     let mut tools: HashMap<String, String> = HashMap::new();
     let mut known =
         conn.prepare_cached("SELECT name FROM tool_calls WHERE session_id = ?1 AND call_id = ?2")?;
@@ -187,8 +217,27 @@ fn append(
         }
         tools.extend(message.calls.iter().cloned());
     }
+    Ok(tools)
+}
 
-    let first_seq = session.message_count + 1;
+/// What inserting a batch changed in the session's bookkeeping.
+struct Inserted {
+    /// The seq of the batch's last user instruction, which starts a new turn.
+    turn_start: Option<u64>,
+    task_seq: Option<u64>,
+    pinned_tokens: usize,
+    unpinned_tokens: usize,
+}
+
+/// Inserts the batch's messages and their tool calls after the session's last seq, pinning
+/// system messages and the task (when it is small enough).
+fn insert_messages(
+    conn: &Connection,
+    session: &SessionRow,
+    messages: &[NewMessage],
+    tools: &HashMap<String, String>,
+    pins: PinRules,
+) -> Result<Inserted> {
     let mut insert_message = conn.prepare_cached(&format!(
         "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned,
              tool_results, masked_parts, masked_tokens)
@@ -197,36 +246,26 @@ fn append(
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
     )?;
-    let mut turn_start = None;
-    let mut task_seq = session.task_seq;
-    let (mut pinned_tokens, mut unpinned_tokens) = (session.pinned_tokens, 0);
-    for (seq, message) in (first_seq..).zip(messages) {
-        let is_task = task_seq.is_none() && message.instruction;
+    let mut done = Inserted {
+        turn_start: None,
+        task_seq: session.task_seq,
+        pinned_tokens: session.pinned_tokens,
+        unpinned_tokens: 0,
+    };
+    for (seq, message) in (session.message_count + 1..).zip(messages) {
+        let is_task = done.task_seq.is_none() && message.instruction;
         if is_task {
-            task_seq = Some(seq);
+            done.task_seq = Some(seq);
         }
         let pinned = message.system || (is_task && message.tokens <= pins.task_max_tokens);
         if pinned {
-            pinned_tokens += message.tokens;
+            done.pinned_tokens += message.tokens;
         } else {
-            unpinned_tokens += message.tokens;
+            done.unpinned_tokens += message.tokens;
         }
-        // The message as microcompaction would show it, for when its outputs are masked.
-        let masked = message
-            .results
-            .as_ref()
-            .and_then(|parts| masked_parts(parts, seq, |id| tools.get(id).map(String::as_str)));
-        let masked_tokens = masked.as_ref().map(|parts| {
-            LazyEstimator::default().message(&Message {
-                role: Role::Tool,
-                parts: parts.clone(),
-            })
-        });
-        let masked_json = masked
-            .map(|parts| serde_json::to_string(&parts))
-            .transpose()?;
+        let (masked_json, masked_tokens) = masked_form(message, seq, tools)?;
         insert_message.execute(params![
-            session_id,
+            session.id,
             seq,
             message.role,
             message.parts_json,
@@ -237,21 +276,50 @@ fn append(
             masked_tokens
         ])?;
         for (call_id, name) in &message.calls {
-            insert_call.execute(params![session_id, call_id, seq, name])?;
+            insert_call.execute(params![session.id, call_id, seq, name])?;
         }
         if message.instruction {
-            turn_start = Some(seq);
+            done.turn_start = Some(seq);
         }
     }
-    if pinned_tokens > session.pinned_tokens && pinned_tokens > pins.max_pinned_tokens {
-        return Err(StoreError::PinnedTooLarge {
-            pinned: pinned_tokens,
-            max: pins.max_pinned_tokens,
-        });
-    }
+    Ok(done)
+}
+
+/// The message as microcompaction would show it once its outputs are masked (JSON parts and
+/// their tokens); `None` for messages without tool results.
+fn masked_form(
+    message: &NewMessage,
+    seq: u64,
+    tools: &HashMap<String, String>,
+) -> Result<(Option<String>, Option<usize>)> {
+    let masked = message
+        .results
+        .as_ref()
+        .and_then(|parts| masked_parts(parts, seq, |id| tools.get(id).map(String::as_str)));
+    let tokens = masked.as_ref().map(|parts| {
+        LazyEstimator::default().message(&Message {
+            role: Role::Tool,
+            parts: parts.clone(),
+        })
+    });
+    let json = masked
+        .map(|parts| serde_json::to_string(&parts))
+        .transpose()?;
+    Ok((json, tokens))
+}
+
+/// Adds the batch to the session's counters (messages, tokens, turn, task, usage) and returns
+/// the session as it now is.
+fn count_appended(
+    conn: &Connection,
+    session_id: &str,
+    messages: &[NewMessage],
+    reported_tokens: Option<usize>,
+    inserted: &Inserted,
+) -> Result<SessionRow> {
     let count = messages.len() as u64;
     let tokens: usize = messages.iter().map(|m| m.tokens).sum();
-    let session = conn
+    Ok(conn
         .prepare_cached(&format!(
             "UPDATE sessions SET
                  message_count = message_count + ?2,
@@ -273,34 +341,36 @@ fn append(
                 count,
                 tokens,
                 reported_tokens,
-                turn_start,
-                unpinned_tokens,
-                pinned_tokens,
-                task_seq
+                inserted.turn_start,
+                inserted.unpinned_tokens,
+                inserted.pinned_tokens,
+                inserted.task_seq
             ],
             SessionRow::from_row,
-        )?;
-    let last_seq = first_seq + count - 1;
-    if let Some(idempotency) = idempotency {
-        conn.prepare_cached(&format!(
-            "INSERT INTO idempotency_keys (session_id, key, request_hash, first_seq, last_seq, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
-        ))?
-        .execute(params![
-            session_id,
-            idempotency.key,
-            idempotency.request_hash,
-            first_seq,
-            last_seq
-        ])?;
-    }
-    Ok(AppendOutcome {
-        session,
+        )?)
+}
+
+/// Records the request's idempotency key with the seqs it appended, so a retry is answered
+/// from them.
+fn remember_key(
+    conn: &Connection,
+    session_id: &str,
+    idempotency: &Idempotency,
+    first_seq: u64,
+    last_seq: u64,
+) -> Result<()> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO idempotency_keys (session_id, key, request_hash, first_seq, last_seq, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+    ))?
+    .execute(params![
+        session_id,
+        idempotency.key,
+        idempotency.request_hash,
         first_seq,
-        last_seq,
-        created,
-        replayed: false,
-    })
+        last_seq
+    ])?;
+    Ok(())
 }
 
 /// The latest compaction's number and summary (not its file lists, which grow with the

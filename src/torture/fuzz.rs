@@ -174,8 +174,14 @@ async fn snapshot(client: &Client) -> Result<String> {
 fn hostile_requests(round: usize) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = Vec::new();
     let mut add = |what: &str, bytes: Vec<u8>| out.push((what.to_string(), bytes));
-    let append = |body: &[u8]| request("POST", "/session/target/message", &[], body);
-    // Malformed HTTP.
+    malformed_http(round, &mut add);
+    bad_messages(&mut add);
+    hostile_ids_and_numbers(round, &mut add);
+    out
+}
+
+/// Requests that are not HTTP, or not HTTP this daemon takes.
+fn malformed_http(round: usize, add: &mut impl FnMut(&str, Vec<u8>)) {
     // Junk that starts with a byte other than whitespace: whitespace alone is no request, and
     // a client that sends only that and leaves gets no answer.
     let mut junk = vec![b'#'];
@@ -217,7 +223,11 @@ fn hostile_requests(round: usize) -> Vec<(String, Vec<u8>)> {
         "bad content-length",
         b"POST /session/target/message HTTP/1.1\r\nContent-Length: abc\r\n\r\n{}".to_vec(),
     );
-    // Bad JSON and bad messages.
+}
+
+/// Appends whose JSON or messages are wrong.
+fn bad_messages(add: &mut impl FnMut(&str, Vec<u8>)) {
+    let append = |body: &[u8]| request("POST", "/session/target/message", &[], body);
     add("truncated JSON", append(br#"{"role": "user", "con"#));
     add(
         "not UTF-8",
@@ -264,7 +274,10 @@ fn hostile_requests(round: usize) -> Vec<(String, Vec<u8>)> {
         )
         .into_bytes(),
     );
-    // Hostile ids and numbers.
+}
+
+/// Session ids, query numbers, limits and headers outside what the API takes.
+fn hostile_ids_and_numbers(round: usize, add: &mut impl FnMut(&str, Vec<u8>)) {
     for id in ["%2E", "%2E%2E", "a%20b", "%2Fetc", "%C3%A9", "x%00y"] {
         add(
             &format!("session id {id}"),
@@ -336,7 +349,6 @@ fn hostile_requests(round: usize) -> Vec<(String, Vec<u8>)> {
         "unknown session",
         request("GET", "/session/fz-ghost/context", &[], b""),
     );
-    out
 }
 
 /// Deterministic junk: the same run sends the same bytes.
