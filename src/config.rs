@@ -127,24 +127,7 @@ pub struct StoreConfig {
     pub synchronous: Synchronous,
 }
 
-/// SQLite's `synchronous` setting. `full` (default) makes every acknowledged append survive
-/// power loss; `normal` survives a crash of compactd but may lose the last appends on power loss.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Synchronous {
-    #[default]
-    Full,
-    Normal,
-}
-
-impl Synchronous {
-    pub fn pragma(self) -> &'static str {
-        match self {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        }
-    }
-}
+pub use crate::store::Synchronous;
 
 /// Why a config cannot be used.
 #[derive(Debug, thiserror::Error)]

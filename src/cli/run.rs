@@ -173,7 +173,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Command::Openapi => print!("{}", crate::protocol::openapi::pretty()),
+        Command::Openapi => print!("{}", crate::server::openapi::pretty()),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -1,14 +1,13 @@
 //! The API's wire types, in one place: what clients send ([`requests`]), what the daemon
 //! answers ([`responses`]), what it announces ([`events`]) and how it refuses ([`ErrorCode`]).
 //! The server, the CLI's client, bench, torture and the tests all use these; the OpenAPI
-//! document ([`openapi`], `GET /v1/openapi.json`, `docs/openapi.json`) is generated from them.
+//! document (`server::openapi`, `GET /v1/openapi.json`, `docs/openapi.json`) is generated from them.
 //!
 //! Stored rows that answers carry as they are (messages, compactions, failures, maskings) are
 //! the store's types, re-exported here.
 
 mod errors;
 pub mod events;
-pub mod openapi;
 pub mod requests;
 pub mod responses;
 mod session_id;

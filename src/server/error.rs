@@ -2,7 +2,7 @@
 
 use crate::protocol::ErrorCode;
 use crate::service::ServiceError;
-use crate::store::StoreError;
+use crate::service::StoreError;
 use crate::summarize::SummarizeError;
 use axum::Json;
 use axum::http::StatusCode;

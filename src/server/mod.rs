@@ -12,8 +12,9 @@ mod error;
 pub(crate) mod events;
 mod extract;
 pub mod listener;
+pub mod openapi;
 mod peer;
-pub(crate) mod routes;
+mod routes;
 
 pub use error::ApiError;
 pub use peer::Peer;

@@ -1,5 +1,5 @@
 //! The handlers: parse, call the service, shape the answer. No decisions live here. Each
-//! carries its OpenAPI description (`protocol::openapi` collects them).
+//! carries its OpenAPI description (`openapi` collects them).
 
 use super::error::ApiError;
 use super::extract::{ApiQuery, JsonBody, SessionPath, Utf8Body};
@@ -11,7 +11,6 @@ use crate::protocol::{
     UpdateSessionRequest,
 };
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-use crate::store::SessionUpdate;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -92,12 +91,7 @@ pub async fn update_session(
     SessionPath(id): SessionPath,
     JsonBody(body): JsonBody<UpdateSessionRequest>,
 ) -> ApiResult {
-    let update = SessionUpdate {
-        model: body.model,
-        context_limit: body.context_limit,
-        overrides: body.config,
-    };
-    ok(service.update_session(&id, update).await?)
+    ok(service.update_session(&id, body).await?)
 }
 
 #[utoipa::path(delete, path = "/v1/session/{id}", tag = "sessions", params(("id" = String, Path)),
@@ -266,7 +260,7 @@ pub async fn compactions(
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "daemon",
     responses((status = 200, description = "This API's OpenAPI 3.1 document")))]
 pub async fn openapi() -> ApiResult {
-    ok(crate::protocol::openapi::document())
+    ok(crate::server::openapi::document())
 }
 
 pub async fn not_found() -> ApiError {

@@ -12,13 +12,14 @@ use crate::protocol::{
     AppendResponse, CompactionHistory, ContextView, HistoryPage, SessionId, SessionView,
 };
 pub use crate::protocol::{ConfigStatus, Event};
+pub use crate::store::StoreError;
 
 use crate::compaction::{CompactionConfig, LazyEstimator, PinnedOverflow, Trigger, check_trigger};
 use crate::compactor::CompactError;
 use crate::config::{Config, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{
-    Idempotency, NewMessage, NewSession, PinRules, SessionRow, SessionUpdate, Store, StoreError,
+    Idempotency, NewMessage, NewSession, PinRules, SessionRow, SessionUpdate, Store,
 };
 use crate::summarize::{self, SummarizeError, Summarizer};
 use locks::SessionLocks;
@@ -246,8 +247,13 @@ impl Service {
     pub async fn update_session(
         self: &Arc<Self>,
         id: &SessionId,
-        update: SessionUpdate,
+        request: crate::protocol::UpdateSessionRequest,
     ) -> Result<SessionView, ServiceError> {
+        let update = SessionUpdate {
+            model: request.model,
+            context_limit: request.context_limit,
+            overrides: request.config,
+        };
         let current = self.store.session(id.as_str()).await?;
         let overrides = update.overrides.as_ref().unwrap_or(&current.overrides);
         let config = compaction_with_overrides(&self.settings().config.compaction, overrides)

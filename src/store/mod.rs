@@ -29,8 +29,8 @@ pub use rows::{
 };
 pub use sessions::{NewSession, SessionUpdate};
 
-use crate::config::Synchronous;
 use rusqlite::{Connection, OpenFlags};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -219,5 +219,24 @@ fn make_private(path: &Path) -> Result<()> {
                 .map_err(|e| StoreError::io(path, e))
         }
         _ => Ok(()),
+    }
+}
+
+/// SQLite's `synchronous` setting. `full` (default) makes every acknowledged append survive
+/// power loss; `normal` survives a crash of compactd but may lose the last appends on power loss.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    #[default]
+    Full,
+    Normal,
+}
+
+impl Synchronous {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
     }
 }
