@@ -65,12 +65,51 @@ impl SessionLocks {
             map.get(id).cloned()
         };
         if let Some(lock) = busy {
-            let _ = lock.lock().await;
+            // Released through a SessionGuard, so the last one out removes the map's entry.
+            let guard = lock.lock_owned().await;
+            drop(self.guard(id, guard));
         }
     }
 
     pub fn is_busy(&self, id: &str) -> bool {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(id).is_some_and(|m| m.try_lock().is_err())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[tokio::test]
+    async fn one_holder_per_session_and_sessions_are_independent() {
+        let locks = SessionLocks::default();
+        let a = locks.try_lock("a").expect("free");
+        assert!(locks.is_busy("a") && !locks.is_busy("b"));
+        assert!(locks.try_lock("a").is_none());
+        let b = locks.try_lock("b").expect("another session is free");
+        drop(a);
+        assert!(!locks.is_busy("a"));
+        assert!(locks.try_lock("a").is_some());
+        drop(b);
+    }
+
+    #[tokio::test]
+    async fn waiters_wait_for_the_holder_and_the_map_empties_after_the_last() {
+        let locks = SessionLocks::default();
+        let held = locks.lock("s").await;
+        let mut waiting = Box::pin(locks.lock("s"));
+        let mut idle = Box::pin(locks.wait_idle("s"));
+        assert!((&mut waiting).now_or_never().is_none());
+        assert!((&mut idle).now_or_never().is_none());
+        drop(held);
+        let next = waiting.await;
+        assert!(locks.is_busy("s"), "the waiter holds it now");
+        drop(next);
+        idle.await;
+        assert!(locks.map.lock().unwrap().is_empty(), "no entry left behind");
+        // Idle sessions are not waited for.
+        locks.wait_idle("never-locked").await;
     }
 }

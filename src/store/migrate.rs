@@ -245,22 +245,6 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_database_upgrades_to_the_shape_of_a_new_one() {
-        let new = Connection::open_in_memory().unwrap();
-        migrate(&new).unwrap();
-        let old = Connection::open_in_memory().unwrap();
-        old.execute_batch(include_str!("testdata/schema_v1.sql"))
-            .unwrap();
-        old.execute_batch("PRAGMA user_version = 1;").unwrap();
-        migrate(&old).unwrap();
-        assert_eq!(shape(&old), shape(&new));
-        let version: usize = old
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
-    }
-
-    #[test]
     fn upgrading_pins_system_messages_and_each_task_and_recounts_tokens() {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(include_str!("testdata/schema_v1.sql"))
@@ -293,6 +277,67 @@ mod tests {
             )
             .unwrap();
         assert_eq!((task, pinned_tokens, active_tokens), (3, 6, 30));
+    }
+
+    /// A database as version `version` of compactd left it, holding one session with a user
+    /// message: the version 1 schema and the upgrades that came before `version`.
+    fn database_at(version: usize) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(include_str!("testdata/schema_v1.sql"))
+            .unwrap();
+        conn.execute_batch(
+            r#"INSERT INTO sessions (id, context_limit, created_at, updated_at, message_count, active_messages, active_tokens)
+                   VALUES ('s', 32000, 'now', 'now', 1, 1, 4);
+               INSERT INTO messages (session_id, seq, role, parts, tokens, created_at)
+                   VALUES ('s', 1, 'user', '[{"type":"text","text":"fix the parser"}]', 4, 'now');"#,
+        )
+        .unwrap();
+        for upgrade in &UPGRADES[..version - 1] {
+            conn.execute_batch(upgrade.sql).unwrap();
+            if let Some(then) = upgrade.then {
+                then(&conn).unwrap();
+            }
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {version};"))
+            .unwrap();
+        conn
+    }
+
+    #[test]
+    fn every_earlier_version_upgrades_to_the_shape_of_a_new_one_keeping_its_messages() {
+        let new = Connection::open_in_memory().unwrap();
+        migrate(&new).unwrap();
+        for version in 1..SCHEMA_VERSION {
+            let old = database_at(version);
+            migrate(&old).unwrap();
+            assert_eq!(shape(&old), shape(&new), "from version {version}");
+            let text: String = old
+                .query_row(
+                    "SELECT text FROM message_text WHERE session_id = 's'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(text, "fix the parser", "from version {version}");
+            // Migrating again is a no-op.
+            migrate(&old).unwrap();
+            assert_eq!(shape(&old), shape(&new));
+        }
+    }
+
+    #[test]
+    fn a_failed_upgrade_leaves_the_database_as_it_was() {
+        let conn = database_at(2);
+        // Version 3 creates this table; finding it already there makes the upgrade fail.
+        conn.execute_batch("CREATE TABLE idempotency_keys (x);")
+            .unwrap();
+        let before = shape(&conn);
+        assert!(migrate(&conn).is_err());
+        assert_eq!(shape(&conn), before);
+        let version: usize = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
     }
 
     #[test]

@@ -192,3 +192,67 @@ fn in_savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) 
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::store::{Store, StoreError, Synchronous};
+
+    /// Writes queued behind a busy writer commit as one batch; one that fails and one that
+    /// panics roll back alone, and their callers hear why.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_or_panicking_write_in_a_batch_rolls_back_alone() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("t.db"), Synchronous::Full).unwrap();
+        store
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        // Hold the writer until the batch is queued.
+        let (running, started) = tokio::sync::oneshot::channel();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocker = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(move |c| {
+                        running.send(()).unwrap();
+                        held.recv().unwrap();
+                        Ok(c.execute("INSERT INTO t VALUES (0)", [])?)
+                    })
+                    .await
+            }
+        });
+        started.await.unwrap();
+        let writes = (1..=5).map(|x: i64| {
+            store.write(move |c| {
+                c.execute("INSERT INTO t VALUES (?1)", [x])?;
+                match x {
+                    2 => Err(StoreError::Conflict("refused".into())),
+                    4 => panic!("write {x} panics"),
+                    _ => Ok(x),
+                }
+            })
+        });
+        let mut batch = Box::pin(futures_util::future::join_all(writes));
+        // One poll sends every job to the writer, which is still busy with the blocker.
+        assert!(futures_util::poll!(&mut batch).is_pending());
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        let results = batch.await;
+        assert_eq!(results[0].as_ref().ok(), Some(&1));
+        assert!(matches!(results[1], Err(StoreError::Conflict(_))));
+        assert_eq!(results[2].as_ref().ok(), Some(&3));
+        assert!(matches!(&results[3], Err(StoreError::Internal(m)) if m.contains("panicked")));
+        assert_eq!(results[4].as_ref().ok(), Some(&5));
+        let rows: Vec<i64> = store
+            .read(|c| {
+                Ok(c.prepare("SELECT x FROM t ORDER BY x")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(rows, [0, 1, 3, 5]);
+        store.close();
+    }
+}

@@ -40,26 +40,38 @@ pub async fn post_json(
     body: &Value,
     policy: &CallPolicy,
 ) -> Result<Value, SummarizeError> {
-    let mut attempt = 0;
+    with_retries(policy, || attempt_once(url, headers, body, policy)).await
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or has been retried
+/// `policy.max_retries` times; each attempt may take `policy.timeout` in all. Apart from
+/// HTTP, so its timing is tested on paused time.
+async fn with_retries<F, Fut>(policy: &CallPolicy, mut attempt: F) -> Result<Value, SummarizeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Value, Failure>>,
+{
+    let mut attempts = 0;
     loop {
-        let outcome = attempt_once(url, headers, body, policy).await;
-        let retry_after = match &outcome {
-            Err(Failure::Retryable { retry_after, .. }) => *retry_after,
-            _ => None,
-        };
+        let outcome = tokio::time::timeout(policy.timeout, attempt())
+            .await
+            .unwrap_or(Err(Failure::Retryable {
+                error: SummarizeError::Timeout(policy.timeout.as_secs()),
+                retry_after: None,
+            }));
         match outcome {
             Ok(value) => return Ok(value),
             Err(Failure::Final(error)) => return Err(redact(error, policy)),
-            Err(Failure::Retryable { error, .. }) if attempt >= policy.max_retries => {
+            Err(Failure::Retryable { error, .. }) if attempts >= policy.max_retries => {
                 return Err(redact(error, policy));
             }
-            Err(Failure::Retryable { error, .. }) => {
+            Err(Failure::Retryable { error, retry_after }) => {
                 let wait = retry_after
-                    .unwrap_or_else(|| backoff(attempt))
+                    .unwrap_or_else(|| backoff(attempts))
                     .min(MAX_WAIT);
-                tracing::info!(attempt = attempt + 1, wait_ms = wait.as_millis() as u64, error = %redact(error, policy), "summarizer call failed; retrying");
+                tracing::info!(attempt = attempts + 1, wait_ms = wait.as_millis() as u64, error = %redact(error, policy), "summarizer call failed; retrying");
                 tokio::time::sleep(wait).await;
-                attempt += 1;
+                attempts += 1;
             }
         }
     }
@@ -79,7 +91,7 @@ async fn attempt_once(
     body: &Value,
     policy: &CallPolicy,
 ) -> Result<Value, Failure> {
-    let mut request = HTTP.post(url).timeout(policy.timeout).json(body);
+    let mut request = HTTP.post(url).json(body);
     for (name, value) in headers {
         request = request.header(*name, value);
     }
@@ -310,6 +322,108 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::time::Instant;
+
+    fn policy(timeout_s: u64, max_retries: u32) -> CallPolicy {
+        CallPolicy {
+            timeout: Duration::from_secs(timeout_s),
+            max_retries,
+            secret: None,
+        }
+    }
+
+    fn retryable(retry_after: Option<Duration>) -> Failure {
+        Failure::Retryable {
+            error: SummarizeError::Http {
+                status: 429,
+                message: "slow down".into(),
+            },
+            retry_after,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_waited_out_exactly_and_capped() {
+        let calls = AtomicU32::new(0);
+        let started = Instant::now();
+        let answer = with_retries(&policy(20, 2), || async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(retryable(Some(Duration::from_secs(7)))),
+                1 => Err(retryable(Some(Duration::from_secs(3600)))),
+                _ => Ok(Value::Bool(true)),
+            }
+        })
+        .await;
+        assert_eq!(answer.unwrap(), Value::Bool(true));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(started.elapsed(), Duration::from_secs(7) + MAX_WAIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_doubles_with_at_most_half_again_of_jitter() {
+        let calls = AtomicU32::new(0);
+        let started = Instant::now();
+        let answer = with_retries(&policy(20, 3), || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<Value, _>(retryable(None))
+        })
+        .await;
+        assert!(matches!(
+            answer,
+            Err(SummarizeError::Http { status: 429, .. })
+        ));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "one call and three retries"
+        );
+        let waited = started.elapsed();
+        let base = BACKOFF_BASE * (1 + 2 + 4);
+        assert!(waited >= base && waited <= base.mul_f64(1.5), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_call_times_out_after_the_policy_timeout_each_attempt() {
+        let calls = AtomicU32::new(0);
+        let started = Instant::now();
+        let answer = with_retries(&policy(30, 1), || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<Value, Failure>>()
+        })
+        .await;
+        assert_eq!(answer.unwrap_err(), SummarizeError::Timeout(30));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let waited = started.elapsed();
+        let least = Duration::from_secs(60) + BACKOFF_BASE;
+        assert!(
+            waited >= least && waited <= least + BACKOFF_BASE / 2,
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn final_failures_are_not_retried_and_lose_the_key() {
+        let calls = AtomicU32::new(0);
+        let policy = CallPolicy {
+            secret: Some("sk-test-1234567890abcdef".into()),
+            ..policy(20, 5)
+        };
+        let answer = with_retries(&policy, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<Value, _>(Failure::Final(SummarizeError::Http {
+                status: 401,
+                message: "bad key sk-test-1234567890abcdef".into(),
+            }))
+        })
+        .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let text = answer.unwrap_err().to_string();
+        assert!(
+            text.contains("401") && !text.contains("1234567890abcdef"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn both_apis_words_for_a_too_long_prompt_are_recognised() {

@@ -2,10 +2,8 @@
 //! fallback, the command summarizer, the circuit breaker, and compactions that run while
 //! appends keep arriving.
 
-mod common;
-
-use common::mock_model::{self, MockModel, Reply, nine_sections};
-use common::{TestDaemon, bash_round, user};
+use crate::common::mock_model::{self, MockModel, Reply, nine_sections};
+use crate::common::{TestDaemon, bash_round, user};
 use compactd::client::{Client, ClientError};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -187,23 +185,19 @@ async fn a_500_is_retried_and_then_succeeds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_429_with_retry_after_is_honoured() {
+async fn a_429_is_retried_when_retry_after_says() {
+    // How long Retry-After makes it wait is tested on paused time in summarize::http; here
+    // the header's path from a real answer, with no wait.
     let limited = Reply::Raw {
         status: 429,
         body: "{\"error\":{\"message\":\"slow down\"}}".into(),
-        headers: vec![("retry-after", "1".into())],
+        headers: vec![("retry-after", "0".into())],
     };
     let mock = MockModel::start(vec![limited], Reply::OpenAi(nine_sections("after 429")));
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
     fill_and_compact(&client, "r429").await;
-    let requests = mock.requests();
-    assert_eq!(requests.len(), 2);
-    let waited = requests[1].at - requests[0].at;
-    assert!(
-        waited >= Duration::from_millis(950),
-        "retried after {waited:?}, Retry-After said 1 s"
-    );
+    assert_eq!(mock.requests().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -828,7 +822,7 @@ async fn credentials_reach_neither_the_model_nor_a_summary_but_stay_in_the_histo
         );
     }
     // Nothing stored is changed: the history keeps every message verbatim.
-    let history = common::all_messages(&client, "sec").await;
+    let history = crate::common::all_messages(&client, "sec").await;
     assert!(
         serde_json::to_string(&history)
             .unwrap()

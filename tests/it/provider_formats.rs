@@ -3,9 +3,7 @@
 //! compactions. The rules are checked by validators written from the providers' docs, not by
 //! comparing with compactd's own output.
 
-mod common;
-
-use common::TestDaemon;
+use crate::common::TestDaemon;
 use compactd::message::{Message, Part, Role};
 use compactd::provider::{anthropic, openai};
 use serde_json::{Value, json};

@@ -1,9 +1,7 @@
 //! The Python and TypeScript client libraries, their own tests and their examples, against
 //! real daemons (this binary). Skipped, with a message, where python3 or node is missing.
 
-mod common;
-
-use common::{TestDaemon, have};
+use crate::common::{TestDaemon, have};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_compactd");

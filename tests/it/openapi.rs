@@ -2,9 +2,7 @@
 //! daemon serves it, and every real answer of every endpoint (errors and events included)
 //! validates against the schema the document gives for it.
 
-mod common;
-
-use common::{TestDaemon, bash_round, user};
+use crate::common::{TestDaemon, bash_round, user};
 use compactd::client::Client;
 use hyper::Method;
 use serde_json::{Value, json};

@@ -1,9 +1,7 @@
 //! The daemon as its clients see it: a real `compactd serve` on a temp socket and database,
 //! driven over HTTP.
 
-mod common;
-
-use common::{TestDaemon, bash_round, have, user};
+use crate::common::{TestDaemon, bash_round, have, user};
 use compactd::client::{Client, ClientError};
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -579,7 +577,7 @@ async fn concurrent_appends_from_many_clients_keep_every_message_in_order() {
     for t in tasks {
         t.await.unwrap();
     }
-    let all = common::all_messages(&client, "busy").await;
+    let all = crate::common::all_messages(&client, "busy").await;
     assert_eq!(all.len(), 16 * 40);
     let seqs: Vec<u64> = all.iter().map(|m| m["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=640).collect::<Vec<u64>>());
@@ -692,7 +690,7 @@ async fn socket_and_database_are_private() {
     let notify = std::os::unix::net::UnixDatagram::bind(daemon.dir.path().join("n.sock")).unwrap();
     // The harness owns the process: killed even if an assertion fails.
     daemon.child = Some(
-        std::process::Command::new(common::BIN)
+        std::process::Command::new(crate::common::BIN)
             .arg("serve")
             .arg("--config")
             .arg(daemon.config_path())

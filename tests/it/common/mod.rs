@@ -1,7 +1,6 @@
 //! Test harness: a real `compactd serve` process on a temp socket, temp database and temp
 //! config, started and stopped the way users and systemd do it. Readiness is the daemon's own
 //! `READY=1` on a NOTIFY_SOCKET the test owns, so no test sleeps and hopes.
-#![allow(dead_code)]
 
 pub mod mock_model;
 
@@ -20,38 +19,105 @@ pub struct TestDaemon {
     pub child: Option<Child>,
     /// Extra environment for the daemon process (API keys, ...).
     pub env: Vec<(String, String)>,
+    socket: Option<PathBuf>,
+    db: Option<PathBuf>,
+    config_path: Option<PathBuf>,
 }
 
-impl TestDaemon {
-    /// Starts a daemon with `config` (TOML) as its config file.
-    pub fn start(config: &str) -> TestDaemon {
-        TestDaemon::start_with_env(config, &[])
+/// How to start a [`TestDaemon`]: its config, environment and paths (each defaults to a file
+/// in the daemon's own temp dir).
+#[derive(Default)]
+pub struct Builder {
+    config: String,
+    env: Vec<(String, String)>,
+    socket: Option<PathBuf>,
+    db: Option<PathBuf>,
+    config_path: Option<PathBuf>,
+}
+
+impl Builder {
+    /// The config file's TOML.
+    pub fn config(mut self, toml: &str) -> Builder {
+        self.config = toml.to_string();
+        self
+    }
+    pub fn env(mut self, key: &str, value: &str) -> Builder {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+    pub fn socket(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.socket = Some(path.into());
+        self
+    }
+    pub fn db(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.db = Some(path.into());
+        self
+    }
+    /// Where the config file is; the builder's config is written there only if its
+    /// directory exists.
+    pub fn config_path(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.config_path = Some(path.into());
+        self
     }
 
-    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> TestDaemon {
+    /// The daemon, not started yet.
+    pub fn build(self) -> TestDaemon {
         let dir = TempDir::new().unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let env = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let mut daemon = TestDaemon {
+        let daemon = TestDaemon {
             dir,
             child: None,
-            env,
+            env: self.env,
+            socket: self.socket,
+            db: self.db,
+            config_path: self.config_path,
         };
-        daemon.spawn();
+        let config = daemon.config_path();
+        if config.parent().is_some_and(Path::exists) {
+            std::fs::write(config, self.config).unwrap();
+        }
         daemon
     }
 
+    /// Starts the daemon and waits for its READY=1.
+    pub fn start(self) -> TestDaemon {
+        let mut daemon = self.build();
+        daemon.spawn();
+        daemon
+    }
+}
+
+impl TestDaemon {
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Starts a daemon with `config` (TOML) as its config file.
+    pub fn start(config: &str) -> TestDaemon {
+        TestDaemon::builder().config(config).start()
+    }
+
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> TestDaemon {
+        env.iter()
+            .fold(TestDaemon::builder().config(config), |b, (k, v)| {
+                b.env(k, v)
+            })
+            .start()
+    }
+
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("compactd.sock")
+        self.socket
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("compactd.sock"))
     }
     pub fn db(&self) -> PathBuf {
-        self.dir.path().join("compactd.db")
+        self.db
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("compactd.db"))
     }
     pub fn config_path(&self) -> PathBuf {
-        self.dir.path().join("config.toml")
+        self.config_path
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("config.toml"))
     }
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
@@ -140,8 +206,14 @@ impl Drop for ChildGuard {
 }
 
 impl Drop for TestDaemon {
+    /// Stops the daemon; when a test failed, keeps its directory and prints its log.
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            let log = self.log();
+            let kept = std::mem::replace(&mut self.dir, TempDir::new().unwrap()).keep();
+            eprintln!("daemon log ({} kept):\n{}", kept.display(), log);
+        }
     }
 }
 
@@ -188,10 +260,6 @@ pub fn have(program: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
-}
-
-pub fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Sends `request` (raw HTTP bytes) on a fresh connection and reads until the daemon closes it

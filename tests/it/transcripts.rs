@@ -1,9 +1,7 @@
 //! Real sessions: every shared transcript is imported into a running daemon and replayed
 //! through an in-process one. Skipped, with a message, where ../shared/transcripts is absent.
 
-mod common;
-
-use common::{BIN, TestDaemon};
+use crate::common::{BIN, TestDaemon};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -101,7 +99,7 @@ async fn every_shared_transcript_imports_with_every_tool_call_and_result() {
         assert_eq!(report["tool_results"], results, "{}", file.display());
 
         // The daemon holds every message and part the import reported.
-        let stored = common::all_messages(&client, &session).await;
+        let stored = crate::common::all_messages(&client, &session).await;
         assert_eq!(
             stored.len() as u64,
             report["messages"].as_u64().unwrap(),

@@ -1,9 +1,7 @@
 //! Operating compactd: the CLI against a real daemon (and without one), config hot reload,
 //! systemd socket activation and readiness, the unit files, and the peer-uid guard.
 
-mod common;
-
-use common::{BIN, TestDaemon, have, user};
+use crate::common::{BIN, TestDaemon, have, user};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -88,7 +86,7 @@ fn every_cli_command_against_a_real_daemon() {
         .unwrap();
     let mut event_err = BufReader::new(events.stderr.take().unwrap());
     let mut event_out = BufReader::new(events.stdout.take().unwrap());
-    let _events = common::ChildGuard(events);
+    let _events = crate::common::ChildGuard(events);
     let mut line = String::new();
     event_err.read_line(&mut line).unwrap();
     assert!(line.contains("following events"), "{line}");
@@ -342,33 +340,13 @@ async fn config_edits_apply_without_restart_and_bad_edits_keep_the_old_config() 
 #[tokio::test]
 async fn a_config_written_after_a_first_start_applies_without_restart() {
     // A fresh machine: the config's directory does not exist when the daemon starts.
-    let mut daemon = TestDaemon::start("");
-    daemon.kill9();
-    let config = daemon
-        .dir
+    let home = tempfile::TempDir::new().unwrap();
+    let config = home
         .path()
         .join("fresh")
         .join("compactd")
         .join("config.toml");
-    let notify = std::os::unix::net::UnixDatagram::bind(daemon.dir.path().join("n.sock")).unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["serve", "--db"])
-        .arg(daemon.db())
-        .arg("--config")
-        .arg(&config)
-        .arg("--socket")
-        .arg(daemon.socket())
-        .env("NOTIFY_SOCKET", daemon.dir.path().join("n.sock"))
-        .stderr(Stdio::null());
-    // The harness owns the process: killed even if an assertion fails.
-    daemon.child = Some(command.spawn().unwrap());
-    compactd::daemon_process::wait_ready(
-        &notify,
-        daemon.child.as_mut().unwrap(),
-        std::time::Duration::from_secs(60),
-    )
-    .unwrap();
+    let daemon = TestDaemon::builder().config_path(&config).start();
     let client = daemon.client();
     let mut events = client.events().await.unwrap();
     std::fs::write(&config, "[compaction]\nmax_messages = 7\n").unwrap();
@@ -402,7 +380,7 @@ fn systemd_socket_activation_starts_the_daemon_on_the_first_connection() {
         .unwrap();
     // systemd-socket-activate announces the socket once it listens.
     let mut stderr = BufReader::new(activator.stderr.take().unwrap());
-    let activator = common::ChildGuard(activator);
+    let activator = crate::common::ChildGuard(activator);
     let mut line = String::new();
     while !line.contains("Listening on") {
         line.clear();

@@ -50,7 +50,6 @@ pub struct Recorded {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Value,
-    pub at: Instant,
 }
 
 impl Recorded {
@@ -182,7 +181,6 @@ async fn handle(
             path: uri.path().to_string(),
             headers,
             body,
-            at: Instant::now(),
         });
         state.arrived.notify_all();
         requests.len()

@@ -1,12 +1,9 @@
 //! Regression tests for the hardening issue, one or more per numbered finding: hostile local
 //! users, slow clients, operator mistakes, and faults that used to give 500s or panics.
 
-mod common;
-
-use common::mock_model::{MockModel, Reply};
-use common::{
-    BIN, TestDaemon, all_messages, bash_round, daemon_pid, eventually, post_with_headers, raw_http,
-    user,
+use crate::common::mock_model::{MockModel, Reply};
+use crate::common::{
+    TestDaemon, all_messages, bash_round, daemon_pid, eventually, post_with_headers, raw_http, user,
 };
 use compactd::client::ClientError;
 use serde_json::{Value, json};
@@ -34,15 +31,10 @@ fn api_status(e: ClientError) -> (u16, String, String) {
 fn a_socket_directory_made_by_another_user_is_refused_and_ours_is_made_private() {
     let tmp = tempfile::TempDir::new().unwrap();
     let serve = |socket_dir: &std::path::Path| {
-        Command::new(BIN)
-            .arg("serve")
-            .arg("--socket")
-            .arg(socket_dir.join("compactd.sock"))
-            .arg("--db")
-            .arg(tmp.path().join("db/compactd.db"))
-            .arg("--config")
-            .arg(tmp.path().join("config.toml"))
-            .env_remove("LISTEN_FDS")
+        TestDaemon::builder()
+            .socket(socket_dir.join("compactd.sock"))
+            .build()
+            .command()
             .output()
             .unwrap()
     };
@@ -64,30 +56,10 @@ fn a_socket_directory_made_by_another_user_is_refused_and_ours_is_made_private()
     let ours = tmp.path().join("ours");
     std::fs::create_dir(&ours).unwrap();
     std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let daemon = TestDaemon::start("");
-    drop(daemon);
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .arg("--socket")
-        .arg(ours.join("compactd.sock"))
-        .arg("--db")
-        .arg(tmp.path().join("db2/compactd.db"))
-        .arg("--config")
-        .arg(tmp.path().join("config.toml"))
-        .env_remove("LISTEN_FDS")
-        .spawn()
-        .unwrap();
-    let socket = ours.join("compactd.sock");
-    for _ in 0..200 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let m = mode(&ours);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_eq!(m, 0o700);
+    let _daemon = TestDaemon::builder()
+        .socket(ours.join("compactd.sock"))
+        .start();
+    assert_eq!(mode(&ours), 0o700);
 }
 
 // 3. Database file mode, symlinks, `.` and `..`.
@@ -119,15 +91,10 @@ async fn the_database_is_made_private_and_a_symlink_at_its_path_is_refused() {
     let tmp = tempfile::TempDir::new().unwrap();
     let link = tmp.path().join("compactd.db");
     std::os::unix::fs::symlink(tmp.path().join("missing/elsewhere.db"), &link).unwrap();
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg("--socket")
-        .arg(tmp.path().join("s.sock"))
-        .arg("--db")
-        .arg(&link)
-        .arg("--config")
-        .arg(tmp.path().join("c.toml"))
-        .env_remove("LISTEN_FDS")
+    let out = TestDaemon::builder()
+        .db(&link)
+        .build()
+        .command()
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -724,7 +691,7 @@ async fn the_cli_append_waits_out_a_restart_and_is_applied_once() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("appended seq 2..2"));
-    let texts: Vec<String> = common::all_messages(&client, "cli")
+    let texts: Vec<String> = crate::common::all_messages(&client, "cli")
         .await
         .iter()
         .map(|m| m["parts"][0]["text"].as_str().unwrap().to_string())

@@ -1,0 +1,19 @@
+//! compactd's integration tests, in one binary (one link, one parallel run). Each module
+//! tests one face of the product as its users meet it; `common` is the harness: real daemons
+//! on temp sockets and databases ([`common::TestDaemon`]) and a mock model API.
+
+mod common;
+
+mod cache_stability;
+mod cli_offline;
+mod clients;
+mod daemon_api;
+mod engine_properties;
+mod hardening;
+mod openapi;
+mod operate;
+mod pinning;
+mod provider_formats;
+mod spec_conformance;
+mod summarizers;
+mod transcripts;
