@@ -334,6 +334,14 @@ fn parse_items(items: &[&serde_json::value::RawValue]) -> Result<Vec<Message>, B
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn role_names_are_the_serde_names_and_parse_back() {
+        for role in [Role::User, Role::Assistant, Role::System, Role::Tool] {
+            assert_eq!(serde_json::to_value(role).unwrap(), role.as_str());
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+        }
+    }
     use serde_json::json;
 
     #[test]

@@ -245,11 +245,7 @@ impl Client {
                 message: "cannot subscribe to events".into(),
             });
         }
-        Ok(EventStream {
-            body: response.into_body(),
-            buffer: String::new(),
-            socket: self.socket.clone(),
-        })
+        Ok(EventStream::new(response.into_body(), self.socket.clone()))
     }
 }
 

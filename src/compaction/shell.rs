@@ -218,16 +218,8 @@ fn sed(args: &[String], out: &mut Vec<FileEffect>) {
         .iter()
         .any(|a| a.starts_with("-i") || a.starts_with("--in-place") || is_short_flag_with(a, 'i'));
     let explicit_script = args.iter().any(|a| a == "-e" || a == "-f");
-    let mut paths = positionals(args, &["-e", "-f"]);
-    if !explicit_script && !paths.is_empty() {
-        paths.remove(0);
-    }
-    let effect = if in_place {
-        FileEffect::Edit
-    } else {
-        FileEffect::Read
-    };
-    out.extend(paths.into_iter().map(effect));
+    let paths = positionals(args, &["-e", "-f"]);
+    script_inputs(paths, explicit_script, in_place, out);
 }
 
 /// `perl -pi -e SCRIPT FILES`, `perl -i.bak -pe SCRIPT FILES`, `perl prog.pl FILES`.
@@ -251,15 +243,26 @@ fn perl(args: &[String], out: &mut Vec<FileEffect>) {
             iter.next();
         }
     }
-    if !has_script && !paths.is_empty() {
-        paths.remove(0);
+    script_inputs(paths, has_script, in_place, out);
+}
+
+/// The files a script runs over (sed's, perl's): the operands, less the first when no `-e`
+/// gave the script (then the first operand is it); edited in place or read.
+fn script_inputs(
+    mut operands: Vec<String>,
+    script_given: bool,
+    in_place: bool,
+    out: &mut Vec<FileEffect>,
+) {
+    if !script_given && !operands.is_empty() {
+        operands.remove(0);
     }
     let effect = if in_place {
         FileEffect::Edit
     } else {
         FileEffect::Read
     };
-    out.extend(paths.into_iter().map(effect));
+    out.extend(operands.into_iter().map(effect));
 }
 
 fn moved(mut paths: Vec<String>, out: &mut Vec<FileEffect>) {

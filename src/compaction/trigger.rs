@@ -53,6 +53,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_are_the_serde_names_and_parse_back() {
+        for trigger in [Trigger::Messages, Trigger::Tokens, Trigger::Manual] {
+            let wire = serde_json::to_value(trigger).unwrap();
+            assert_eq!(wire, trigger.as_str());
+            assert_eq!(Trigger::parse(trigger.as_str()), Some(trigger));
+        }
+    }
+
+    #[test]
     fn more_than_max_messages_triggers() {
         let c = CompactionConfig::default();
         assert_eq!(check_trigger(80, 0, 100_000, &c), None);

@@ -118,23 +118,7 @@ fn input(args: &Value) -> Value {
 mod tests {
     use super::*;
     use crate::message::{Part, Role};
-
-    fn call(id: &str) -> Part {
-        Part::ToolCall {
-            id: id.into(),
-            name: "bash".into(),
-            args: json!({"command": "ls"}),
-        }
-    }
-
-    fn result(id: &str, out: &str) -> Part {
-        Part::ToolResult {
-            call_id: id.into(),
-            name: None,
-            output: out.into(),
-            is_error: false,
-        }
-    }
+    use crate::provider::fixtures::{call, result};
 
     #[test]
     fn system_is_lifted_roles_alternate_and_results_come_first() {

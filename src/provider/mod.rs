@@ -19,6 +19,9 @@ pub mod anthropic;
 pub mod openai;
 mod turns;
 
+#[cfg(test)]
+mod fixtures;
+
 pub use turns::{NO_RESULT, Turn, Turns};
 
 /// A tool or call name as the APIs accept it (`^[a-zA-Z0-9_-]{1,64}$`): other characters

@@ -63,23 +63,7 @@ fn arguments(args: &Value) -> String {
 mod tests {
     use super::*;
     use crate::message::{Part, Role};
-
-    fn call(id: &str) -> Part {
-        Part::ToolCall {
-            id: id.into(),
-            name: "bash".into(),
-            args: json!({"command": "ls"}),
-        }
-    }
-
-    fn result(id: &str, out: &str) -> Part {
-        Part::ToolResult {
-            call_id: id.into(),
-            name: None,
-            output: out.into(),
-            is_error: false,
-        }
-    }
+    use crate::provider::fixtures::{call, result};
 
     #[test]
     fn calls_are_followed_by_their_results_and_text_stays_where_it_was() {

@@ -178,21 +178,9 @@ impl Store {
         let session_id = session_id.to_string();
         self.read(move |conn| {
             get_live(conn, &session_id)?;
-            let sql = format!(
-                "SELECT {} FROM compaction_failures WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-                FailureRow::COLUMNS
-            );
-            let after = i64::try_from(after).unwrap_or(i64::MAX);
-            let mut rows = conn
-                .prepare_cached(&sql)?
-                .query_map(
-                    params![session_id, after, limit.saturating_add(1).min(i64::MAX as usize) as i64],
-                    FailureRow::from_row,
-                )?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let more = rows.len() > limit;
-            rows.truncate(limit);
-            Ok((rows, more))
+            let page = (session_id.as_str(), after, limit);
+            let table = "compaction_failures";
+            super::rows::rows_after(conn, table, FailureRow::COLUMNS, FailureRow::from_row, page)
         })
         .await
     }

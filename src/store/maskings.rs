@@ -145,19 +145,14 @@ impl Store {
         let session_id = session_id.to_string();
         self.read(move |conn| {
             get_live(conn, &session_id)?;
-            let sql = format!(
-                "SELECT {} FROM maskings WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-                MaskingRow::COLUMNS
-            );
-            let after = i64::try_from(after).unwrap_or(i64::MAX);
-            let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-            let mut rows = conn
-                .prepare_cached(&sql)?
-                .query_map(params![session_id, after, fetch], MaskingRow::from_row)?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let more = rows.len() > limit;
-            rows.truncate(limit);
-            Ok((rows, more))
+            let page = (session_id.as_str(), after, limit);
+            super::rows::rows_after(
+                conn,
+                "maskings",
+                MaskingRow::COLUMNS,
+                MaskingRow::from_row,
+                page,
+            )
         })
         .await
     }

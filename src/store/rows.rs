@@ -272,3 +272,26 @@ pub struct ContextSnapshot {
 fn trigger_of(name: &str) -> Trigger {
     Trigger::parse(name).unwrap_or(Trigger::Manual)
 }
+
+/// A page of a session's rows of `table` (failures, maskings: tables keyed by `id`) with an
+/// id above `after`, oldest first, at most `limit`; and whether more follow.
+pub(super) fn rows_after<R>(
+    conn: &rusqlite::Connection,
+    table: &str,
+    columns: &str,
+    from_row: fn(&Row) -> rusqlite::Result<R>,
+    (session_id, after, limit): (&str, u64, usize),
+) -> Result<(Vec<R>, bool)> {
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+    );
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+    let mut rows = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params![session_id, after, fetch], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    Ok((rows, more))
+}

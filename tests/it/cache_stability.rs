@@ -4,69 +4,15 @@
 //! outputs nor a pinned message, and a masked output is retrievable whole from the history.
 //! Random sessions through the real service and store.
 
+use crate::common::random_session::{Step, messages, step};
 use compactd::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use compactd::config::{Config, Synchronous};
-use compactd::message::{Message, Part, Role};
+use compactd::message::Part;
 use compactd::protocol::{ContextMessage, SessionId};
 use compactd::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use compactd::store::Store;
 use proptest::prelude::*;
-use serde_json::json;
 use std::sync::Arc;
-
-#[derive(Debug, Clone)]
-enum Step {
-    System(usize),
-    User(usize),
-    /// An assistant call and its result of this many characters.
-    Round(usize),
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        1 => (10usize..300).prop_map(Step::System),
-        2 => (10usize..2000).prop_map(Step::User),
-        10 => (10usize..8000).prop_map(Step::Round),
-    ]
-}
-
-fn messages(steps: &[Step]) -> Vec<Message> {
-    let mut out = Vec::new();
-    for (i, step) in steps.iter().enumerate() {
-        match step {
-            Step::System(n) => out.push(Message::text(
-                Role::System,
-                format!("rule {i}: {}", "s".repeat(*n)),
-            )),
-            Step::User(n) => out.push(Message::text(
-                Role::User,
-                format!("ask {i}: {}", "u".repeat(*n)),
-            )),
-            Step::Round(n) => {
-                let id = format!("c{i}");
-                out.push(Message {
-                    role: Role::Assistant,
-                    parts: vec![Part::ToolCall {
-                        id: id.clone(),
-                        name: "bash".into(),
-                        args: json!({"command": format!("cat f{i}.txt")}),
-                    }],
-                });
-                out.push(Message {
-                    role: Role::Tool,
-                    parts: vec![Part::ToolResult {
-                        call_id: id,
-                        name: None,
-                        // Distinct per step, so a swapped output would show.
-                        output: format!("{i}:{}", "o".repeat(*n)),
-                        is_error: false,
-                    }],
-                });
-            }
-        }
-    }
-    out
-}
 
 /// How many compactions and maskings the session has had.
 async fn rewrites(service: &Arc<Service>) -> (u32, usize) {
@@ -106,7 +52,7 @@ proptest! {
 
     #[test]
     fn the_context_only_grows_between_rewrites_and_masking_spares_the_newest_outputs(
-        steps in prop::collection::vec(step(), 40..110),
+        steps in prop::collection::vec(step([(1, 300), (2, 2000), (10, 8000)]), 40..110),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {

@@ -2,66 +2,14 @@
 //! and the task are in every context, verbatim and in order, across repeated compactions,
 //! and no context exceeds the limit.
 
+use crate::common::random_session::{messages, step};
 use compactd::config::{Config, Synchronous};
-use compactd::message::{Message, Part, Role};
+use compactd::message::{Message, Role};
 use compactd::protocol::{ContextMessage, SessionId};
 use compactd::service::{AppendRequest, CreateSession, Service};
 use compactd::store::Store;
 use proptest::prelude::*;
 use serde_json::json;
-
-#[derive(Debug, Clone)]
-enum Step {
-    System(usize),
-    User(usize),
-    /// An assistant call and its result of this many characters.
-    Round(usize),
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        1 => (10usize..400).prop_map(Step::System),
-        3 => (10usize..3000).prop_map(Step::User),
-        8 => (10usize..6000).prop_map(Step::Round),
-    ]
-}
-
-fn messages(steps: &[Step]) -> Vec<Message> {
-    let mut out = Vec::new();
-    for (i, step) in steps.iter().enumerate() {
-        match step {
-            Step::System(n) => out.push(Message::text(
-                Role::System,
-                format!("rule {i}: {}", "s".repeat(*n)),
-            )),
-            Step::User(n) => out.push(Message::text(
-                Role::User,
-                format!("ask {i}: {}", "u".repeat(*n)),
-            )),
-            Step::Round(n) => {
-                let id = format!("c{i}");
-                out.push(Message {
-                    role: Role::Assistant,
-                    parts: vec![Part::ToolCall {
-                        id: id.clone(),
-                        name: "bash".into(),
-                        args: json!({"command": format!("cat f{i}.txt")}),
-                    }],
-                });
-                out.push(Message {
-                    role: Role::Tool,
-                    parts: vec![Part::ToolResult {
-                        call_id: id,
-                        name: None,
-                        output: "o".repeat(*n),
-                        is_error: false,
-                    }],
-                });
-            }
-        }
-    }
-    out
-}
 
 /// The messages a context must start its pinned part with, in order: every system message
 /// and the first user message (small enough here to be pinned).
@@ -80,7 +28,7 @@ proptest! {
 
     #[test]
     fn pinned_messages_are_in_every_context_and_no_context_overflows(
-        steps in prop::collection::vec(step(), 10..60),
+        steps in prop::collection::vec(step([(1, 400), (3, 3000), (8, 6000)]), 10..60),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {

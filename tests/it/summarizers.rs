@@ -40,6 +40,20 @@ async fn fill(client: &Client, id: &str, rounds: usize) {
         .unwrap();
 }
 
+/// A session of 75 rounds in a small context, with no automatic compaction nor masking: a
+/// manual compaction does all the work.
+async fn fill_for_manual(client: &Client, id: &str) {
+    client
+        .post(
+            "/session",
+            &json!({"id": id, "context_limit": 16000,
+                    "config": {"max_messages": 1000, "microcompact": false}}),
+        )
+        .await
+        .unwrap();
+    fill(client, id, 75).await;
+}
+
 /// Fills session `id` (30 rounds) and compacts it by hand; the compaction must succeed.
 async fn fill_and_compact(client: &Client, id: &str) -> Value {
     fill(client, id, 30).await;
@@ -312,17 +326,7 @@ async fn a_tiny_window_compacts_in_chunks_each_refining_the_last() {
         .replace("max_output_tokens = 1234", "max_output_tokens = 300");
     let daemon = start(&config);
     let client = daemon.client();
-    // A small context and no automatic compaction nor masking: the manual one below does
-    // all the work.
-    client
-        .post(
-            "/session",
-            &json!({"id": "chunky", "context_limit": 16000,
-                    "config": {"max_messages": 1000, "microcompact": false}}),
-        )
-        .await
-        .unwrap();
-    fill(&client, "chunky", 75).await;
+    fill_for_manual(&client, "chunky").await;
     let answer = client
         .post("/session/chunky/summarize", &json!({}))
         .await
@@ -364,15 +368,7 @@ async fn a_window_smaller_than_configured_is_answered_by_smaller_chunks() {
     let mock = MockModel::start(vec![], Reply::Window(3000));
     let daemon = start(&openai_config(&mock, ""));
     let client = daemon.client();
-    client
-        .post(
-            "/session",
-            &json!({"id": "small", "context_limit": 16000,
-                    "config": {"max_messages": 1000, "microcompact": false}}),
-        )
-        .await
-        .unwrap();
-    fill(&client, "small", 75).await;
+    fill_for_manual(&client, "small").await;
     let answer = client
         .post("/session/small/summarize", &json!({}))
         .await

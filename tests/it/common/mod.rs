@@ -3,6 +3,7 @@
 //! `READY=1` on a NOTIFY_SOCKET the test owns, so no test sleeps and hopes.
 
 pub mod mock_model;
+pub mod random_session;
 
 use compactd::client::Client;
 use serde_json::{Value, json};
