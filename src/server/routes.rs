@@ -176,12 +176,7 @@ pub async fn history(
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> ApiResult {
-    let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(ApiError::bad_request(format!(
-            "limit must be 1 to {MAX_PAGE}"
-        )));
-    }
+    let limit = page_limit(query.limit, 100, MAX_PAGE)?;
     ok(service.history(&id, query.after, limit).await?)
 }
 
@@ -228,6 +223,14 @@ pub async fn summarize(
     ok(service.summarize(&id, body.focus).await?)
 }
 
+/// A page size the client asked for (or `default`), refused outside 1 to `max`.
+fn page_limit(asked: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match asked.unwrap_or(default) {
+        limit @ 1.. if limit <= max => Ok(limit),
+        _ => Err(ApiError::bad_request(format!("limit must be 1 to {max}"))),
+    }
+}
+
 /// Most compactions (and failures) one page returns.
 const MAX_COMPACTION_PAGE: usize = 100;
 
@@ -242,12 +245,7 @@ pub async fn compactions(
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<CompactionQuery>,
 ) -> ApiResult {
-    let limit = query.limit.unwrap_or(MAX_COMPACTION_PAGE);
-    if limit == 0 || limit > MAX_COMPACTION_PAGE {
-        return Err(ApiError::bad_request(format!(
-            "limit must be 1 to {MAX_COMPACTION_PAGE}"
-        )));
-    }
+    let limit = page_limit(query.limit, MAX_COMPACTION_PAGE, MAX_COMPACTION_PAGE)?;
     let page = HistoryRequest {
         after: query.after,
         failures_after: query.failures_after,
