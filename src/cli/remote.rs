@@ -268,7 +268,7 @@ pub async fn context(
     if format != ContextFormat::Compactd {
         // Ready to send: always printed as the JSON a request body takes.
         let ctx = client.provider_context(id, format).await?;
-        println!("{}", serde_json::to_string_pretty(&ctx)?);
+        outln!("{}", serde_json::to_string_pretty(&ctx)?);
         return Ok(());
     }
     let ctx = client.context(id).await?;
@@ -473,9 +473,9 @@ pub async fn events(client: &Client, out: Output) -> Result<()> {
     while let Some(event) = stream.next_event().await {
         let event = event?;
         if out.json {
-            println!("{}", serde_json::to_string(&event)?);
+            outln!("{}", serde_json::to_string(&event)?);
         } else {
-            println!("{}", event_line(&event));
+            outln!("{}", event_line(&event));
         }
         let _ = std::io::stdout().flush();
     }

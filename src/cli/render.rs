@@ -13,15 +13,15 @@ pub struct Output {
 impl Output {
     pub fn print<T: Serialize>(&self, value: &T, human: impl FnOnce(&T) -> String) {
         if self.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(value).unwrap_or_default()
             );
         } else {
             let text = human(value);
-            print!("{text}");
+            out!("{text}");
             if !text.ends_with('\n') {
-                println!();
+                outln!();
             }
         }
     }

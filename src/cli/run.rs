@@ -118,8 +118,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Config(ConfigCommand::Show { config }) => {
             let path = config.unwrap_or_else(crate::paths::default_config);
             let effective = Config::load(&path)?;
-            println!("# effective configuration ({})", path.display());
-            print!("{}", toml::to_string_pretty(&effective)?);
+            outln!("# effective configuration ({})", path.display());
+            out!("{}", toml::to_string_pretty(&effective)?);
         }
         Command::Import {
             file,
@@ -147,9 +147,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             })
             .await?;
             if out.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", crate::bench::render(&report));
+                out!("{}", crate::bench::render(&report));
             }
         }
         Command::Torture { seconds } => {
@@ -160,9 +160,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             })
             .await?;
             if out.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print!("{}", crate::torture::render(&report));
+                out!("{}", crate::torture::render(&report));
             }
             let failures = report.failures();
             if !failures.is_empty() {
@@ -173,7 +173,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Command::Openapi => print!("{}", crate::server::openapi::pretty()),
+        Command::Openapi => out!("{}", crate::server::openapi::pretty()),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
@@ -187,11 +187,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;
-            println!("{}", serde_json::to_string_pretty(&offline::plan(&input))?);
+            outln!("{}", serde_json::to_string_pretty(&offline::plan(&input))?);
         }
         Command::Summarize { input } => {
             let input = input.load(None)?;
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&offline::summarize(&input).await?)?
             );

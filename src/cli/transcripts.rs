@@ -133,9 +133,9 @@ pub async fn replay_files(
         } else {
             json!(values)
         };
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        outln!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!(
+        out!(
             "{}\n{}\n{}",
             replay_table(&reports),
             cost_table(&reports),

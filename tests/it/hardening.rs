@@ -698,3 +698,31 @@ async fn the_cli_append_waits_out_a_restart_and_is_applied_once() {
         .collect();
     assert_eq!(texts, ["first", "while restarting"]);
 }
+
+// The CLI and a daemon that closes the socket mid-request.
+#[test]
+fn the_cli_reports_a_refused_upload_instead_of_dying_of_sigpipe() {
+    use std::io::Write;
+    let daemon = TestDaemon::start("[server]\nmax_body_bytes = 1024\n");
+    let mut append = std::process::Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["append", "big"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Far more than a socket buffer: the daemon answers 413 and closes while this is written.
+    let body = json!({"role": "user", "content": "x".repeat(4_000_000)}).to_string();
+    append
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = append.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "killed by a signal? {stderr}");
+    assert!(stderr.contains("max_body_bytes"), "{stderr}");
+}
