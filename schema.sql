@@ -36,7 +36,8 @@ CREATE TABLE sessions (
     turn_attempts       INTEGER NOT NULL DEFAULT 0,     -- automatic compaction attempts in this turn (circuit breaker)
     pinned_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of the pinned messages, which every context holds
     task_seq            INTEGER,                        -- seq of the session's first user instruction (its task), once there is one
-    masked_through_seq  INTEGER NOT NULL DEFAULT 0      -- tool outputs of active messages below this seq are masked in the context
+    masked_through_seq  INTEGER NOT NULL DEFAULT 0,     -- tool outputs of active messages below this seq are masked in the context
+    owner               TEXT                            -- sessions the proxy made: SHA-256 of the client's API key (never the key); NULL otherwise
 );
 
 -- Every message ever appended, in order. Append-only.

@@ -22,6 +22,27 @@ pub struct Config {
     pub summarizer: SummarizerConfig,
     pub server: ServerConfig,
     pub store: StoreConfig,
+    pub proxy: ProxyConfig,
+}
+
+/// The OpenAI-compatible proxy (`POST /v1/chat/completions` on the socket): where it sends
+/// the compacted conversations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// The Chat Completions API root the proxy forwards to (`/chat/completions` is appended).
+    pub openai_upstream: String,
+    /// Total time one proxied call (its streamed answer included) may take, seconds.
+    pub timeout_s: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            openai_upstream: "https://api.openai.com/v1".into(),
+            timeout_s: 600,
+        }
+    }
 }
 
 /// Which summarizer writes summaries, and how to reach it.
@@ -171,6 +192,15 @@ impl Config {
 
     /// Checks values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), String> {
+        let upstream = &self.proxy.openai_upstream;
+        if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
+            return Err(format!(
+                "[proxy] openai_upstream must be an http:// or https:// URL, not `{upstream}`"
+            ));
+        }
+        if self.proxy.timeout_s == 0 {
+            return Err("[proxy] timeout_s must be at least 1".into());
+        }
         self.compaction
             .validate()
             .map_err(|e| format!("[compaction] {e}"))?;
@@ -391,6 +421,7 @@ mod example_tests {
                 socket: Some("x".into()),
                 ..Default::default()
             },
+            proxy: ProxyConfig::default(),
             store: StoreConfig {
                 path: Some("x".into()),
                 ..Default::default()

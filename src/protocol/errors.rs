@@ -15,6 +15,8 @@ pub enum ErrorCode {
     UnknownCall,
     /// 400 on append, 409 on compaction: pinned messages would leave no room.
     PinnedTooLarge,
+    /// 401: a proxied call without an API key (`Authorization` or `x-api-key`).
+    Unauthorized,
     /// 403: a connection from another user.
     Forbidden,
     /// 404: an unknown session or endpoint.
@@ -33,6 +35,8 @@ pub enum ErrorCode {
     Busy,
     /// 503: the summarizer failed (the failure is recorded).
     SummarizerFailed,
+    /// 502: the proxy's upstream model API could not be reached.
+    UpstreamUnreachable,
     /// 503: the daemon is stopping.
     ShuttingDown,
     /// 503: the database file was removed or replaced while running.
@@ -51,6 +55,7 @@ impl ErrorCode {
             ErrorCode::InvalidMessage => "invalid_message",
             ErrorCode::UnknownCall => "unknown_call",
             ErrorCode::PinnedTooLarge => "pinned_too_large",
+            ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
@@ -60,6 +65,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Busy => "busy",
             ErrorCode::SummarizerFailed => "summarizer_failed",
+            ErrorCode::UpstreamUnreachable => "upstream_unreachable",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::StorageGone => "storage_gone",
             ErrorCode::StorageFull => "storage_full",

@@ -14,6 +14,7 @@ mod extract;
 pub mod listener;
 pub mod openapi;
 mod peer;
+mod proxy;
 mod routes;
 
 pub use error::ApiError;
@@ -59,7 +60,8 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/summarize", post(routes::summarize))
         .route("/session/{id}/compaction", get(routes::compactions))
         .route("/events", get(events::events))
-        .route("/openapi.json", get(routes::openapi));
+        .route("/openapi.json", get(routes::openapi))
+        .route("/chat/completions", post(proxy::chat_completions));
     // Versioned paths (`/v1/...`), and today's unversioned ones as aliases of v1.
     Router::new()
         .nest(crate::protocol::API_PREFIX, api.clone())

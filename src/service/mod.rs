@@ -6,6 +6,7 @@
 
 mod compact;
 mod locks;
+pub mod proxy;
 pub mod views;
 
 use crate::protocol::{
@@ -225,6 +226,7 @@ impl Service {
             model,
             context_limit,
             overrides,
+            owner: None,
         })
     }
 

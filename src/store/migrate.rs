@@ -66,6 +66,11 @@ const UPGRADES: &[Upgrade] = &[
               CREATE INDEX maskings_by_session ON maskings (session_id, id);",
         then: None,
     },
+    // 5: sessions the proxy made belong to the API key that made them.
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN owner TEXT;",
+        then: None,
+    },
 ];
 
 /// The schema version this build writes.

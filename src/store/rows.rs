@@ -33,6 +33,8 @@ pub struct SessionRow {
     pub task_seq: Option<u64>,
     /// Tool outputs of active messages below this seq are masked in the context.
     pub masked_through_seq: u64,
+    /// For sessions the proxy made: a hash of the API key that made them.
+    pub owner: Option<String>,
 }
 
 /// Where a session's token figure comes from.
@@ -49,7 +51,9 @@ impl SessionRow {
     pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
-        masked_through_seq";
+        masked_through_seq, owner";
+    /// How many columns [`SessionRow::COLUMNS`] names (the index of a column selected after them).
+    pub(super) const COUNT: usize = 20;
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -74,6 +78,7 @@ impl SessionRow {
             pinned_tokens: row.get(16)?,
             task_seq: row.get(17)?,
             masked_through_seq: row.get(18)?,
+            owner: row.get(19)?,
         })
     }
 

@@ -16,6 +16,8 @@ pub struct NewSession {
     pub context_limit: usize,
     /// Validated `[compaction]` overrides, a JSON object.
     pub overrides: Value,
+    /// For sessions the proxy makes: a hash of the client's API key.
+    pub owner: Option<String>,
 }
 
 /// Changes to a session; `None` leaves a field as it is.
@@ -35,7 +37,10 @@ pub(super) fn get_live(conn: &Connection, id: &str) -> Result<SessionRow> {
     let found = conn
         .prepare_cached(&sql)?
         .query_row([id], |row| {
-            Ok((SessionRow::from_row(row)?, row.get::<_, bool>(19)?))
+            Ok((
+                SessionRow::from_row(row)?,
+                row.get::<_, bool>(SessionRow::COUNT)?,
+            ))
         })
         .optional()?;
     match found {
@@ -53,14 +58,15 @@ pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> 
         return Err(StoreError::Exists(new.id.clone()));
     }
     conn.prepare_cached(&format!(
-        "INSERT INTO sessions (id, model, context_limit, overrides, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW})"
+        "INSERT INTO sessions (id, model, context_limit, overrides, created_at, updated_at, owner)
+         VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW}, ?5)"
     ))?
     .execute(params![
         new.id,
         new.model,
         new.context_limit,
-        new.overrides.to_string()
+        new.overrides.to_string(),
+        new.owner
     ])?;
     get_live(conn, &new.id)
 }

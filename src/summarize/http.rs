@@ -9,8 +9,8 @@ use serde_json::Value;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-/// The one HTTP client all summarizers share (connection pool, TLS setup).
-static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
+/// The one HTTP client all summarizers (and the proxy) share: connection pool, TLS setup.
+pub(crate) static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .user_agent(concat!("compactd/", env!("CARGO_PKG_VERSION")))

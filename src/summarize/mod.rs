@@ -7,7 +7,7 @@
 pub mod anthropic;
 pub mod command;
 pub mod extractive;
-mod http;
+pub(crate) mod http;
 pub mod model;
 pub mod openai;
 

@@ -67,6 +67,18 @@ pub(crate) struct Draft {
     pub submission: Option<String>,
 }
 
+/// Chat Completions `messages` (a proxied request's) as compactd messages.
+pub(crate) fn openai_messages(list: &Value) -> Result<Vec<Message>, String> {
+    Ok(openai::convert_list(list)?.messages)
+}
+
+/// One Chat Completions message (a model's answer) as a compactd message.
+pub(crate) fn openai_message(message: &Value) -> Option<Message> {
+    let mut draft = Draft::default();
+    openai::convert_message(message, &mut draft);
+    draft.messages.pop()
+}
+
 impl Draft {
     pub fn skip(&mut self, reason: &str) {
         *self.skipped.entry(reason.to_string()).or_default() += 1;

@@ -14,6 +14,7 @@ mod openapi;
 mod operate;
 mod pinning;
 mod provider_formats;
+mod proxy;
 mod spec_conformance;
 mod summarizers;
 mod transcripts;

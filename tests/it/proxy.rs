@@ -1,0 +1,316 @@
+//! The OpenAI-compatible proxy: an agent that sends its whole conversation with every call
+//! (raw HTTP here, and the official `openai` Python SDK) talks to a mock upstream through
+//! compactd, long enough to compact several times.
+
+use crate::common::mock_model::{MockModel, Reply};
+use crate::common::{TestDaemon, have};
+use compactd::client::Client;
+use hyper::Method;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-proxy-test-0123456789abcdef";
+
+fn config(mock: &MockModel) -> String {
+    format!(
+        "[compaction]\nmax_messages = 12\ndefault_context_limit = 32000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    )
+}
+
+/// A chat completion calling `bash` (call `call_{i}`), as the upstream's exact bytes.
+fn tool_call_answer(i: usize) -> String {
+    json!({
+        "id": format!("chatcmpl-{i}"), "object": "chat.completion", "model": "gpt-test",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": format!("Step {i}: reading."),
+            "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+                "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat src/mod_{i}.py\"}}")}}]}}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}
+    })
+    .to_string()
+}
+
+/// The same answer streamed: content and the call in deltas, then usage and `[DONE]`.
+fn streamed_answer(i: usize) -> String {
+    let chunks = [
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": format!("Step {i}: ")}}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": "reading."}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": format!("call_{i}"), "type": "function",
+            "function": {"name": "bash", "arguments": "{\"command\": "}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+            "function": {"arguments": format!("\"cat src/mod_{i}.py\"}}")}}]}}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 20}}),
+    ];
+    let mut out: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+fn raw(body: String, streamed: bool) -> Reply {
+    let kind = if streamed {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    Reply::Raw {
+        status: 200,
+        body,
+        headers: vec![("content-type", kind.into())],
+    }
+}
+
+/// The assistant message the client keeps from answer `i` (what an SDK hands back).
+fn assistant(i: usize) -> Value {
+    json!({"role": "assistant", "content": format!("Step {i}: reading."),
+           "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+               "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat src/mod_{i}.py\"}}")}}]})
+}
+
+/// POSTs a chat completion as an agent does; returns status, headers and the body's bytes.
+async fn call(
+    client: &Client,
+    key: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> (u16, hyper::HeaderMap, Vec<u8>) {
+    let auth = format!("Bearer {key}");
+    let mut headers = vec![("authorization", auth.as_str())];
+    if let Some(id) = session {
+        headers.push(("x-compactd-session", id));
+    }
+    let mut conn = client.keep_alive().await.unwrap();
+    let response = conn
+        .send_with(
+            Method::POST,
+            "/v1/chat/completions",
+            &headers,
+            body.to_string().into(),
+        )
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let head = response.headers().clone();
+    use http_body_util::BodyExt;
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, head, bytes.to_vec())
+}
+
+/// Every tool message answers a call of an earlier assistant message of the same request.
+fn no_orphans(messages: &[Value]) {
+    let mut calls = std::collections::HashSet::new();
+    for m in messages {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            calls.insert(c["id"].as_str().unwrap().to_string());
+        }
+        if m["role"] == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap();
+            assert!(calls.contains(id), "orphaned result {id}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_conversation_reaches_upstream_compacted_and_comes_back_byte_for_byte() {
+    const STEPS: usize = 30;
+    let script: Vec<Reply> = (0..STEPS)
+        .map(|i| {
+            if i % 3 == 2 {
+                raw(streamed_answer(i), true)
+            } else {
+                raw(tool_call_answer(i), false)
+            }
+        })
+        .collect();
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let daemon = TestDaemon::start(&config(&mock));
+    let client = daemon.client();
+    let mut history = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Read every module and fix the failing test."}),
+    ];
+    let mut session = String::new();
+    for i in 0..STEPS {
+        let streamed = i % 3 == 2;
+        let body = json!({"model": "gpt-test", "messages": history, "stream": streamed,
+                          "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}],
+                          "temperature": 0.2});
+        let (status, headers, bytes) = call(&client, KEY, None, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+        let expected = if streamed {
+            streamed_answer(i)
+        } else {
+            tool_call_answer(i)
+        };
+        assert_eq!(String::from_utf8(bytes).unwrap(), expected, "step {i}");
+        let id = headers["x-compactd-session"].to_str().unwrap().to_string();
+        if i > 0 {
+            assert_eq!(id, session, "step {i} continued the same session");
+        }
+        session = id;
+        history.push(assistant(i));
+        history.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+                            "content": format!("# mod_{i}.py\n{}", "x = 1\n".repeat(300))}));
+    }
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), STEPS);
+    for (i, r) in requests.iter().enumerate() {
+        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(r.header("authorization").unwrap(), format!("Bearer {KEY}"));
+        assert_eq!(r.body["model"], "gpt-test");
+        assert_eq!(r.body["temperature"], 0.2, "parameters pass through");
+        assert_eq!(r.body["tools"][0]["function"]["name"], "bash");
+        let sent = r.body["messages"].as_array().unwrap();
+        no_orphans(sent);
+        assert_eq!(
+            sent[0]["content"], "You are a careful coding agent.",
+            "call {i}"
+        );
+    }
+    let last = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap();
+    assert!(
+        last.len() < history.len() - 2,
+        "{} messages sent for a history of {}",
+        last.len(),
+        history.len()
+    );
+    assert!(
+        last.iter().any(|m| m["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("## 1. Primary Request"))),
+        "the last call carries a summary"
+    );
+    let view = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(view["compaction_count"].as_u64().unwrap() >= 2, "{view}");
+    // Every answer was recorded, once: the client's history is the session's.
+    let messages = crate::common::all_messages(&client, &session).await;
+    assert_eq!(
+        messages.len(),
+        history.len() - 1,
+        "all but the last tool result"
+    );
+
+    // Another key can neither continue nor read it.
+    let body = json!({"model": "gpt-test", "messages": history});
+    let (status, _, bytes) = call(&client, "sk-someone-else", Some(&session), &body).await;
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&bytes));
+
+    // A rewound history (an edited earlier message) forks a new session.
+    let mut rewound = history[..4].to_vec();
+    rewound[1] = json!({"role": "user", "content": "Only read the first module."});
+    let body = json!({"model": "gpt-test", "messages": rewound});
+    let (status, headers, _) = call(&client, KEY, Some(&session), &body).await;
+    assert_eq!(
+        status, 500,
+        "the mock's script is spent; its error passes through"
+    );
+    assert_eq!(headers["x-compactd-forked-from"], session.as_str());
+    assert_ne!(headers["x-compactd-session"], session.as_str());
+
+    // The key is in no stored byte and no log line.
+    drop(client);
+    let mut daemon = daemon;
+    daemon.terminate();
+    let db = std::fs::read(daemon.db()).unwrap();
+    let needle = KEY.as_bytes();
+    assert!(
+        !db.windows(needle.len()).any(|w| w == needle),
+        "the key is in the database"
+    );
+    assert!(!daemon.log().contains(KEY), "the key is in the log");
+}
+
+#[tokio::test]
+async fn a_call_without_a_key_is_refused() {
+    let mock = MockModel::start(vec![], Reply::status(500, "{}"));
+    let daemon = TestDaemon::start(&config(&mock));
+    let mut conn = daemon.client().keep_alive().await.unwrap();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let answer = conn
+        .raw(Method::POST, "/v1/chat/completions", body.to_string())
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.json()["error"]["code"], "unauthorized");
+    assert!(mock.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_sdk_works_through_the_proxy() {
+    let has_sdk = have("python3")
+        && std::process::Command::new("python3")
+            .args(["-c", "import openai"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !has_sdk {
+        eprintln!("SKIP: the openai Python package is not installed (pip install openai)");
+        return;
+    }
+    let script = vec![
+        Reply::OpenAi("plain answer".into()),
+        raw(streamed_answer(7), true),
+    ];
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let daemon = TestDaemon::start(&config(&mock));
+    let program = r#"
+import sys, openai
+try:
+    import httpx2 as httpx  # what openai 3.x is built on
+except ImportError:
+    import httpx
+client = openai.OpenAI(api_key="sk-sdk-key", base_url="http://compactd/v1",
+                       http_client=httpx.Client(transport=httpx.HTTPTransport(uds=sys.argv[1])))
+history = [{"role": "user", "content": "hello"}]
+raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=history)
+answer = raw.parse()
+print("session", raw.headers["x-compactd-session"])
+print("text", answer.choices[0].message.content)
+history.append({"role": "assistant", "content": answer.choices[0].message.content})
+history.append({"role": "user", "content": "and now stream"})
+text, calls = "", ""
+for chunk in client.chat.completions.create(model="gpt-test", messages=history, stream=True,
+                                            stream_options={"include_usage": True}):
+    for choice in chunk.choices:
+        text += choice.delta.content or ""
+        for call in choice.delta.tool_calls or []:
+            calls += call.function.arguments or ""
+print("streamed", text, "|", calls)
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .arg(daemon.socket())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("text plain answer"), "{stdout}");
+    assert!(
+        stdout.contains("streamed Step 7: reading. | {\"command\": \"cat src/mod_7.py\"}"),
+        "{stdout}"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].body["stream"], true);
+    assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
+    let session = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("session "))
+        .unwrap();
+    let messages = crate::common::all_messages(&daemon.client(), session).await;
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "assistant"],
+        "both answers recorded"
+    );
+}
