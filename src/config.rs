@@ -30,15 +30,38 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProxyConfig {
+    /// Also serve the proxy on this loopback TCP address (`127.0.0.1:PORT`), for agents that
+    /// take only an `http://` base URL. Off by default; any other address is refused.
+    pub listen: Option<String>,
     /// The Chat Completions API root the proxy forwards to (`/chat/completions` is appended).
     pub openai_upstream: String,
     /// Total time one proxied call (its streamed answer included) may take, seconds.
     pub timeout_s: u64,
 }
 
+impl ProxyConfig {
+    /// The loopback address to listen on, if any. Every local user can connect to it (the
+    /// API key a call carries is what protects its sessions), so it is never more than local.
+    pub fn listen_address(&self) -> Result<Option<std::net::SocketAddr>, String> {
+        let Some(listen) = &self.listen else {
+            return Ok(None);
+        };
+        let address: std::net::SocketAddr = listen
+            .parse()
+            .map_err(|_| format!("`{listen}` is not an address like 127.0.0.1:8484"))?;
+        if !address.ip().is_loopback() {
+            return Err(format!(
+                "`{listen}` is not a loopback address: the proxy listens on 127.0.0.1 or ::1 only"
+            ));
+        }
+        Ok(Some(address))
+    }
+}
+
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
+            listen: None,
             openai_upstream: "https://api.openai.com/v1".into(),
             timeout_s: 600,
         }
@@ -198,6 +221,9 @@ impl Config {
                 "[proxy] openai_upstream must be an http:// or https:// URL, not `{upstream}`"
             ));
         }
+        self.proxy
+            .listen_address()
+            .map_err(|e| format!("[proxy] listen: {e}"))?;
         if self.proxy.timeout_s == 0 {
             return Err("[proxy] timeout_s must be at least 1".into());
         }

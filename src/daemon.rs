@@ -66,6 +66,23 @@ pub async fn run(
         summarizer = %service.settings().summarizer.name(),
         "compactd serving"
     );
+    if let Some(address) = service
+        .settings()
+        .config
+        .proxy
+        .listen_address()
+        .map_err(anyhow::Error::msg)?
+    {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address} ([proxy] listen)"))?;
+        tracing::info!(%address, "proxy listening on loopback TCP");
+        tokio::spawn(server::serve_proxy(
+            listener,
+            service.clone(),
+            service.shutdown_token(),
+        ));
+    }
     notify_systemd(&[NotifyState::Ready, NotifyState::Status("serving")]);
 
     let token = service.shutdown_token();

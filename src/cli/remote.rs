@@ -38,7 +38,7 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             (None, false) => "no file: built-in defaults".into(),
         };
         format!(
-            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nsessions:   {}\n",
+            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {}\nsessions:   {}\n",
             h.version,
             s.socket,
             h.pid,
@@ -46,6 +46,11 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             h.database,
             or_dash(&h.config.path),
             h.summarizer,
+            h.proxy
+                .listen
+                .as_deref()
+                .map_or_else(|| "socket".to_string(), |l| format!("socket and http://{l}")),
+            h.proxy.openai_upstream,
             s.sessions,
         )
     });

@@ -23,6 +23,18 @@ pub struct Health {
     /// The database file.
     pub database: String,
     pub config: ConfigStatus,
+    /// The OpenAI-compatible proxy: where it forwards and the TCP address it also serves on.
+    #[serde(default)]
+    pub proxy: ProxyStatus,
+}
+
+/// The proxy's settings in force (`listen` as configured: it applies at the next start).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ProxyStatus {
+    /// `POST /v1/chat/completions` goes here.
+    pub openai_upstream: String,
+    /// The loopback TCP address the proxy also serves on, if any.
+    pub listen: Option<String>,
 }
 
 /// Where the configuration came from and whether the last edit of it was rejected.

@@ -19,7 +19,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::UnixStream;
+
+/// A connection's byte stream: the Unix socket's, or the proxy's loopback TCP listener's.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for S {}
 use tokio_util::sync::CancellationToken;
 
 /// The most bytes a request head (request line and headers) may take.
@@ -29,8 +32,8 @@ pub const MAX_HEADERS: usize = 64;
 
 /// Serves `stream` until the client closes it, a timeout hits, or `shutdown` fires (then the
 /// request in flight is finished first).
-pub async fn serve(
-    mut stream: UnixStream,
+pub async fn serve<S: Stream>(
+    mut stream: S,
     app: Router,
     timeout: Duration,
     shutdown: CancellationToken,
@@ -84,7 +87,7 @@ pub async fn serve(
 }
 
 /// Writes `error` as a complete HTTP response and closes the connection.
-pub async fn refuse(mut stream: UnixStream, error: ApiError) {
+pub async fn refuse<S: Stream>(mut stream: S, error: ApiError) {
     let body =
         serde_json::json!({"error": {"code": error.code, "message": error.message}}).to_string();
     let reason = error.status.canonical_reason().unwrap_or("Error");
@@ -106,7 +109,7 @@ pub async fn refuse(mut stream: UnixStream, error: ApiError) {
 
 /// Reads until the first request head is complete and checks it; returns everything read
 /// (the head and whatever of the body came with it), or `None` if the client closed first.
-async fn read_first_head(stream: &mut UnixStream) -> Result<Option<Vec<u8>>, ApiError> {
+async fn read_first_head<S: Stream>(stream: &mut S) -> Result<Option<Vec<u8>>, ApiError> {
     let mut buffer = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
@@ -201,13 +204,13 @@ fn check_framing(headers: &[httparse::Header]) -> Result<(), ApiError> {
 }
 
 /// A stream that first yields bytes already read from it.
-struct Rewind {
+struct Rewind<S> {
     prefix: Vec<u8>,
     at: usize,
-    inner: UnixStream,
+    inner: S,
 }
 
-impl AsyncRead for Rewind {
+impl<S: Stream> AsyncRead for Rewind<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -228,7 +231,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: Stream> AsyncWrite for Rewind<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

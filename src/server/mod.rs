@@ -72,6 +72,62 @@ pub fn router(service: Arc<Service>) -> Router {
         .with_state(service)
 }
 
+/// The proxy's routes alone, as the loopback TCP listener serves them: calls there are marked
+/// [`proxy::Network`], so only sessions of the key they carry are theirs.
+fn proxy_router(service: Arc<Service>) -> Router {
+    let server = service.settings().config.server.clone();
+    let budget = body::BodyBudget::new(
+        server.max_body_bytes * body::BUDGET_BODIES,
+        Duration::from_secs(server.request_timeout_s),
+    );
+    let api = Router::new().route("/chat/completions", post(proxy::chat_completions));
+    Router::new()
+        .nest(crate::protocol::API_PREFIX, api.clone())
+        .merge(api)
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(Extension(budget))
+        .layer(Extension(proxy::Network))
+        .with_state(service)
+}
+
+/// Serves the proxy on a loopback TCP `listener` until `stop` is cancelled, with the same
+/// connection limit and timeouts as the socket.
+pub async fn serve_proxy(
+    listener: tokio::net::TcpListener,
+    service: Arc<Service>,
+    stop: CancellationToken,
+) {
+    let server = service.settings().config.server.clone();
+    let timeout = Duration::from_secs(server.request_timeout_s);
+    let app = proxy_router(service);
+    let slots = Arc::new(Semaphore::new(max_connections(server.max_connections)));
+    let connections = TaskTracker::new();
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(&e).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            connections.spawn(connection::refuse(stream, too_many_connections()));
+            continue;
+        };
+        let (app, stop) = (app.clone(), stop.clone());
+        connections.spawn(async move {
+            connection::serve(stream, app, timeout, stop).await;
+            drop(slot);
+        });
+    }
+    connections.close();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connections.wait()).await;
+}
+
 /// Connections served at once: `configured`, within what the open-file limit allows.
 pub fn max_connections(configured: usize) -> usize {
     let limit = raise_open_file_limit();

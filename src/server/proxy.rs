@@ -10,6 +10,7 @@ use super::extract::JsonBody;
 use crate::protocol::{ErrorCode, SessionId};
 use crate::service::Service;
 use crate::service::proxy::{Caller, ProxyTurn};
+use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -34,12 +35,17 @@ const NOT_FORWARDED: [&str; 6] = [
     "x-compactd-session",
 ];
 
+/// Marks a call that came over the loopback TCP listener, which any local user can reach.
+#[derive(Debug, Clone, Copy)]
+pub struct Network;
+
 pub async fn chat_completions(
     State(service): State<Arc<Service>>,
+    network: Option<Extension<Network>>,
     headers: HeaderMap,
     JsonBody(mut body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::new(credential(&headers)?, true);
+    let caller = Caller::new(credential(&headers)?, network.is_none());
     let wanted = match headers.get("x-compactd-session") {
         Some(v) => Some(
             v.to_str()

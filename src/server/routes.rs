@@ -41,6 +41,10 @@ pub async fn health(State(service): Svc) -> ApiResult {
         summarizer: settings.summarizer.name(),
         database: service.store().path().display().to_string(),
         config,
+        proxy: crate::protocol::ProxyStatus {
+            openai_upstream: settings.config.proxy.openai_upstream.clone(),
+            listen: settings.config.proxy.listen.clone(),
+        },
     })
 }
 

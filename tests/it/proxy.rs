@@ -314,3 +314,79 @@ print("streamed", text, "|", calls)
         "both answers recorded"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loopback_listener_serves_the_proxy_and_only_to_the_key_that_owns_a_session() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mock = MockModel::start(vec![], Reply::OpenAi("over tcp".into()));
+    let daemon = TestDaemon::start(&format!("{}listen = \"127.0.0.1:{port}\"\n", config(&mock)));
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let answer = http
+        .post(&url)
+        .bearer_auth(KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let session = answer.headers()["x-compactd-session"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(answer.text().await.unwrap().contains("over tcp"));
+    // Another key, naming the session: 404.
+    let other = http
+        .post(&url)
+        .bearer_auth("sk-another-user")
+        .header("x-compactd-session", &session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    // A session made through the socket API is not reachable over TCP, whatever the key.
+    let client = daemon.client();
+    client
+        .post(
+            "/session/mine/message",
+            &json!({"role": "user", "content": "hi"}),
+        )
+        .await
+        .unwrap();
+    let theirs = http
+        .post(&url)
+        .bearer_auth(KEY)
+        .header("x-compactd-session", "mine")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs.status(), 404);
+    // Only the proxy is served there.
+    let listing = http
+        .get(format!("http://127.0.0.1:{port}/v1/session"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listing.status(), 404);
+    assert_eq!(mock.requests().len(), 1);
+}
+
+#[test]
+fn a_listen_address_beyond_loopback_is_refused() {
+    let out = TestDaemon::builder()
+        .config("[proxy]\nlisten = \"0.0.0.0:8484\"\n")
+        .build()
+        .command()
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loopback"), "{stderr}");
+}
