@@ -35,6 +35,8 @@ pub struct ProxyConfig {
     pub listen: Option<String>,
     /// The Chat Completions API root the proxy forwards to (`/chat/completions` is appended).
     pub openai_upstream: String,
+    /// The Anthropic API root the proxy forwards to (`/v1/messages` is appended).
+    pub anthropic_upstream: String,
     /// Total time one proxied call (its streamed answer included) may take, seconds.
     pub timeout_s: u64,
 }
@@ -63,6 +65,7 @@ impl Default for ProxyConfig {
         ProxyConfig {
             listen: None,
             openai_upstream: "https://api.openai.com/v1".into(),
+            anthropic_upstream: "https://api.anthropic.com".into(),
             timeout_s: 600,
         }
     }
@@ -215,11 +218,15 @@ impl Config {
 
     /// Checks values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), String> {
-        let upstream = &self.proxy.openai_upstream;
-        if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
-            return Err(format!(
-                "[proxy] openai_upstream must be an http:// or https:// URL, not `{upstream}`"
-            ));
+        for (key, upstream) in [
+            ("openai_upstream", &self.proxy.openai_upstream),
+            ("anthropic_upstream", &self.proxy.anthropic_upstream),
+        ] {
+            if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
+                return Err(format!(
+                    "[proxy] {key} must be an http:// or https:// URL, not `{upstream}`"
+                ));
+            }
         }
         self.proxy
             .listen_address()

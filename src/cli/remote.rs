@@ -38,7 +38,7 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             (None, false) => "no file: built-in defaults".into(),
         };
         format!(
-            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {}\nsessions:   {}\n",
+            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nsessions:   {}\n",
             h.version,
             s.socket,
             h.pid,
@@ -51,6 +51,7 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
                 .as_deref()
                 .map_or_else(|| "socket".to_string(), |l| format!("socket and http://{l}")),
             h.proxy.openai_upstream,
+            h.proxy.anthropic_upstream,
             s.sessions,
         )
     });

@@ -33,6 +33,9 @@ pub struct Health {
 pub struct ProxyStatus {
     /// `POST /v1/chat/completions` goes here.
     pub openai_upstream: String,
+    /// `POST /v1/messages` goes here.
+    #[serde(default)]
+    pub anthropic_upstream: String,
     /// The loopback TCP address the proxy also serves on, if any.
     pub listen: Option<String>,
 }

@@ -61,7 +61,8 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/compaction", get(routes::compactions))
         .route("/events", get(events::events))
         .route("/openapi.json", get(routes::openapi))
-        .route("/chat/completions", post(proxy::chat_completions));
+        .route("/chat/completions", post(proxy::chat_completions))
+        .route("/messages", post(proxy::messages));
     // Versioned paths (`/v1/...`), and today's unversioned ones as aliases of v1.
     Router::new()
         .nest(crate::protocol::API_PREFIX, api.clone())
@@ -80,7 +81,9 @@ fn proxy_router(service: Arc<Service>) -> Router {
         server.max_body_bytes * body::BUDGET_BODIES,
         Duration::from_secs(server.request_timeout_s),
     );
-    let api = Router::new().route("/chat/completions", post(proxy::chat_completions));
+    let api = Router::new()
+        .route("/chat/completions", post(proxy::chat_completions))
+        .route("/messages", post(proxy::messages));
     Router::new()
         .nest(crate::protocol::API_PREFIX, api.clone())
         .merge(api)

@@ -1,5 +1,5 @@
-//! `POST /v1/chat/completions`: compactd as an OpenAI-compatible endpoint for agents that were
-//! never written for it. The client sends its whole conversation; the service maps it to a
+//! `POST /v1/chat/completions` and `POST /v1/messages`: compactd as an OpenAI- and
+//! Anthropic-compatible endpoint for agents that were never written for it. The client sends its whole conversation; the service maps it to a
 //! session ([`crate::service::proxy`]); upstream gets the session's context in its place, with
 //! the client's model, tools, parameters and headers otherwise untouched; the answer comes back
 //! as the upstream sent it (streamed or not), and is appended to the session before the client
@@ -7,6 +7,7 @@
 
 use super::error::ApiError;
 use super::extract::JsonBody;
+use crate::message::Message;
 use crate::protocol::{ErrorCode, SessionId};
 use crate::service::Service;
 use crate::service::proxy::{Caller, ProxyTurn};
@@ -24,11 +25,13 @@ use std::time::Duration;
 /// next call, which carries it.
 const MAX_RECORDED_STREAM: usize = 16 * 1024 * 1024;
 
-/// Request headers never forwarded: the connection's own, our own, and `accept-encoding`
-/// (the answer is read to record it, so it must come uncompressed).
-const NOT_FORWARDED: [&str; 6] = [
+/// Request headers never forwarded: the connection's own, our own, `content-type` (set for
+/// the new body) and `accept-encoding` (the answer is read to record it, so it must come
+/// uncompressed).
+const NOT_FORWARDED: [&str; 7] = [
     "host",
     "content-length",
+    "content-type",
     "connection",
     "transfer-encoding",
     "accept-encoding",
@@ -39,13 +42,41 @@ const NOT_FORWARDED: [&str; 6] = [
 #[derive(Debug, Clone, Copy)]
 pub struct Network;
 
+/// Which model API a call speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    /// Chat Completions.
+    OpenAi,
+    /// Messages.
+    Anthropic,
+}
+
 pub async fn chat_completions(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
     headers: HeaderMap,
-    JsonBody(mut body): JsonBody<Value>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::new(credential(&headers)?, network.is_none());
+    proxied(Api::OpenAi, service, network.is_none(), headers, body).await
+}
+
+pub async fn messages(
+    State(service): State<Arc<Service>>,
+    network: Option<Extension<Network>>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    proxied(Api::Anthropic, service, network.is_none(), headers, body).await
+}
+
+async fn proxied(
+    api: Api,
+    service: Arc<Service>,
+    local: bool,
+    headers: HeaderMap,
+    mut body: Value,
+) -> Result<Response, ApiError> {
+    let caller = Caller::new(credential(&headers)?, local);
     let wanted = match headers.get("x-compactd-session") {
         Some(v) => Some(
             v.to_str()
@@ -55,14 +86,15 @@ pub async fn chat_completions(
         ),
         None => None,
     };
-    let conversation = crate::transcript::openai_messages(&body["messages"])
-        .map_err(|e| ApiError::bad_request(format!("messages: {e}")))?;
+    let conversation = match api {
+        Api::OpenAi => crate::transcript::openai_messages(&body["messages"]),
+        Api::Anthropic => crate::transcript::anthropic_messages(&body),
+    }
+    .map_err(|e| ApiError::bad_request(format!("messages: {e}")))?;
     let turn = service.proxy_turn(&caller, wanted, conversation).await?;
-    body["messages"] = Value::Array(crate::provider::openai::messages(
-        &turn.context.to_messages(),
-    ));
+    put_context(api, &mut body, &turn);
     let streaming = body["stream"] == true;
-    let upstream = send_upstream(&service, &headers, &body).await?;
+    let upstream = send_upstream(api, &service, &headers, &body).await?;
     let status = upstream.status();
     let mut response = Response::builder().status(status.as_u16());
     for (name, value) in upstream.headers() {
@@ -77,10 +109,15 @@ pub async fn chat_completions(
     let body = if !status.is_success() {
         Body::from(upstream.bytes().await.unwrap_or_default())
     } else if streaming {
-        Body::from_stream(recorded_stream(service, turn.id, upstream.bytes_stream()))
+        Body::from_stream(recorded_stream(
+            api,
+            service,
+            turn.id,
+            upstream.bytes_stream(),
+        ))
     } else {
         let bytes = upstream.bytes().await.map_err(unreachable)?;
-        record(&service, &turn.id, reply_of(&bytes)).await;
+        record(&service, &turn.id, reply_of(api, &bytes)).await;
         Body::from(bytes)
     };
     response.body(body).map_err(|e| {
@@ -90,6 +127,27 @@ pub async fn chat_completions(
             e.to_string(),
         )
     })
+}
+
+/// The client's body with its conversation replaced by the session's context.
+fn put_context(api: Api, body: &mut Value, turn: &ProxyTurn) {
+    let messages = turn.context.to_messages();
+    match api {
+        Api::OpenAi => {
+            body["messages"] = Value::Array(crate::provider::openai::messages(&messages));
+        }
+        Api::Anthropic => {
+            let conversation = crate::provider::anthropic::conversation(&messages);
+            body["messages"] = Value::Array(conversation.messages);
+            match (conversation.system, body.as_object_mut()) {
+                (Some(system), _) => body["system"] = Value::String(system),
+                (None, Some(object)) => {
+                    object.remove("system");
+                }
+                (None, None) => {}
+            }
+        }
+    }
 }
 
 /// The client's API key, as it sent it (`Authorization` or `x-api-key`).
@@ -109,15 +167,22 @@ fn credential(headers: &HeaderMap) -> Result<&str, ApiError> {
 }
 
 async fn send_upstream(
+    api: Api,
     service: &Service,
     headers: &HeaderMap,
     body: &Value,
 ) -> Result<reqwest::Response, ApiError> {
     let proxy = service.settings().config.proxy.clone();
-    let url = format!(
-        "{}/chat/completions",
-        proxy.openai_upstream.trim_end_matches('/')
-    );
+    let url = match api {
+        Api::OpenAi => format!(
+            "{}/chat/completions",
+            proxy.openai_upstream.trim_end_matches('/')
+        ),
+        Api::Anthropic => format!(
+            "{}/v1/messages",
+            proxy.anthropic_upstream.trim_end_matches('/')
+        ),
+    };
     let mut request = crate::summarize::http::HTTP
         .post(url)
         .timeout(Duration::from_secs(proxy.timeout_s));
@@ -143,7 +208,7 @@ fn unreachable(e: reqwest::Error) -> ApiError {
     ApiError::new(
         StatusCode::BAD_GATEWAY,
         ErrorCode::UpstreamUnreachable,
-        format!("the upstream model API {what} ([proxy] openai_upstream)"),
+        format!("the upstream model API {what} ([proxy] openai_upstream or anthropic_upstream)"),
     )
 }
 
@@ -172,72 +237,161 @@ fn compactd_headers(
 /// The upstream's stream, passed through chunk by chunk; at its end the answer it carried is
 /// appended to the session before the client sees the end.
 fn recorded_stream(
+    api: Api,
     service: Arc<Service>,
     id: SessionId,
     upstream: impl Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
 ) -> impl Stream<Item = Result<Bytes, reqwest::Error>> + Send {
     let state = (upstream, Vec::new(), Some((service, id)));
-    futures_util::stream::unfold(state, |(mut upstream, mut seen, mut after)| async move {
-        match upstream.next().await {
-            Some(Ok(chunk)) => {
-                if seen.len() + chunk.len() <= MAX_RECORDED_STREAM {
-                    seen.extend_from_slice(&chunk);
+    futures_util::stream::unfold(
+        state,
+        move |(mut upstream, mut seen, mut after)| async move {
+            match upstream.next().await {
+                Some(Ok(chunk)) => {
+                    if seen.len() + chunk.len() <= MAX_RECORDED_STREAM {
+                        seen.extend_from_slice(&chunk);
+                    }
+                    Some((Ok(chunk), (upstream, seen, after)))
                 }
-                Some((Ok(chunk), (upstream, seen, after)))
-            }
-            Some(Err(e)) => Some((Err(e), (upstream, seen, None))),
-            None => {
-                if let Some((service, id)) = after.take() {
-                    record(&service, &id, reply_of_stream(&seen)).await;
+                Some(Err(e)) => Some((Err(e), (upstream, seen, None))),
+                None => {
+                    if let Some((service, id)) = after.take() {
+                        record(&service, &id, reply_of_stream(api, &seen)).await;
+                    }
+                    None
                 }
-                None
             }
-        }
-    })
+        },
+    )
 }
 
 /// Appends a recorded answer; a failure only loses the record (the client's next call
 /// carries the answer anyway), so it is logged, not returned.
-async fn record(service: &Arc<Service>, id: &SessionId, reply: Option<(Value, Option<usize>)>) {
+async fn record(service: &Arc<Service>, id: &SessionId, reply: Option<(Message, Option<usize>)>) {
     let Some((message, tokens)) = reply else {
         return;
     };
-    let Some(message) = crate::transcript::openai_message(&message) else {
+    if message.parts.is_empty() {
         return;
-    };
+    }
     if let Err(e) = service.proxy_reply(id, message, tokens).await {
         tracing::warn!(session = %id, error = %e, "could not record a proxied answer");
     }
 }
 
-/// The assistant message of a Chat Completions answer, and the tokens of the context after
-/// it (prompt plus completion), when the upstream reported them.
-fn reply_of(bytes: &[u8]) -> Option<(Value, Option<usize>)> {
+/// The assistant message of an answer, and the tokens of the context after it (input plus
+/// output), when the upstream reported them.
+fn reply_of(api: Api, bytes: &[u8]) -> Option<(Message, Option<usize>)> {
     let answer: Value = serde_json::from_slice(bytes).ok()?;
-    let message = answer["choices"][0]["message"].clone();
-    message.is_object().then(|| (message, usage_of(&answer)))
+    match api {
+        Api::OpenAi => {
+            let message = &answer["choices"][0]["message"];
+            let message =
+                crate::transcript::openai_message(message.is_object().then_some(message)?)?;
+            Some((message, openai_usage(&answer["usage"])))
+        }
+        Api::Anthropic => Some((
+            crate::transcript::anthropic_reply(&answer["content"]),
+            anthropic_usage(&answer["usage"], None),
+        )),
+    }
 }
 
-fn usage_of(answer: &Value) -> Option<usize> {
-    let usage = &answer["usage"];
+fn openai_usage(usage: &Value) -> Option<usize> {
     Some(
         (usage["prompt_tokens"].as_u64()? + usage["completion_tokens"].as_u64().unwrap_or(0))
             as usize,
     )
 }
 
-/// The assistant message a streamed answer built up from its deltas: content, and tool
-/// calls assembled by index.
-fn reply_of_stream(bytes: &[u8]) -> Option<(Value, Option<usize>)> {
-    let text = std::str::from_utf8(bytes).ok()?;
+/// Anthropic counts cached input apart: all of it is context.
+fn anthropic_usage(usage: &Value, output: Option<u64>) -> Option<usize> {
+    let input = usage["input_tokens"].as_u64()?;
+    let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
+        .iter()
+        .filter_map(|k| usage[k].as_u64())
+        .sum::<u64>();
+    let output = output.or(usage["output_tokens"].as_u64()).unwrap_or(0);
+    Some((input + cached + output) as usize)
+}
+
+/// The `data:` payloads of a server-sent event stream that parse as JSON.
+fn stream_events(bytes: &[u8]) -> Vec<Value> {
+    let text = String::from_utf8_lossy(bytes);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect()
+}
+
+fn reply_of_stream(api: Api, bytes: &[u8]) -> Option<(Message, Option<usize>)> {
+    let events = stream_events(bytes);
+    match api {
+        Api::OpenAi => {
+            let (message, tokens) = openai_stream_reply(&events)?;
+            Some((crate::transcript::openai_message(&message)?, tokens))
+        }
+        Api::Anthropic => anthropic_stream_reply(&events),
+    }
+}
+
+/// An Anthropic stream's answer: its content blocks assembled from their deltas (text
+/// appended, tool input JSON joined then parsed), and its usage.
+fn anthropic_stream_reply(events: &[Value]) -> Option<(Message, Option<usize>)> {
+    let mut blocks: Vec<Value> = Vec::new();
+    let mut partial: Vec<String> = Vec::new();
+    let (mut start_usage, mut output) = (Value::Null, None);
+    for event in events {
+        let index = event["index"].as_u64().unwrap_or(0) as usize;
+        match event["type"].as_str() {
+            Some("message_start") => start_usage = event["message"]["usage"].clone(),
+            Some("message_delta") => output = event["usage"]["output_tokens"].as_u64().or(output),
+            Some("content_block_start") if index < 128 => {
+                while blocks.len() <= index {
+                    blocks.push(Value::Null);
+                    partial.push(String::new());
+                }
+                blocks[index] = event["content_block"].clone();
+            }
+            Some("content_block_delta") if index < blocks.len() => {
+                let delta = &event["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => {
+                        let so_far = blocks[index]["text"].as_str().unwrap_or_default();
+                        let text =
+                            format!("{so_far}{}", delta["text"].as_str().unwrap_or_default());
+                        blocks[index]["text"] = Value::String(text);
+                    }
+                    Some("input_json_delta") => {
+                        partial[index].push_str(delta["partial_json"].as_str().unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    for (block, json) in blocks.iter_mut().zip(&partial) {
+        if block["type"] == "tool_use" && !json.is_empty() {
+            block["input"] = serde_json::from_str(json).unwrap_or(Value::Null);
+        }
+    }
+    let blocks: Vec<Value> = blocks.into_iter().filter(|b| !b.is_null()).collect();
+    if blocks.is_empty() {
+        return None;
+    }
+    let message = crate::transcript::anthropic_reply(&Value::Array(blocks));
+    Some((message, anthropic_usage(&start_usage, output)))
+}
+
+/// The assistant message a Chat Completions stream built up from its deltas: content, and
+/// tool calls assembled by index.
+fn openai_stream_reply(chunks: &[Value]) -> Option<(Value, Option<usize>)> {
     let mut content = String::new();
     let mut calls: Vec<Value> = Vec::new();
     let mut tokens = None;
-    for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
-        let Ok(chunk) = serde_json::from_str::<Value>(data.trim()) else {
-            continue;
-        };
-        tokens = usage_of(&chunk).or(tokens);
+    for chunk in chunks {
+        tokens = openai_usage(&chunk["usage"]).or(tokens);
         let delta = &chunk["choices"][0]["delta"];
         if let Some(piece) = delta["content"].as_str() {
             content.push_str(piece);
@@ -287,7 +441,7 @@ mod tests {
             "data: [DONE]",
         ]
         .join("\n\n");
-        let (message, tokens) = reply_of_stream(stream.as_bytes()).unwrap();
+        let (message, tokens) = openai_stream_reply(&stream_events(stream.as_bytes())).unwrap();
         assert_eq!(message["content"], "Let me look.");
         assert_eq!(message["tool_calls"][0]["id"], "call_1");
         assert_eq!(message["tool_calls"][0]["function"]["name"], "bash");

@@ -43,6 +43,7 @@ pub async fn health(State(service): Svc) -> ApiResult {
         config,
         proxy: crate::protocol::ProxyStatus {
             openai_upstream: settings.config.proxy.openai_upstream.clone(),
+            anthropic_upstream: settings.config.proxy.anthropic_upstream.clone(),
             listen: settings.config.proxy.listen.clone(),
         },
     })

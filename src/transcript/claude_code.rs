@@ -98,7 +98,7 @@ fn is_cli_echo(parts: &[Part]) -> bool {
 
 /// The parts of a record's content: a string, or blocks. Blocks a role cannot carry (a
 /// tool_result from the assistant) are caught by the shared validation and reported there.
-fn content_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
+pub(super) fn content_parts(content: &Value, draft: &mut Draft) -> Vec<Part> {
     let blocks = match content {
         Value::String(s) => return vec![Part::Text { text: s.clone() }],
         Value::Array(blocks) => blocks,

@@ -79,6 +79,40 @@ pub(crate) fn openai_message(message: &Value) -> Option<Message> {
     draft.messages.pop()
 }
 
+/// An Anthropic Messages request's `system` and `messages` as compactd messages.
+pub(crate) fn anthropic_messages(body: &Value) -> Result<Vec<Message>, String> {
+    let mut draft = Draft::default();
+    let mut out = Vec::new();
+    let system = match &body["system"] {
+        Value::Null => String::new(),
+        other => content_text(other, &mut draft).unwrap_or_default(),
+    };
+    if !system.trim().is_empty() {
+        out.push(Message::text(crate::message::Role::System, system));
+    }
+    let list = body["messages"]
+        .as_array()
+        .ok_or("expected a `messages` array")?;
+    for message in list {
+        let role = match message["role"].as_str() {
+            Some("user") => crate::message::Role::User,
+            Some("assistant") => crate::message::Role::Assistant,
+            _ => return Err("a message's role must be user or assistant".into()),
+        };
+        let parts = claude_code::content_parts(&message["content"], &mut draft);
+        out.push(Message { role, parts });
+    }
+    Ok(out)
+}
+
+/// Anthropic content blocks (a model's answer) as an assistant message.
+pub(crate) fn anthropic_reply(content: &Value) -> Message {
+    Message {
+        role: crate::message::Role::Assistant,
+        parts: claude_code::content_parts(content, &mut Draft::default()),
+    }
+}
+
 impl Draft {
     pub fn skip(&mut self, reason: &str) {
         *self.skipped.entry(reason.to_string()).or_default() += 1;

@@ -390,3 +390,332 @@ fn a_listen_address_beyond_loopback_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("loopback"), "{stderr}");
 }
+
+/// An Anthropic message calling `bash` (`toolu_{i}`), as the upstream's exact bytes.
+fn anthropic_answer(i: usize) -> String {
+    json!({
+        "id": format!("msg_{i}"), "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": format!("Step {i}: reading.")},
+                    {"type": "tool_use", "id": format!("toolu_{i}"), "name": "bash",
+                     "input": {"command": format!("cat src/mod_{i}.py")}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 900, "cache_read_input_tokens": 100, "output_tokens": 20}
+    })
+    .to_string()
+}
+
+/// The same answer as Anthropic streams it.
+fn anthropic_streamed(i: usize) -> String {
+    let events = [
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": format!("msg_{i}"), "type": "message",
+            "role": "assistant", "model": "claude-test", "content": [], "stop_reason": null,
+            "usage": {"input_tokens": 900, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": format!("Step {i}: ")}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": "reading."}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "tool_use", "id": format!("toolu_{i}"), "name": "bash", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"command\": "}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": format!("\"cat src/mod_{i}.py\"}}")}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+            "usage": {"output_tokens": 20}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect()
+}
+
+fn anthropic_assistant(i: usize) -> Value {
+    json!({"role": "assistant", "content": [
+        {"type": "text", "text": format!("Step {i}: reading.")},
+        {"type": "tool_use", "id": format!("toolu_{i}"), "name": "bash",
+         "input": {"command": format!("cat src/mod_{i}.py")}}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
+    const STEPS: usize = 24;
+    let script: Vec<Reply> = (0..STEPS)
+        .map(|i| {
+            if i % 3 == 2 {
+                raw(anthropic_streamed(i), true)
+            } else {
+                raw(anthropic_answer(i), false)
+            }
+        })
+        .collect();
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\nmax_messages = 12\n[proxy]\nanthropic_upstream = \"{}\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let mut history =
+        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
+    let mut session = String::new();
+    for i in 0..STEPS {
+        let streamed = i % 3 == 2;
+        let body = json!({"model": "claude-test", "max_tokens": 1024, "system": "You are careful.",
+                          "messages": history, "stream": streamed});
+        let mut conn = client.keep_alive().await.unwrap();
+        let response = conn
+            .send_with(
+                Method::POST,
+                "/v1/messages",
+                &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
+                body.to_string().into(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let id = response.headers()["x-compactd-session"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        use http_body_util::BodyExt;
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let expected = if streamed {
+            anthropic_streamed(i)
+        } else {
+            anthropic_answer(i)
+        };
+        assert_eq!(String::from_utf8_lossy(&bytes), expected, "step {i}");
+        if i > 0 {
+            assert_eq!(id, session);
+        }
+        session = id;
+        history.push(anthropic_assistant(i));
+        history.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_{i}"),
+                            "content": format!("# mod_{i}.py\n{}", "x = 1\n".repeat(300))}]}));
+    }
+    let requests = mock.requests();
+    assert_eq!(requests.len(), STEPS);
+    for r in &requests {
+        assert_eq!(r.path, "/v1/messages");
+        assert_eq!(r.header("x-api-key").unwrap(), KEY);
+        assert_eq!(r.header("anthropic-version").unwrap(), "2023-06-01");
+        assert_eq!(r.body["max_tokens"], 1024);
+        assert!(
+            r.body["system"]
+                .as_str()
+                .unwrap()
+                .contains("You are careful.")
+        );
+        // The Messages API's rules: user first, roles alternating, every tool_result answering
+        // a tool_use of the assistant message right before it.
+        let sent = r.body["messages"].as_array().unwrap();
+        assert_eq!(sent[0]["role"], "user");
+        for pair in sent.windows(2) {
+            assert_ne!(pair[0]["role"], pair[1]["role"], "roles alternate");
+            let calls: Vec<&str> = pair[0]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == "tool_use")
+                .map(|b| b["id"].as_str().unwrap())
+                .collect();
+            for block in pair[1]["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result" {
+                    assert!(
+                        calls.contains(&block["tool_use_id"].as_str().unwrap()),
+                        "orphaned result"
+                    );
+                }
+            }
+        }
+    }
+    let last = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap();
+    assert!(
+        last.len() < history.len() - 2,
+        "{} of {}",
+        last.len(),
+        history.len()
+    );
+    let view = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(view["compaction_count"].as_u64().unwrap() >= 2, "{view}");
+    let stored = crate::common::all_messages(&client, &session).await;
+    assert_eq!(
+        stored.len(),
+        1 + history.len() - 1,
+        "the system prompt, and all but the last result"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_anthropic_sdk_works_through_the_proxy() {
+    let has_sdk = have("python3")
+        && std::process::Command::new("python3")
+            .args(["-c", "import anthropic"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !has_sdk {
+        eprintln!("SKIP: the anthropic Python package is not installed (pip install anthropic)");
+        return;
+    }
+    let script = vec![
+        Reply::Anthropic("plain answer".into()),
+        raw(anthropic_streamed(3), true),
+    ];
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let daemon = TestDaemon::start(&format!(
+        "[proxy]\nanthropic_upstream = \"{}\"\n",
+        mock.base
+    ));
+    let program = r#"
+import sys, anthropic
+try:
+    import httpx2 as httpx
+except ImportError:
+    import httpx
+client = anthropic.Anthropic(api_key="sk-ant-sdk-key", base_url="http://compactd",
+                             http_client=httpx.Client(transport=httpx.HTTPTransport(uds=sys.argv[1])))
+history = [{"role": "user", "content": "hello"}]
+answer = client.messages.create(model="claude-test", max_tokens=100, system="be brief", messages=history)
+print("text", answer.content[0].text)
+history.append({"role": "assistant", "content": answer.content[0].text})
+history.append({"role": "user", "content": "and now stream"})
+with client.messages.stream(model="claude-test", max_tokens=100, system="be brief", messages=history) as stream:
+    text = "".join(stream.text_stream)
+    final = stream.get_final_message()
+print("streamed", text, "|", final.content[1].input["command"])
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .arg(daemon.socket())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("text plain answer"), "{stdout}");
+    assert!(
+        stdout.contains("streamed Step 3: reading. | cat src/mod_3.py"),
+        "{stdout}"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let key = requests[1]
+        .header("x-api-key")
+        .or_else(|| requests[1].header("authorization"))
+        .unwrap();
+    assert!(
+        key.ends_with("sk-ant-sdk-key"),
+        "the SDK's key goes upstream: {key}"
+    );
+    assert_eq!(
+        requests[1].headers.get_all("content-type").iter().count(),
+        1,
+        "one content-type"
+    );
+    assert_eq!(requests[1].body["system"], "be brief");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_npm_package_works_through_the_loopback_listener() {
+    // Installed by .ci/run into target/npm (npm install --prefix target/npm openai@5).
+    let package = format!(
+        "{}/target/npm/node_modules/openai",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    if !have("node") || !std::path::Path::new(&package).exists() {
+        eprintln!("SKIP: node or the openai npm package (target/npm) is missing");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = vec![
+        Reply::OpenAi("plain answer".into()),
+        raw(streamed_answer(5), true),
+    ];
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let _daemon = TestDaemon::start(&format!("{}listen = \"127.0.0.1:{port}\"\n", config(&mock)));
+    let program = r#"
+const { OpenAI } = require(process.argv[1]);
+const client = new OpenAI({ apiKey: "sk-node-key", baseURL: process.argv[2] });
+(async () => {
+  const history = [{ role: "user", content: "hello" }];
+  const answer = await client.chat.completions.create({ model: "gpt-test", messages: history });
+  console.log("text", answer.choices[0].message.content);
+  history.push(answer.choices[0].message, { role: "user", content: "and now stream" });
+  let text = "", args = "";
+  const stream = await client.chat.completions.create({ model: "gpt-test", messages: history, stream: true });
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      text += choice.delta.content || "";
+      for (const call of choice.delta.tool_calls || []) args += call.function.arguments || "";
+    }
+  }
+  console.log("streamed", text, "|", args);
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+    let out = std::process::Command::new("node")
+        .arg("-e")
+        .arg(program)
+        .arg(&package)
+        .arg(format!("http://127.0.0.1:{port}/v1"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("text plain answer"), "{stdout}");
+    assert!(
+        stdout.contains("streamed Step 5: reading. | {\"command\": \"cat src/mod_5.py\"}"),
+        "{stdout}"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let sent = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(sent.len(), 3, "the whole short history: {sent:?}");
+}
