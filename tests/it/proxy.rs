@@ -124,6 +124,7 @@ async fn a_long_conversation_reaches_upstream_compacted_and_comes_back_byte_for_
     let mock = MockModel::start(script, Reply::status(500, "{}"));
     let daemon = TestDaemon::start(&config(&mock));
     let client = daemon.client();
+    let mut events = client.events().await.unwrap();
     let mut history = vec![
         json!({"role": "system", "content": "You are a careful coding agent."}),
         json!({"role": "user", "content": "Read every module and fix the failing test."}),
@@ -209,7 +210,16 @@ async fn a_long_conversation_reaches_upstream_compacted_and_comes_back_byte_for_
     assert_eq!(headers["x-compactd-forked-from"], session.as_str());
     assert_ne!(headers["x-compactd-session"], session.as_str());
 
-    // The key is in no stored byte and no log line.
+    // The key is in no event, no stored byte and no log line.
+    let mut seen = 0;
+    while let Ok(Some(event)) =
+        tokio::time::timeout(std::time::Duration::from_millis(300), events.next()).await
+    {
+        let (_, data) = event.unwrap();
+        assert!(!data.to_string().contains(KEY), "the key is in an event");
+        seen += 1;
+    }
+    assert!(seen >= 4, "compactions were announced ({seen} events)");
     drop(client);
     let mut daemon = daemon;
     daemon.terminate();
@@ -238,7 +248,7 @@ async fn a_call_without_a_key_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_openai_sdk_works_through_the_proxy() {
+async fn the_official_openai_sdk_runs_a_long_agent_loop_through_the_proxy() {
     let has_sdk = have("python3")
         && std::process::Command::new("python3")
             .args(["-c", "import openai"])
@@ -248,40 +258,63 @@ async fn the_official_openai_sdk_works_through_the_proxy() {
         eprintln!("SKIP: the openai Python package is not installed (pip install openai)");
         return;
     }
-    let script = vec![
-        Reply::OpenAi("plain answer".into()),
-        raw(streamed_answer(7), true),
-    ];
+    const STEPS: usize = 24;
+    let mut script = vec![Reply::OpenAi("plain answer".into())];
+    script.extend((1..STEPS).map(|i| {
+        if i % 3 == 2 {
+            raw(streamed_answer(i), true)
+        } else {
+            raw(tool_call_answer(i), false)
+        }
+    }));
     let mock = MockModel::start(script, Reply::status(500, "{}"));
     let daemon = TestDaemon::start(&config(&mock));
+    // An agent loop as people write it: the SDK's own message objects go back into the
+    // history, streamed answers are rebuilt from their deltas.
     let program = r#"
-import sys, openai
+import sys, json, openai
 try:
     import httpx2 as httpx  # what openai 3.x is built on
 except ImportError:
     import httpx
 client = openai.OpenAI(api_key="sk-sdk-key", base_url="http://compactd/v1",
                        http_client=httpx.Client(transport=httpx.HTTPTransport(uds=sys.argv[1])))
-history = [{"role": "user", "content": "hello"}]
+history = [{"role": "system", "content": "You are a careful coding agent."},
+           {"role": "user", "content": "hello"}]
 raw = client.chat.completions.with_raw_response.create(model="gpt-test", messages=history)
-answer = raw.parse()
 print("session", raw.headers["x-compactd-session"])
+answer = raw.parse()
 print("text", answer.choices[0].message.content)
-history.append({"role": "assistant", "content": answer.choices[0].message.content})
-history.append({"role": "user", "content": "and now stream"})
-text, calls = "", ""
-for chunk in client.chat.completions.create(model="gpt-test", messages=history, stream=True,
-                                            stream_options={"include_usage": True}):
-    for choice in chunk.choices:
-        text += choice.delta.content or ""
-        for call in choice.delta.tool_calls or []:
-            calls += call.function.arguments or ""
-print("streamed", text, "|", calls)
+history.append(answer.choices[0].message.model_dump(exclude_none=True))
+history.append({"role": "user", "content": "now read every module"})
+for i in range(1, int(sys.argv[2])):
+    if i % 3 == 2:
+        text, calls = "", {}
+        for chunk in client.chat.completions.create(model="gpt-test", messages=history, stream=True,
+                                                    stream_options={"include_usage": True}):
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                for call in choice.delta.tool_calls or []:
+                    slot = calls.setdefault(call.index, {"id": "", "type": "function",
+                                                         "function": {"name": "", "arguments": ""}})
+                    slot["id"] = call.id or slot["id"]
+                    slot["function"]["name"] += call.function.name or ""
+                    slot["function"]["arguments"] += call.function.arguments or ""
+        message = {"role": "assistant", "content": text, "tool_calls": list(calls.values())}
+        print("streamed", text, "|", message["tool_calls"][0]["function"]["arguments"])
+    else:
+        message = client.chat.completions.create(model="gpt-test", messages=history).choices[0].message
+        message = message.model_dump(exclude_none=True)
+    history.append(message)
+    call = message["tool_calls"][0]
+    history.append({"role": "tool", "tool_call_id": call["id"], "content": "x = 1\n" * 300})
+print("done", len(history))
 "#;
     let out = std::process::Command::new("python3")
         .arg("-c")
         .arg(program)
         .arg(daemon.socket())
+        .arg(STEPS.to_string())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -292,26 +325,37 @@ print("streamed", text, "|", calls)
     );
     assert!(stdout.contains("text plain answer"), "{stdout}");
     assert!(
-        stdout.contains("streamed Step 7: reading. | {\"command\": \"cat src/mod_7.py\"}"),
+        stdout.contains("streamed Step 2: reading. | {\"command\": \"cat src/mod_2.py\"}"),
         "{stdout}"
     );
     let requests = mock.requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(requests[1].body["stream"], true);
-    assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
+    assert_eq!(requests.len(), STEPS);
+    assert_eq!(requests[2].body["stream_options"]["include_usage"], true);
+    for r in &requests {
+        no_orphans(r.body["messages"].as_array().unwrap());
+    }
     let session = stdout
         .lines()
         .find_map(|l| l.strip_prefix("session "))
         .unwrap();
-    let messages = crate::common::all_messages(&daemon.client(), session).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let client = daemon.client();
+    let view = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(view["compaction_count"].as_u64().unwrap() >= 2, "{view}");
+    // One session all along: the SDK's re-serialized messages matched what was stored.
+    let sessions = client.get("/session").await.unwrap();
     assert_eq!(
-        roles,
-        ["user", "assistant", "user", "assistant"],
-        "both answers recorded"
+        sessions["sessions"].as_array().unwrap().len(),
+        1,
+        "{sessions}"
+    );
+    let last = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap();
+    assert!(
+        last.iter().any(|m| m["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("## 1. Primary Request"))),
+        "the last call carries a summary"
     );
 }
 
