@@ -35,11 +35,6 @@ use tokio_util::task::TaskTracker;
 
 /// The API's routes.
 pub fn router(service: Arc<Service>) -> Router {
-    let server = service.settings().config.server.clone();
-    let budget = body::BodyBudget::new(
-        server.max_body_bytes * body::BUDGET_BODIES,
-        Duration::from_secs(server.request_timeout_s),
-    );
     let api = Router::new()
         .route("/health", get(routes::health))
         .route(
@@ -60,37 +55,36 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/summarize", post(routes::summarize))
         .route("/session/{id}/compaction", get(routes::compactions))
         .route("/events", get(events::events))
-        .route("/openapi.json", get(routes::openapi))
-        .route("/chat/completions", post(proxy::chat_completions))
-        .route("/messages", post(proxy::messages));
-    // Versioned paths (`/v1/...`), and today's unversioned ones as aliases of v1.
-    Router::new()
-        .nest(crate::protocol::API_PREFIX, api.clone())
-        .merge(api)
-        .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(Extension(budget))
-        .with_state(service)
+        .route("/openapi.json", get(routes::openapi));
+    versioned(api.merge(proxy_routes()), service)
 }
 
 /// The proxy's routes alone, as the loopback TCP listener serves them: calls there are marked
 /// [`proxy::Network`], so only sessions of the key they carry are theirs.
 fn proxy_router(service: Arc<Service>) -> Router {
+    versioned(proxy_routes(), service).layer(Extension(proxy::Network))
+}
+
+fn proxy_routes() -> Router<Arc<Service>> {
+    Router::new()
+        .route("/chat/completions", post(proxy::chat_completions))
+        .route("/messages", post(proxy::messages))
+}
+
+/// `api` at versioned paths (`/v1/...`) and at today's unversioned ones as aliases, with JSON
+/// answers for unknown paths and methods, and the body budget the extractors draw on.
+fn versioned(api: Router<Arc<Service>>, service: Arc<Service>) -> Router {
     let server = service.settings().config.server.clone();
     let budget = body::BodyBudget::new(
         server.max_body_bytes * body::BUDGET_BODIES,
         Duration::from_secs(server.request_timeout_s),
     );
-    let api = Router::new()
-        .route("/chat/completions", post(proxy::chat_completions))
-        .route("/messages", post(proxy::messages));
     Router::new()
         .nest(crate::protocol::API_PREFIX, api.clone())
         .merge(api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(Extension(budget))
-        .layer(Extension(proxy::Network))
         .with_state(service)
 }
 

@@ -95,6 +95,36 @@ async fn call(
     (status, head, bytes.to_vec())
 }
 
+/// Whether python3 can import `module` (an SDK the CI installs).
+fn python_has(module: &str) -> bool {
+    let found = have("python3")
+        && std::process::Command::new("python3")
+            .args(["-c", &format!("import {module}")])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("SKIP: the {module} Python package is not installed (pip install {module})");
+    }
+    found
+}
+
+/// Runs a Python program with `args`; it must succeed. Returns its output.
+fn run_python(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Every tool message answers a call of an earlier assistant message of the same request.
 fn no_orphans(messages: &[Value]) {
     let mut calls = std::collections::HashSet::new();
@@ -249,13 +279,7 @@ async fn a_call_without_a_key_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_sdk_runs_a_long_agent_loop_through_the_proxy() {
-    let has_sdk = have("python3")
-        && std::process::Command::new("python3")
-            .args(["-c", "import openai"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !has_sdk {
-        eprintln!("SKIP: the openai Python package is not installed (pip install openai)");
+    if !python_has("openai") {
         return;
     }
     const STEPS: usize = 24;
@@ -310,19 +334,8 @@ for i in range(1, int(sys.argv[2])):
     history.append({"role": "tool", "tool_call_id": call["id"], "content": "x = 1\n" * 300})
 print("done", len(history))
 "#;
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(program)
-        .arg(daemon.socket())
-        .arg(STEPS.to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let socket = daemon.socket();
+    let stdout = run_python(program, &[socket.to_str().unwrap(), &STEPS.to_string()]);
     assert!(stdout.contains("text plain answer"), "{stdout}");
     assert!(
         stdout.contains("streamed Step 2: reading. | {\"command\": \"cat src/mod_2.py\"}"),
@@ -628,13 +641,7 @@ async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_anthropic_sdk_works_through_the_proxy() {
-    let has_sdk = have("python3")
-        && std::process::Command::new("python3")
-            .args(["-c", "import anthropic"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !has_sdk {
-        eprintln!("SKIP: the anthropic Python package is not installed (pip install anthropic)");
+    if !python_has("anthropic") {
         return;
     }
     let script = vec![
@@ -664,18 +671,8 @@ with client.messages.stream(model="claude-test", max_tokens=100, system="be brie
     final = stream.get_final_message()
 print("streamed", text, "|", final.content[1].input["command"])
 "#;
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(program)
-        .arg(daemon.socket())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let socket = daemon.socket();
+    let stdout = run_python(program, &[socket.to_str().unwrap()]);
     assert!(stdout.contains("text plain answer"), "{stdout}");
     assert!(
         stdout.contains("streamed Step 3: reading. | cat src/mod_3.py"),
