@@ -137,6 +137,9 @@ fn put_context(api: Api, body: &mut Value, turn: &ProxyTurn) {
             body["messages"] = Value::Array(crate::provider::openai::messages(&messages));
         }
         Api::Anthropic => {
+            // A client that marks cache breakpoints (Claude Code does) pays for uncached input
+            // otherwise: the context is byte-stable between compactions, so mark it the same.
+            let wants_cache = body.to_string().contains("\"cache_control\"");
             let conversation = crate::provider::anthropic::conversation(&messages);
             body["messages"] = Value::Array(conversation.messages);
             match (conversation.system, body.as_object_mut()) {
@@ -146,7 +149,28 @@ fn put_context(api: Api, body: &mut Value, turn: &ProxyTurn) {
                 }
                 (None, None) => {}
             }
+            if wants_cache {
+                mark_cache_breakpoints(body);
+            }
         }
+    }
+}
+
+/// Puts Anthropic `cache_control` breakpoints after the system text and after the last
+/// message's last block, so the whole prefix is read from cache on the next call.
+fn mark_cache_breakpoints(body: &mut Value) {
+    let breakpoint = json!({"type": "ephemeral"});
+    if let Some(system) = body["system"].as_str().map(str::to_string) {
+        body["system"] = json!([{"type": "text", "text": system, "cache_control": breakpoint}]);
+    }
+    let Some(last) = body["messages"].as_array_mut().and_then(|m| m.last_mut()) else {
+        return;
+    };
+    if let Some(text) = last["content"].as_str().map(str::to_string) {
+        last["content"] = json!([{"type": "text", "text": text}]);
+    }
+    if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
+        block["cache_control"] = breakpoint;
     }
 }
 

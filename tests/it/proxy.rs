@@ -551,7 +551,9 @@ async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
     let mut session = String::new();
     for i in 0..STEPS {
         let streamed = i % 3 == 2;
-        let body = json!({"model": "claude-test", "max_tokens": 1024, "system": "You are careful.",
+        let system = json!([{"type": "text", "text": "You are careful.",
+                              "cache_control": {"type": "ephemeral"}}]);
+        let body = json!({"model": "claude-test", "max_tokens": 1024, "system": system,
                           "messages": history, "stream": streamed});
         let mut conn = client.keep_alive().await.unwrap();
         let response = conn
@@ -591,12 +593,22 @@ async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
         assert_eq!(r.header("x-api-key").unwrap(), KEY);
         assert_eq!(r.header("anthropic-version").unwrap(), "2023-06-01");
         assert_eq!(r.body["max_tokens"], 1024);
+        // The client marked cache breakpoints: so does the context sent in its place.
+        let system = &r.body["system"][0];
         assert!(
-            r.body["system"]
+            system["text"]
                 .as_str()
                 .unwrap()
                 .contains("You are careful.")
         );
+        assert_eq!(system["cache_control"]["type"], "ephemeral");
+        let last_block = r.body["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last_block["cache_control"]["type"], "ephemeral");
         // The Messages API's rules: user first, roles alternating, every tool_result answering
         // a tool_use of the assistant message right before it.
         let sent = r.body["messages"].as_array().unwrap();
