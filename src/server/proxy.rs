@@ -375,7 +375,10 @@ fn anthropic_stream_reply(events: &[Value]) -> Option<(Message, Option<usize>)> 
                     blocks.push(Value::Null);
                     partial.push(String::new());
                 }
-                blocks[index] = event["content_block"].clone();
+                // Only objects: an upstream answering nonsense must not make indexing panic.
+                if event["content_block"].is_object() {
+                    blocks[index] = event["content_block"].clone();
+                }
             }
             Some("content_block_delta") if index < blocks.len() => {
                 let delta = &event["delta"];
@@ -421,10 +424,13 @@ fn openai_stream_reply(chunks: &[Value]) -> Option<(Value, Option<usize>)> {
             content.push_str(piece);
         }
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let index = call["index"].as_u64().unwrap_or(0) as usize;
-            if index >= 128 {
+            let Some(index) = call["index"]
+                .as_u64()
+                .map(|i| i as usize)
+                .filter(|i| *i < 128)
+            else {
                 continue;
-            }
+            };
             while calls.len() <= index {
                 calls.push(json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
             }
@@ -474,5 +480,27 @@ mod tests {
             "{\"command\": \"ls\"}"
         );
         assert_eq!(tokens, Some(107));
+    }
+
+    #[test]
+    fn a_nonsense_stream_records_nothing_and_panics_nowhere() {
+        let events = [
+            json!({"type": "content_block_start", "index": 0, "content_block": "text"}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}),
+            json!({"type": "content_block_delta", "index": 5, "delta": {"type": "input_json_delta", "partial_json": "{"}}),
+            json!({"type": "content_block_start", "index": 99999, "content_block": {"type": "text"}}),
+        ];
+        let reply = anthropic_stream_reply(&events);
+        assert!(reply.is_none_or(|(m, _)| {
+            m.parts
+                .iter()
+                .all(|p| matches!(p, crate::message::Part::Text { .. }))
+        }));
+        assert!(
+            openai_stream_reply(&[
+                json!({"choices": [{"delta": {"tool_calls": [{"index": 1e9}]}}]})
+            ])
+            .is_none()
+        );
     }
 }
