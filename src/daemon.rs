@@ -118,21 +118,28 @@ fn spawn_watchdog(service: &Arc<Service>) {
     });
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is called, not when
+/// the future is first polled: a SIGTERM that arrives right after READY=1 (systemd stopping a
+/// unit it just started, say) must shut down cleanly, not kill the process by default.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).ok();
-    let terminated = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending().await,
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    async move {
+        tokio::select! {
+            _ = received(term.as_mut()) => {}
+            _ = received(interrupt.as_mut()) => {}
         }
-    };
-    tokio::select! {
-        _ = terminated => {}
-        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// The next delivery of `signal`; never, if its handler could not be installed.
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -918,3 +918,21 @@ async fn microcompact_false_keeps_every_output_until_a_summary() {
     let history = client.get("/session/lit/compaction").await.unwrap();
     assert_eq!(history["maskings"], json!([]));
 }
+
+/// systemd may stop a unit right after it reported ready: the SIGTERM must find the handler
+/// installed and shut down cleanly (exit 0, socket removed), not kill the process.
+#[test]
+fn a_sigterm_right_after_ready_shuts_down_cleanly() {
+    let mut daemon = TestDaemon::start("");
+    for round in 0..10 {
+        if round > 0 {
+            daemon.spawn();
+        }
+        let status = daemon.terminate();
+        assert!(status.success(), "round {round}: {status}");
+        assert!(
+            !daemon.socket().exists(),
+            "round {round}: socket left behind"
+        );
+    }
+}
