@@ -688,11 +688,16 @@ async fn an_autonomous_agent_is_compacted_as_often_as_it_needs_within_one_turn()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_during_a_compaction_are_accepted_and_land_after_the_boundary() {
     let dir = tempfile::TempDir::new().unwrap();
-    let gate = dir.path().join("gate");
-    let path = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    // Two pipes: the summarizer says on `started` that it runs (so the compaction's plan is
+    // made), then waits on `gate` until the test lets it finish.
+    let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
+    for fifo in [&started, &gate] {
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    }
     let config = format!(
-        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; read line < '{}'; printf '## 1. Primary Request and Intent\\\\ngated'\"\n",
+        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; echo up > '{}'; read line < '{}'; printf '## 1. Primary Request and Intent\\\\ngated'\"\n",
+        started.display(),
         gate.display()
     );
     let daemon = TestDaemon::start(&config);
@@ -707,6 +712,9 @@ async fn appends_during_a_compaction_are_accepted_and_land_after_the_boundary() 
         client.get("/session/gated").await.unwrap()["compacting"],
         true
     );
+    tokio::task::spawn_blocking(move || std::fs::read_to_string(&started).unwrap())
+        .await
+        .unwrap();
     // The summarizer is blocked on the gate; these appends are acknowledged meanwhile.
     for i in 0..2 {
         let a = client
