@@ -139,7 +139,7 @@ fn put_context(api: Api, body: &mut Value, turn: &ProxyTurn) {
         Api::Anthropic => {
             // A client that marks cache breakpoints (Claude Code does) pays for uncached input
             // otherwise: the context is byte-stable between compactions, so mark it the same.
-            let wants_cache = body.to_string().contains("\"cache_control\"");
+            let wants_cache = has_key(body, "cache_control");
             let conversation = crate::provider::anthropic::conversation(&messages);
             body["messages"] = Value::Array(conversation.messages);
             match (conversation.system, body.as_object_mut()) {
@@ -153,6 +153,15 @@ fn put_context(api: Api, body: &mut Value, turn: &ProxyTurn) {
                 mark_cache_breakpoints(body);
             }
         }
+    }
+}
+
+/// Whether `key` names a field anywhere in `value` (found without serializing the body).
+fn has_key(value: &Value, key: &str) -> bool {
+    match value {
+        Value::Object(map) => map.contains_key(key) || map.values().any(|v| has_key(v, key)),
+        Value::Array(items) => items.iter().any(|v| has_key(v, key)),
+        _ => false,
     }
 }
 

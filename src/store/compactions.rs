@@ -175,13 +175,8 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<(Vec<FailureRow>, bool)> {
-        let session_id = session_id.to_string();
-        self.read(move |conn| {
-            get_live(conn, &session_id)?;
-            let page = (session_id.as_str(), after, limit);
-            let table = "compaction_failures";
-            super::rows::rows_after(conn, table, FailureRow::COLUMNS, FailureRow::from_row, page)
-        })
-        .await
+        let page = (session_id, after, limit);
+        let table = "compaction_failures";
+        super::rows::rows_after(self, table, FailureRow::COLUMNS, FailureRow::from_row, page).await
     }
 }

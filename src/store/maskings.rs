@@ -142,18 +142,14 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<(Vec<MaskingRow>, bool)> {
-        let session_id = session_id.to_string();
-        self.read(move |conn| {
-            get_live(conn, &session_id)?;
-            let page = (session_id.as_str(), after, limit);
-            super::rows::rows_after(
-                conn,
-                "maskings",
-                MaskingRow::COLUMNS,
-                MaskingRow::from_row,
-                page,
-            )
-        })
+        let page = (session_id, after, limit);
+        super::rows::rows_after(
+            self,
+            "maskings",
+            MaskingRow::COLUMNS,
+            MaskingRow::from_row,
+            page,
+        )
         .await
     }
 }

@@ -279,24 +279,31 @@ fn trigger_of(name: &str) -> Trigger {
 }
 
 /// A page of a session's rows of `table` (failures, maskings: tables keyed by `id`) with an
-/// id above `after`, oldest first, at most `limit`; and whether more follow.
-pub(super) fn rows_after<R>(
-    conn: &rusqlite::Connection,
-    table: &str,
-    columns: &str,
+/// id above `after`, oldest first, at most `limit`; and whether more follow. Not found for a
+/// missing or deleted session.
+pub(super) async fn rows_after<R: Send + 'static>(
+    store: &super::Store,
+    table: &'static str,
+    columns: &'static str,
     from_row: fn(&Row) -> rusqlite::Result<R>,
     (session_id, after, limit): (&str, u64, usize),
 ) -> Result<(Vec<R>, bool)> {
-    let sql = format!(
-        "SELECT {columns} FROM {table} WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
-    );
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-    let mut rows = conn
-        .prepare_cached(&sql)?
-        .query_map(rusqlite::params![session_id, after, fetch], from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let more = rows.len() > limit;
-    rows.truncate(limit);
-    Ok((rows, more))
+    let session_id = session_id.to_string();
+    store
+        .read(move |conn| {
+            super::sessions::get_live(conn, &session_id)?;
+            let sql = format!(
+                "SELECT {columns} FROM {table} WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+            );
+            let after = i64::try_from(after).unwrap_or(i64::MAX);
+            let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+            let mut rows = conn
+                .prepare_cached(&sql)?
+                .query_map(rusqlite::params![session_id, after, fetch], from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let more = rows.len() > limit;
+            rows.truncate(limit);
+            Ok((rows, more))
+        })
+        .await
 }
