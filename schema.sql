@@ -12,6 +12,13 @@
 -- Pinned messages (system messages, and the session's task when small enough) are never
 -- compacted: a context holds them first, then the latest summary, then the active messages.
 -- Timestamps are UTC text in ISO 8601 (2026-11-30T12:00:00.000Z), so they sort and read as is.
+--
+-- Read it freely while the daemon runs (sqlite3, Python, .backup, VACUUM INTO, .dump): that is
+-- what it is for. Change nothing by hand: the triggers at the end refuse every write that does
+-- not come from compactd, since a row added, changed or deleted by hand slips past the
+-- counters compactd keeps in step with every write (use the API or CLI instead).
+-- Nullable JSON columns are checked as `col IS NULL OR json_valid(col)`, so every sqlite3
+-- from 3.37 on checks, dumps and restores the file alike.
 
 -- One agent conversation.
 CREATE TABLE sessions (
@@ -52,7 +59,8 @@ CREATE TABLE messages (
     pinned      INTEGER NOT NULL DEFAULT 0              -- 1: a system message or the session's task, never compacted
                 CHECK (pinned IN (0, 1)),
     tool_results  INTEGER NOT NULL DEFAULT 0,           -- how many tool_result parts the message has
-    masked_parts  TEXT CHECK (json_valid(masked_parts)),-- the parts with each tool output replaced by a placeholder (NULL: no outputs)
+    masked_parts  TEXT                                  -- the parts with each tool output replaced by a placeholder (NULL: no outputs)
+                  CHECK (masked_parts IS NULL OR json_valid(masked_parts)),
     masked_tokens INTEGER,                              -- estimated tokens of masked_parts
     UNIQUE (session_id, seq)
 );
@@ -196,3 +204,53 @@ SELECT m.session_id,
        m.tokens,
        m.created_at
 FROM messages m JOIN sessions s ON s.id = m.session_id;
+
+-- Only compactd writes to its tables. Its writer connection marks itself by one setting
+-- nothing else uses, a page cache of exactly 16,411 KiB (PRAGMA cache_size = -16411); a write
+-- from any other connection is refused, naming what to use instead. Reads, .backup, VACUUM
+-- INTO and .dump are never refused; a dump restores (its rows come before its triggers).
+CREATE VIEW compactd_writer AS
+SELECT (SELECT cache_size FROM pragma_cache_size) = -16411 AS is_compactd;
+
+CREATE TRIGGER sessions_insert_by_hand BEFORE INSERT ON sessions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: create sessions with `compactd session create` or POST /v1/session'); END;
+CREATE TRIGGER sessions_update_by_hand BEFORE UPDATE ON sessions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: change sessions with `compactd session update` or PATCH /v1/session/{id}; its counters are compactd''s'); END;
+CREATE TRIGGER sessions_delete_by_hand BEFORE DELETE ON sessions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: sessions are never deleted; `compactd session delete ID` hides one and keeps its rows'); END;
+CREATE TRIGGER messages_insert_by_hand BEFORE INSERT ON messages WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: append messages with `compactd append` or POST /v1/session/{id}/message'); END;
+CREATE TRIGGER messages_update_by_hand BEFORE UPDATE ON messages WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: messages are append-only; they are never changed'); END;
+CREATE TRIGGER messages_delete_by_hand BEFORE DELETE ON messages WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: messages are append-only; they are never deleted'); END;
+CREATE TRIGGER tool_calls_insert_by_hand BEFORE INSERT ON tool_calls WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: tool_calls is written by compactd only'); END;
+CREATE TRIGGER tool_calls_update_by_hand BEFORE UPDATE ON tool_calls WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: tool_calls is written by compactd only'); END;
+CREATE TRIGGER tool_calls_delete_by_hand BEFORE DELETE ON tool_calls WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: tool_calls is written by compactd only'); END;
+CREATE TRIGGER idempotency_keys_insert_by_hand BEFORE INSERT ON idempotency_keys WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: idempotency_keys is written by compactd only'); END;
+CREATE TRIGGER idempotency_keys_update_by_hand BEFORE UPDATE ON idempotency_keys WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: idempotency_keys is written by compactd only'); END;
+CREATE TRIGGER idempotency_keys_delete_by_hand BEFORE DELETE ON idempotency_keys WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: idempotency_keys is written by compactd only'); END;
+CREATE TRIGGER compactions_insert_by_hand BEFORE INSERT ON compactions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: compact with `compactd compact ID` or POST /v1/session/{id}/summarize'); END;
+CREATE TRIGGER compactions_update_by_hand BEFORE UPDATE ON compactions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: compactions are history; they are never changed'); END;
+CREATE TRIGGER compactions_delete_by_hand BEFORE DELETE ON compactions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: compactions are history; they are never deleted'); END;
+CREATE TRIGGER maskings_insert_by_hand BEFORE INSERT ON maskings WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: maskings is written by compactd only'); END;
+CREATE TRIGGER maskings_update_by_hand BEFORE UPDATE ON maskings WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: maskings are history; they are never changed'); END;
+CREATE TRIGGER maskings_delete_by_hand BEFORE DELETE ON maskings WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: maskings are history; they are never deleted'); END;
+CREATE TRIGGER compaction_failures_insert_by_hand BEFORE INSERT ON compaction_failures WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: compaction_failures is written by compactd only'); END;
+CREATE TRIGGER compaction_failures_update_by_hand BEFORE UPDATE ON compaction_failures WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: compaction failures are history; they are never changed'); END;
+CREATE TRIGGER compaction_failures_delete_by_hand BEFORE DELETE ON compaction_failures WHEN NOT (SELECT is_compactd FROM compactd_writer)
+BEGIN SELECT RAISE(ABORT, 'compactd: compaction failures are history; they are never deleted'); END;

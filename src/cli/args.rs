@@ -106,6 +106,19 @@ pub enum Command {
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Copy the database, consistent while the daemon runs (SQLite's online backup), to a new
+    /// file of mode 0600.
+    Backup {
+        /// Where the copy goes (a new file; an existing one is refused).
+        path: PathBuf,
+        /// The database to copy [default: the running daemon's, else [store] path, else
+        /// $XDG_DATA_HOME/compactd/compactd.db]
+        #[arg(long, value_name = "PATH")]
+        db: Option<PathBuf>,
+        /// Config file, for its [store] path [default: $XDG_CONFIG_HOME/compactd/config.toml]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
     /// Load an agent transcript into the daemon (Claude Code, OpenAI, mini-swe-agent, SWE-agent).
     Import {
         /// The transcript file.

@@ -17,6 +17,7 @@ macro_rules! outln {
 }
 
 pub mod args;
+pub mod backup;
 pub mod offline;
 pub mod remote;
 pub mod render;

@@ -121,6 +121,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             outln!("# effective configuration ({})", path.display());
             out!("{}", toml::to_string_pretty(&effective)?);
         }
+        Command::Backup { path, db, config } => {
+            super::backup::backup(&client(), &path, db, config, out).await?
+        }
         Command::Import {
             file,
             session,

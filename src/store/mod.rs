@@ -11,8 +11,10 @@
 //! workers that serve requests), at most [`MAX_READERS`] at a time; in WAL mode they never
 //! wait for the writer, and `sqlite3` can read the database while the daemon runs.
 
+mod backup;
 mod compactions;
 mod error;
+mod file;
 mod maskings;
 mod messages;
 mod migrate;
@@ -20,6 +22,7 @@ mod rows;
 mod sessions;
 mod writer;
 
+pub use backup::{BackupReport, backup};
 pub use compactions::{NewCompaction, NewFailure};
 pub use error::StoreError;
 pub use maskings::MaskingRow;
@@ -29,6 +32,7 @@ pub use rows::{
 };
 pub use sessions::{NewSession, SessionUpdate};
 
+use file::{DatabaseFile, NO_SYMLINK};
 use rusqlite::{Connection, OpenFlags};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -56,23 +60,25 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and applies migrations.
     pub fn open(path: &Path, synchronous: Synchronous) -> Result<Store> {
-        let file = open_private_file(path)?;
-        let conn = Connection::open(path)?;
+        // Checked by name before SQLite opens it: a descriptor of ours, once closed, would
+        // drop SQLite's locks (see `file`).
+        let file = DatabaseFile::prepare(path)?;
+        let conn = Connection::open_with_flags(path, OpenFlags::default() | NO_SYMLINK)?;
+        file.confirm_opened()?;
         configure(&conn)?;
         conn.execute_batch(&format!(
             "PRAGMA synchronous = {}; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};",
             synchronous.pragma()
         ))?;
+        migrate::declare_writer(&conn)?;
         migrate::migrate(&conn)?;
         // The WAL and shared-memory files take the database's mode when SQLite creates them;
         // ones left by an earlier run keep theirs, so they are made private too.
         for suffix in ["-wal", "-shm"] {
-            let mut side = path.as_os_str().to_os_string();
-            side.push(suffix);
-            make_private(Path::new(&side))?;
+            file::make_private(&file.side_file(suffix))?;
         }
         Ok(Store {
-            writer: Arc::new(Writer::start(conn, path.to_path_buf(), file)?),
+            writer: Arc::new(Writer::start(conn, file)?),
             readers: Arc::new(ReadPool {
                 path: path.to_path_buf(),
                 idle: Mutex::new(Vec::new()),
@@ -158,7 +164,9 @@ impl ReadPool {
             None => {
                 let conn = Connection::open_with_flags(
                     &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE
+                        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                        | NO_SYMLINK,
                 )?;
                 configure(&conn)?;
                 conn.execute_batch("PRAGMA query_only = ON;")?;
@@ -182,44 +190,6 @@ fn configure(conn: &Connection) -> Result<()> {
          PRAGMA foreign_keys = ON;",
     )?;
     Ok(())
-}
-
-/// Opens the database file, creating it (and its directory) readable by its owner only: it
-/// holds whole conversations. A symlink at the path is refused (it could point anywhere), and
-/// an existing file of ours with a looser mode is made private.
-fn open_private_file(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |e: std::io::Error| StoreError::io(path, e);
-    if let Some(dir) = path.parent() {
-        crate::paths::ensure_private_dir(dir).map_err(io)?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => io(std::io::Error::new(
-                e.kind(),
-                "is a symlink; compactd opens only a real file there",
-            )),
-            _ => io(e),
-        })?;
-    make_private(path)?;
-    Ok(file)
-}
-
-/// Mode 0600 for a file of ours that exists (no-op when it does not).
-fn make_private(path: &Path) -> Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() && m.uid() == crate::paths::current_uid() && m.mode() & 0o077 != 0 => {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| StoreError::io(path, e))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// SQLite's `synchronous` setting. `full` (default) makes every acknowledged append survive

@@ -1,11 +1,10 @@
 //! The writer thread: group commit, a guard against writing to a database file that is gone,
 //! and WAL upkeep while idle.
 
+use super::file::DatabaseFile;
 use super::{Result, StoreError};
 use rusqlite::Connection;
-use std::os::unix::fs::MetadataExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
@@ -30,39 +29,8 @@ pub(super) struct Writer {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// The database file the writer opened, to notice when the path stops naming it.
-struct DatabaseFile {
-    path: PathBuf,
-    identity: (u64, u64),
-}
-
-impl DatabaseFile {
-    fn new(path: PathBuf, file: &std::fs::File) -> Result<DatabaseFile> {
-        let m = file.metadata().map_err(|e| StoreError::io(&path, e))?;
-        Ok(DatabaseFile {
-            path,
-            identity: (m.dev(), m.ino()),
-        })
-    }
-
-    /// Whether the path still names the file we write to (not deleted, not replaced).
-    fn still_there(&self) -> Result<()> {
-        match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == self.identity => Ok(()),
-            _ => Err(StoreError::Gone(self.path.clone())),
-        }
-    }
-
-    fn wal_size(&self) -> u64 {
-        let mut wal = self.path.as_os_str().to_os_string();
-        wal.push("-wal");
-        std::fs::metadata(Path::new(&wal)).map_or(0, |m| m.len())
-    }
-}
-
 impl Writer {
-    pub(super) fn start(conn: Connection, path: PathBuf, file: std::fs::File) -> Result<Writer> {
-        let database = DatabaseFile::new(path, &file)?;
+    pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
         let (tx, rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())

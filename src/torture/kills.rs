@@ -4,8 +4,11 @@
 //! results in one batch), half of the appends with an Idempotency-Key. At a random moment the
 //! daemon is killed; appends that were in flight are retried with their key after the restart
 //! (those without a key are left alone: they may or may not have been stored, but at most
-//! once). Then every session is read back and checked against what the clients were told.
+//! once). Meanwhile short-lived `sqlite3` processes read the database, and one long-lived
+//! `sqlite3` session stays open throughout; after every kill the system `sqlite3` checks the
+//! file. Then every session is read back and checked against what the clients were told.
 
+use super::readers;
 use crate::client::{Client, Connection};
 use crate::daemon_process::DaemonProcess;
 use anyhow::{Context, Result};
@@ -31,6 +34,13 @@ pub struct KillFigures {
     pub retried_twice: usize,
     pub contexts_over_limit: usize,
     pub orphaned_results: usize,
+    /// Short-lived `sqlite3` processes that read the database during the cycles.
+    pub outside_reads: usize,
+    /// Answers of the long-lived `sqlite3` session.
+    pub long_reader_answers: usize,
+    /// `integrity_check`s by the system `sqlite3` after a kill, and how many did not say ok.
+    pub integrity_checks: usize,
+    pub integrity_failures: usize,
 }
 
 impl KillFigures {
@@ -43,6 +53,10 @@ impl KillFigures {
             (self.retried_twice, "keyed retries applied twice"),
             (self.contexts_over_limit, "contexts over the limit"),
             (self.orphaned_results, "orphaned tool results in contexts"),
+            (
+                self.integrity_failures,
+                "integrity checks failed after a kill",
+            ),
         ] {
             if count > 0 {
                 out.push(format!("{count} {what}"));
@@ -84,6 +98,11 @@ pub async fn run(duration: Duration) -> Result<KillFigures> {
     }
     let logs: Vec<Arc<Mutex<ClientLog>>> = (0..CLIENTS).map(|_| Arc::default()).collect();
     let mut figures = KillFigures::default();
+    let outside = readers::available();
+    let mut long_reader = match outside {
+        true => Some(readers::LongLived::open(&daemon.db())?),
+        false => None,
+    };
     let started = Instant::now();
     let mut round = 0u64;
     while started.elapsed() < duration {
@@ -93,15 +112,32 @@ pub async fn run(duration: Duration) -> Result<KillFigures> {
             .enumerate()
             .map(|(c, log)| tokio::spawn(append_until_error(client.clone(), c, log.clone())))
             .collect();
+        let stop_readers = tokio_util::sync::CancellationToken::new();
+        let short_readers =
+            outside.then(|| tokio::spawn(readers::short_lived(daemon.db(), stop_readers.clone())));
         // Kill at a varied moment: 100 to 400 ms into the cycle.
         let wait = 100 + (round * 7919 % 300);
         tokio::time::sleep(Duration::from_millis(wait)).await;
+        if let Some(reader) = long_reader.as_mut()
+            && reader.count().await.is_some()
+        {
+            figures.long_reader_answers += 1;
+        }
         if compacting(&client).await {
             figures.kills_during_compaction += 1;
         }
         daemon.kill9();
+        stop_readers.cancel();
         for task in tasks {
             let _ = task.await;
+        }
+        if let Some(readers) = short_readers {
+            figures.outside_reads += readers.await.unwrap_or(0);
+            figures.integrity_checks += 1;
+            if let Err(e) = readers::integrity_check(&daemon.db()).await {
+                tracing::error!(cycle = figures.cycles, error = %e, "integrity_check failed after a kill");
+                figures.integrity_failures += 1;
+            }
         }
         daemon.spawn()?;
         figures.cycles += 1;

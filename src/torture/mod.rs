@@ -1,10 +1,11 @@
 //! `compactd torture`: the daemon under abuse, for as long as asked, with every promise
 //! checked against what clients were told.
 //!
-//! - [`kills`]: kill -9 cycles while clients append concurrently and compactions run; after
-//!   every restart each acknowledged message must be stored exactly once, in order; appends
-//!   retried with their Idempotency-Key exactly once; no context over its limit or with an
-//!   orphaned tool result.
+//! - [`kills`]: kill -9 cycles while clients append concurrently, compactions run and
+//!   outside `sqlite3` processes read the database ([`readers`]); after every kill the system
+//!   `sqlite3` must find the file sound, after every restart each acknowledged message must be
+//!   stored exactly once, in order; appends retried with their Idempotency-Key exactly once;
+//!   no context over its limit or with an orphaned tool result.
 //! - [`fuzz`]: hostile requests (malformed HTTP, bad JSON, hostile ids and numbers, oversized
 //!   and slow bodies, half-closed clients): every refusal is a JSON error, nothing refused
 //!   changes what is stored, the daemon stays up with bounded memory, and `/health` stays
@@ -16,6 +17,7 @@
 mod fuzz;
 mod http;
 mod kills;
+mod readers;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -59,6 +61,7 @@ pub fn render(r: &TortureReport) -> String {
     let mut out = format!(
         "kill -9 cycles       {} cycles ({} during a compaction), {} appends acknowledged, {} retried by key\n\
          \x20 lost {}, duplicated {}, out of order {}, retried twice {}, contexts over the limit {}, orphaned results {}\n\
+         \x20 outside readers: {} sqlite3 processes and 1 long-lived session ({} answers); integrity_check after each kill: {} ok, {} not\n\
          hostile requests     {} sent, {} refused with a JSON error, {} refusals without one, {} invalid ones accepted\n\
          \x20 stored data changed by refusals: {}; daemon up: {}\n\
          memory               peak RSS {:.0} MB (bound {:.0} MB) under {} slow clients and {} concurrent {:.1} MB bodies\n\
@@ -73,6 +76,10 @@ pub fn render(r: &TortureReport) -> String {
         k.retried_twice,
         k.contexts_over_limit,
         k.orphaned_results,
+        k.outside_reads,
+        k.long_reader_answers,
+        k.integrity_checks - k.integrity_failures,
+        k.integrity_failures,
         f.requests,
         f.refused_with_json,
         f.refused_without_json,

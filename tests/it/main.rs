@@ -8,6 +8,7 @@ mod cache_stability;
 mod cli_offline;
 mod clients;
 mod daemon_api;
+mod database;
 mod engine_properties;
 mod hardening;
 mod openapi;

@@ -1,0 +1,123 @@
+//! The database file, checked without ever holding a descriptor of it.
+//!
+//! POSIX record locks belong to the process, not to the descriptor: closing *any* descriptor
+//! of a file drops every lock the process holds on it, SQLite's included. SQLite guards its own
+//! descriptors against this, but it cannot know about ours. Had compactd opened the database
+//! (to check its mode, say) and closed that descriptor while its connections were open, SQLite's
+//! shared lock would be gone: the next `sqlite3` to exit would believe itself the last
+//! connection, checkpoint and unlink the `-wal` file, and every acknowledged write after that
+//! would go to a WAL nobody finds again.
+//!
+//! So this module never opens an existing database file: it checks the path with `lstat` and
+//! changes its mode with `chmod`, both by name. The one descriptor it opens is the one that
+//! creates a new, empty file, closed before any connection exists (no lock can be held on a
+//! file that did not exist). SQLite then opens the path itself, refusing a symlink
+//! (`SQLITE_OPEN_NOFOLLOW`), and [`DatabaseFile::confirm_opened`] checks by `stat` that the
+//! path still names the file that was checked.
+
+use super::{Result, StoreError};
+use rusqlite::OpenFlags;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// SQLite refuses to open the database through a symlink (the check by name could race).
+pub(super) const NO_SYMLINK: OpenFlags = OpenFlags::SQLITE_OPEN_NOFOLLOW;
+
+/// The database file the store opened: its path, and the identity (device, inode) it had
+/// when checked, to notice when the path stops naming it.
+pub(super) struct DatabaseFile {
+    path: PathBuf,
+    identity: (u64, u64),
+}
+
+impl DatabaseFile {
+    /// Makes sure `path` is a private regular file of ours, creating it (and its directory)
+    /// if missing: it holds whole conversations. A symlink is refused (it could point
+    /// anywhere); a looser mode is tightened to 0600. Call it before SQLite opens the path.
+    pub(super) fn prepare(path: &Path) -> Result<DatabaseFile> {
+        let io = |e: std::io::Error| StoreError::io(path, e);
+        if let Some(dir) = path.parent() {
+            crate::paths::ensure_private_dir(dir).map_err(io)?;
+        }
+        let metadata = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_empty_private(path).map_err(io)?;
+                std::fs::symlink_metadata(path).map_err(io)?
+            }
+            other => other.map_err(io)?,
+        };
+        if metadata.file_type().is_symlink() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "is a symlink; compactd opens only a real file there",
+            )));
+        }
+        if !metadata.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "is not a regular file",
+            )));
+        }
+        make_private(path)?;
+        Ok(DatabaseFile {
+            path: path.to_path_buf(),
+            identity: (metadata.dev(), metadata.ino()),
+        })
+    }
+
+    /// After SQLite opened the path: it must still name the file [`prepare`](Self::prepare)
+    /// checked (nothing swapped it in between).
+    pub(super) fn confirm_opened(&self) -> Result<()> {
+        self.still_there().map_err(|_| {
+            StoreError::io(
+                &self.path,
+                std::io::Error::other("was replaced while compactd opened it"),
+            )
+        })
+    }
+
+    /// Whether the path still names the file we write to (not deleted, not replaced). A
+    /// `stat` by name: it opens nothing.
+    pub(super) fn still_there(&self) -> Result<()> {
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.identity => Ok(()),
+            _ => Err(StoreError::Gone(self.path.clone())),
+        }
+    }
+
+    /// The `-wal` or `-shm` file beside the database.
+    pub(super) fn side_file(&self, suffix: &str) -> PathBuf {
+        let mut side = self.path.as_os_str().to_os_string();
+        side.push(suffix);
+        PathBuf::from(side)
+    }
+
+    /// The WAL's size in bytes (0 when there is none), by `stat`.
+    pub(super) fn wal_size(&self) -> u64 {
+        std::fs::metadata(self.side_file("-wal")).map_or(0, |m| m.len())
+    }
+}
+
+/// Creates a new empty file with mode 0600, failing if anything (a symlink included) is
+/// already there. Its descriptor is closed at once: SQLite opens the file by name later.
+fn create_empty_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map(drop)
+}
+
+/// Mode 0600 for a file of ours that exists (no-op when it does not), by `chmod` on its name.
+pub(super) fn make_private(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() && m.uid() == crate::paths::current_uid() && m.mode() & 0o077 != 0 => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| StoreError::io(path, e))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,222 @@
+//! Schema migrations, tracked by `PRAGMA user_version`.
+//!
+//! `schema.sql` always shows the current schema: a new database is made from it whole. An
+//! older database is brought up to date in one transaction: first the [`UPGRADES`] after its
+//! version, one per version, which add what is new and fill it in (`ALTER`, `UPDATE`, code);
+//! then [`rebuild::to_schema`] makes every table, index, trigger and view exactly what
+//! `schema.sql` says, rebuilding a table whose definition differs by SQLite's documented
+//! procedure (new table, copy every row, drop the old one). So an upgraded database checks,
+//! dumps and restores like a new one, constraints included. A schema change therefore edits
+//! `schema.sql`, and adds an upgrade step only when existing rows need new values.
+//!
+//! A database restored from `.dump` has lost its `user_version` (a dump does not carry it):
+//! its version is read from its shape instead ([`VERSION_MARKERS`]).
+
+use super::{Result, StoreError};
+use crate::compaction::constants::PIN_FIRST_USER_TOKENS;
+use crate::compaction::instruction::is_instruction;
+use crate::message::{Message, Part, Role};
+use rusqlite::{Connection, params};
+
+mod rebuild;
+
+pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
+
+/// The page cache size (in KiB, as `PRAGMA cache_size` takes it negated) by which compactd's
+/// writer connection marks itself: `schema.sql`'s triggers refuse writes from any connection
+/// without it (a `sqlite3` user's, say). No other setting depends on it.
+pub(super) const WRITER_CACHE_KIB: i64 = 16_411;
+
+/// Declares `conn` compactd's writer, so the schema's triggers let its writes through.
+pub(super) fn declare_writer(conn: &Connection) -> Result<()> {
+    conn.execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB};"))?;
+    Ok(())
+}
+
+/// One step from version N to N + 1 (index 0: 1 to 2).
+struct Upgrade {
+    sql: &'static str,
+    /// Work SQL cannot do, run after `sql` in the same transaction.
+    then: Option<fn(&Connection) -> Result<()>>,
+}
+
+const UPGRADES: &[Upgrade] = &[
+    // 2: pinned messages, created and deleted files.
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN pinned_tokens INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE sessions ADD COLUMN task_seq INTEGER;
+              ALTER TABLE messages ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1));
+              ALTER TABLE compactions ADD COLUMN created_files TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(created_files));
+              ALTER TABLE compactions ADD COLUMN deleted_files TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(deleted_files));
+              CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
+              UPDATE messages SET pinned = 1 WHERE role = 'system';",
+        then: Some(pin_existing_tasks),
+    },
+    // 3: idempotent appends.
+    Upgrade {
+        sql: "CREATE TABLE idempotency_keys (
+                  session_id   TEXT NOT NULL REFERENCES sessions(id),
+                  key          TEXT NOT NULL,
+                  request_hash INTEGER NOT NULL,
+                  first_seq    INTEGER NOT NULL,
+                  last_seq     INTEGER NOT NULL,
+                  created_at   TEXT NOT NULL,
+                  PRIMARY KEY (session_id, key)
+              ) WITHOUT ROWID;",
+        then: None,
+    },
+    // 4: masking old tool outputs (microcompaction). Earlier messages have no masked form,
+    // so they are never masked.
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN masked_through_seq INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE messages ADD COLUMN tool_results INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE messages ADD COLUMN masked_parts TEXT CHECK (json_valid(masked_parts));
+              ALTER TABLE messages ADD COLUMN masked_tokens INTEGER;
+              CREATE TABLE maskings (
+                  id          INTEGER PRIMARY KEY,
+                  session_id  TEXT NOT NULL REFERENCES sessions(id),
+                  through_seq INTEGER NOT NULL,
+                  outputs     INTEGER NOT NULL,
+                  pre_tokens  INTEGER NOT NULL,
+                  post_tokens INTEGER NOT NULL,
+                  created_at  TEXT NOT NULL
+              );
+              CREATE INDEX maskings_by_session ON maskings (session_id, id);",
+        then: None,
+    },
+    // 5: sessions the proxy made belong to the API key that made them.
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN owner TEXT;",
+        then: None,
+    },
+    // 6: nullable JSON columns checked as `IS NULL OR json_valid(...)` (before SQLite 3.45,
+    // json_valid(NULL) is 0: integrity_check failed and a .dump did not restore), and
+    // triggers that refuse writes by hand. The rebuild does it all.
+    Upgrade { sql: "", then: None },
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
+
+/// For each version from 2 on, a table and column it was the first to have: how the version
+/// of a database that lost its `user_version` (restored from `.dump`) is found.
+const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (6, "compactd_writer", "is_compactd"),
+    (5, "sessions", "owner"),
+    (4, "sessions", "masked_through_seq"),
+    (3, "idempotency_keys", "key"),
+    (2, "sessions", "pinned_tokens"),
+];
+
+pub fn migrate(conn: &Connection) -> Result<()> {
+    let (version, recorded) = stored_version(conn)?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Corrupt(format!(
+            "the database has schema version {version}, newer than this compactd ({SCHEMA_VERSION}); upgrade compactd"
+        )));
+    }
+    if version == SCHEMA_VERSION {
+        if !recorded {
+            conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))?;
+        }
+        return Ok(());
+    }
+    // Rebuilding a table needs foreign keys off (they cannot change inside a transaction)
+    // and renames that leave other tables' REFERENCES alone.
+    conn.execute_batch("PRAGMA foreign_keys = OFF; PRAGMA legacy_alter_table = ON;")?;
+    let upgraded = in_transaction(conn, |conn| {
+        if version == 0 {
+            conn.execute_batch(SCHEMA)?;
+        } else {
+            rebuild::drop_triggers_and_views(conn)?;
+            for upgrade in &UPGRADES[version - 1..] {
+                conn.execute_batch(upgrade.sql)?;
+                if let Some(then) = upgrade.then {
+                    then(conn)?;
+                }
+            }
+            rebuild::to_schema(conn)?;
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))?;
+        Ok(())
+    });
+    conn.execute_batch("PRAGMA legacy_alter_table = OFF; PRAGMA foreign_keys = ON;")?;
+    upgraded
+}
+
+/// The database's schema version, and whether `user_version` records it: when that is 0
+/// but compactd's tables are there (a restored `.dump`), the version its shape shows.
+fn stored_version(conn: &Connection) -> Result<(usize, bool)> {
+    let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version != 0 || !rebuild::has_column(conn, "sessions", "id")? {
+        return Ok((version, true));
+    }
+    for &(version, table, column) in VERSION_MARKERS {
+        if rebuild::has_column(conn, table, column)? {
+            return Ok((version, false));
+        }
+    }
+    Ok((1, false))
+}
+
+fn in_transaction(conn: &Connection, f: impl FnOnce(&Connection) -> Result<()>) -> Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE;")?;
+    match f(conn) {
+        Ok(()) => Ok(conn.execute_batch("COMMIT;")?),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK;");
+            Err(e)
+        }
+    }
+}
+
+/// Version 2 pins each session's task: its first user instruction, when it is at most the
+/// default pin size. (Sessions with a different `pin_first_user_tokens` override get the
+/// default for messages stored before the upgrade.) Then every session's token counters are
+/// recounted with pinned messages apart.
+fn pin_existing_tasks(conn: &Connection) -> Result<()> {
+    let sessions: Vec<String> = conn
+        .prepare("SELECT id FROM sessions")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut user_messages =
+        conn.prepare("SELECT seq, parts, tokens FROM messages WHERE session_id = ?1 AND role = 'user' ORDER BY seq")?;
+    for id in sessions {
+        let rows: Vec<(u64, String, usize)> = user_messages
+            .query_map([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let task = rows.into_iter().find(|(_, parts, _)| {
+            serde_json::from_str::<Vec<Part>>(parts).is_ok_and(|parts| {
+                is_instruction(&Message {
+                    role: Role::User,
+                    parts,
+                })
+            })
+        });
+        if let Some((seq, _, tokens)) = task {
+            conn.execute(
+                "UPDATE sessions SET task_seq = ?2 WHERE id = ?1",
+                params![id, seq],
+            )?;
+            if tokens <= PIN_FIRST_USER_TOKENS {
+                conn.execute(
+                    "UPDATE messages SET pinned = 1 WHERE session_id = ?1 AND seq = ?2",
+                    params![id, seq],
+                )?;
+            }
+        }
+        conn.execute(
+            "UPDATE sessions SET
+                 pinned_tokens = (SELECT coalesce(sum(tokens), 0) FROM messages m
+                                  WHERE m.session_id = ?1 AND m.pinned = 1),
+                 active_tokens = (SELECT coalesce(sum(tokens), 0) FROM messages m
+                                  WHERE m.session_id = ?1 AND m.pinned = 0 AND m.seq >= sessions.active_from_seq)
+             WHERE id = ?1",
+            [&id],
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+//! Outside readers of the database during the kill cycles, as people use it: short-lived
+//! `sqlite3` CLI processes (each one's exit is what once took the daemon's locks and its WAL
+//! along) and one long-lived `sqlite3` session that stays open across kills and restarts; and
+//! the system `sqlite3`'s `integrity_check` after every kill.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// Whether the system `sqlite3` is there (without it, the readers are left out).
+pub fn available() -> bool {
+    std::process::Command::new("sqlite3")
+        .arg("-version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs short-lived `sqlite3` readers one after another until `stop` is cancelled, and
+/// returns how many ran.
+pub async fn short_lived(db: PathBuf, stop: tokio_util::sync::CancellationToken) -> usize {
+    let mut ran = 0;
+    while !stop.is_cancelled() {
+        let query = Command::new("sqlite3")
+            .arg(&db)
+            .arg("select count(*) from messages")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if query.await.is_ok() {
+            ran += 1;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+        }
+    }
+    ran
+}
+
+/// One `sqlite3` session kept open for the whole run, asked a question now and then.
+pub struct LongLived {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl LongLived {
+    pub fn open(db: &Path) -> std::io::Result<LongLived> {
+        let mut child = Command::new("sqlite3")
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        Ok(LongLived {
+            _child: child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// How many messages it sees now (`None` if it stopped answering).
+    pub async fn count(&mut self) -> Option<u64> {
+        self.stdin
+            .write_all(b"select count(*) from messages;\n")
+            .await
+            .ok()?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).await.ok()?;
+        line.trim().parse().ok()
+    }
+}
+
+/// The system `sqlite3`'s verdict on the file: `Ok` when `integrity_check` says ok.
+pub async fn integrity_check(db: &Path) -> Result<(), String> {
+    let out = Command::new("sqlite3")
+        .arg(db)
+        .arg("pragma integrity_check")
+        .output()
+        .await
+        .map_err(|e| format!("cannot run sqlite3: {e}"))?;
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if out.status.success() && said == "ok" {
+        Ok(())
+    } else {
+        Err(format!("{said}{}", String::from_utf8_lossy(&out.stderr)))
+    }
+}

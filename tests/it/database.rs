@@ -1,0 +1,319 @@
+//! The database as people who read it cold meet it: the system's own `sqlite3` and Python's
+//! `sqlite3` module open it while the daemon runs, between appends, then the daemon is killed
+//! with SIGKILL. Ground truth is what those outside programs find in the file, not the
+//! daemon's own answers.
+
+use crate::common::{TestDaemon, all_messages, bash_round, have, user};
+use compactd::client::Client;
+use serde_json::{Value, json};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs the system `sqlite3` on `db` and returns its stdout, or its stderr as the error.
+fn sqlite3(db: &Path, sql: &str) -> Result<String, String> {
+    let out = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// What the system `sqlite3` counts of `session`'s messages.
+fn counted(db: &Path, session: &str) -> usize {
+    sqlite3(
+        db,
+        &format!("select count(*) from messages where session_id = '{session}'"),
+    )
+    .unwrap()
+    .parse()
+    .unwrap()
+}
+
+/// Python's `sqlite3` module as an outside reader: read-write (the default `connect`) or
+/// read-only (`mode=ro`), one query, then exit.
+fn python_reads(db: &Path, read_only: bool) -> usize {
+    let uri = if read_only { "?mode=ro" } else { "" };
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3; c = sqlite3.connect('file:{}{uri}', uri=True); print(c.execute('select count(*) from messages').fetchone()[0]); c.close()",
+            db.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn identity(path: &Path) -> (u64, u64) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.dev(), m.ino())
+}
+
+fn wal(db: &Path) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{}-wal", db.display()))
+}
+
+/// One step of an agent: a call and its output (so compactions and maskings run).
+async fn step(client: &Client, session: &str, i: usize) -> usize {
+    let [call, result] = bash_round(
+        &format!("c{i}"),
+        &format!("cat f{i}.rs"),
+        &"x\n".repeat(400),
+    );
+    let answer = client
+        .post(
+            &format!("/session/{session}/message"),
+            &json!({"messages": [call, result]}),
+        )
+        .await
+        .unwrap();
+    (answer["last_seq"].as_u64().unwrap() - answer["first_seq"].as_u64().unwrap() + 1) as usize
+}
+
+#[tokio::test]
+async fn outside_readers_between_appends_lose_nothing_across_kill9() {
+    if !have("sqlite3") || !have("python3") {
+        eprintln!("SKIP: sqlite3 or python3 is not installed");
+        return;
+    }
+    let mut daemon = TestDaemon::start("[compaction]\nmax_messages = 20\n");
+    let client = daemon.client();
+    let db = daemon.db();
+    let mut acked = 0;
+    for i in 0..3 {
+        acked += step(&client, "s", i).await;
+    }
+    let wal_before = identity(&wal(&db));
+    // Each kind of outside opener, then more appends: each reader exits, and must not take
+    // the daemon's locks (and with them the WAL) along.
+    for (round, reader) in ["sqlite3", "python", "python read-only", "sqlite3 .backup"]
+        .into_iter()
+        .enumerate()
+    {
+        let seen = match reader {
+            "sqlite3" => counted(&db, "s"),
+            "python" => python_reads(&db, false),
+            "python read-only" => python_reads(&db, true),
+            _ => {
+                let copy = daemon.dir.path().join(format!("b{round}.db"));
+                sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
+                counted(&copy, "s")
+            }
+        };
+        assert_eq!(seen, acked, "{reader} sees every acknowledged message");
+        for i in 0..9 {
+            acked += step(&client, "s", 100 * (round + 1) + i).await;
+        }
+        assert_eq!(
+            counted(&db, "s"),
+            acked,
+            "after {reader}, sqlite3 sees every append"
+        );
+        assert_eq!(
+            identity(&wal(&db)),
+            wal_before,
+            "after {reader}, the WAL is the same file"
+        );
+    }
+    let compactions = client.get("/session/s").await.unwrap()["compaction_count"].clone();
+    assert!(compactions.as_u64().unwrap() >= 2, "{compactions}");
+
+    daemon.kill9();
+    assert_eq!(counted(&db, "s"), acked, "after kill -9, before restart");
+    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+    daemon.spawn();
+    let client = daemon.client();
+    assert_eq!(all_messages(&client, "s").await.len(), acked);
+    assert_eq!(
+        client.get("/session/s").await.unwrap()["compaction_count"],
+        compactions
+    );
+}
+
+/// A daemon on a copy of the database serves what the original holds.
+async fn serves_the_same(copy: &Path, original: &[Value], how: &str) {
+    let daemon = TestDaemon::builder().db(copy).start();
+    let messages = all_messages(&daemon.client(), "s").await;
+    assert_eq!(messages.len(), original.len(), "{how}");
+    assert_eq!(
+        messages.iter().map(|m| &m["parts"]).collect::<Vec<_>>(),
+        original.iter().map(|m| &m["parts"]).collect::<Vec<_>>(),
+        "{how}"
+    );
+    let compactions = daemon.client().get("/session/s/compaction").await.unwrap();
+    assert!(
+        !compactions["compactions"].as_array().unwrap().is_empty(),
+        "{how}"
+    );
+}
+
+#[tokio::test]
+async fn a_live_database_checks_dumps_backs_up_and_restores_with_the_system_sqlite3() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 20\n");
+    let client = daemon.client();
+    let db = daemon.db();
+    client
+        .post("/session/s/message", &user("fix the parser"))
+        .await
+        .unwrap();
+    for i in 0..30 {
+        step(&client, "s", i).await;
+    }
+    let original = all_messages(&client, "s").await;
+    let masked = sqlite3(
+        &db,
+        "select count(*) from messages where masked_parts is null",
+    )
+    .unwrap();
+    assert_ne!(
+        masked, "0",
+        "some messages have no masked form (the NULL case)"
+    );
+    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+
+    let dir = daemon.dir.path();
+    let dumped = dir.join("dumped.db");
+    let restore = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "sqlite3 '{}' .dump | sqlite3 -bail '{}'",
+            db.display(),
+            dumped.display()
+        ))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        restore.status.success() && restore.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&restore.stderr)
+    );
+    let backed = dir.join("backed.db");
+    sqlite3(&db, &format!(".backup '{}'", backed.display())).unwrap();
+    let vacuumed = dir.join("vacuumed.db");
+    sqlite3(&db, &format!("vacuum into '{}'", vacuumed.display())).unwrap();
+    let ours = dir.join("ours.db");
+    let out = Command::new(crate::common::BIN)
+        .args(["--socket", daemon.socket().to_str().unwrap(), "backup"])
+        .arg(&ours)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("{} messages", original.len())),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::metadata(&ours).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // A second backup to the same path is refused, the first left whole.
+    let again = Command::new(crate::common::BIN)
+        .args(["--socket", daemon.socket().to_str().unwrap(), "backup"])
+        .arg(&ours)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+
+    // The daemon went on serving, and the outside readers took nothing from it.
+    let n = step(&client, "s", 99).await;
+    assert_eq!(counted(&db, "s"), original.len() + n);
+    for (copy, how) in [
+        (&dumped, ".dump | sqlite3"),
+        (&backed, ".backup"),
+        (&vacuumed, "VACUUM INTO"),
+        (&ours, "compactd backup"),
+    ] {
+        assert_eq!(
+            sqlite3(copy, "pragma integrity_check").unwrap(),
+            "ok",
+            "{how}"
+        );
+        serves_the_same(copy, &original, how).await;
+    }
+}
+
+#[tokio::test]
+async fn writes_by_hand_are_refused_and_a_held_write_lock_is_a_bounded_busy() {
+    if !have("sqlite3") || !have("python3") {
+        eprintln!("SKIP: sqlite3 or python3 is not installed");
+        return;
+    }
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let db = daemon.db();
+    let mut acked = 0;
+    for i in 0..4 {
+        acked += step(&client, "s", i).await;
+    }
+    for write in [
+        "delete from sessions where id = 's'",
+        "update sessions set context_limit = 1000",
+        "delete from messages where seq > 2",
+        "insert into messages (session_id, seq, role, parts, tokens, created_at) values ('s', 99, 'user', '[]', 0, '')",
+    ] {
+        let e = sqlite3(&db, write).unwrap_err();
+        assert!(e.contains("compactd"), "{write}: {e}");
+    }
+    assert_eq!(counted(&db, "s"), acked);
+    assert_eq!(
+        client.get("/session/s").await.unwrap()["context_limit"],
+        128_000
+    );
+
+    // A person holds a write transaction: appends wait a bounded time, then get a clear 503,
+    // and go through again once the lock is gone.
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3, sys; c = sqlite3.connect('{}', isolation_level=None); c.execute('begin immediate'); print('locked', flush=True); sys.stdin.read(); c.execute('rollback')",
+            db.display()
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let started = Instant::now();
+    let e = client
+        .post("/session/s/message", &user("while locked"))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    let body = e.to_string();
+    assert!(body.contains("locked by another process"), "{body}");
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    acked += step(&client, "s", 50).await;
+
+    daemon.kill9();
+    assert_eq!(counted(&db, "s"), acked);
+    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+    daemon.spawn();
+    assert_eq!(all_messages(&daemon.client(), "s").await.len(), acked);
+}
