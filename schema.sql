@@ -34,7 +34,7 @@ CREATE TABLE sessions (
     message_count       INTEGER NOT NULL DEFAULT 0,     -- messages ever appended (= the highest seq)
     active_from_seq     INTEGER NOT NULL DEFAULT 1,     -- first message not compacted (the latest boundary)
     active_messages     INTEGER NOT NULL DEFAULT 0,     -- messages with seq >= active_from_seq
-    active_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of those that are not pinned
+    active_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of those that are not pinned, as the context shows them
     summary_tokens      INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of the latest summary message
     compaction_count    INTEGER NOT NULL DEFAULT 0,     -- successful compactions (= the latest compaction num)
     reported_tokens     INTEGER,                        -- usage.input_tokens the agent last reported, if any
@@ -44,7 +44,8 @@ CREATE TABLE sessions (
     pinned_tokens       INTEGER NOT NULL DEFAULT 0,     -- estimated tokens of the pinned messages, which every context holds
     task_seq            INTEGER,                        -- seq of the session's first user instruction (its task), once there is one
     masked_through_seq  INTEGER NOT NULL DEFAULT 0,     -- tool outputs of active messages below this seq are masked in the context
-    owner               TEXT                            -- sessions the proxy made: SHA-256 of the client's API key (never the key); NULL otherwise
+    owner               TEXT,                           -- sessions the proxy made: SHA-256 of the client's API key (never the key); NULL otherwise
+    step_calls          INTEGER NOT NULL DEFAULT 0      -- tool calls of the newest assistant message (its results share the step's room)
 );
 
 -- Every message ever appended, in order. Append-only.
@@ -62,6 +63,9 @@ CREATE TABLE messages (
     masked_parts  TEXT                                  -- the parts with each tool output replaced by a placeholder (NULL: no outputs)
                   CHECK (masked_parts IS NULL OR json_valid(masked_parts)),
     masked_tokens INTEGER,                              -- estimated tokens of masked_parts
+    shortened_parts TEXT                                -- the parts as a context shows them when too large for it: long outputs
+                    CHECK (shortened_parts IS NULL OR json_valid(shortened_parts)), -- keep head and tail (NULL: shown whole)
+    shortened_tokens INTEGER,                           -- estimated tokens of shortened_parts
     UNIQUE (session_id, seq)
 );
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;

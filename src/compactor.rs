@@ -174,6 +174,7 @@ impl Chunks<'_> {
                 files: plan.files.clone(),
                 focus: input.focus.map(str::to_string),
                 max_summary_tokens: Some(plan.summary_budget),
+                summary_ceiling_tokens: Some(plan.summary_ceiling),
                 task: task.clone(),
             };
             let written = self.summarizer.summarize(&request).await?;

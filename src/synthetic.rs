@@ -51,3 +51,78 @@ pub fn synthetic_session(n: usize) -> Vec<Message> {
     }
     messages
 }
+
+/// Synthetic sessions `compactd replay` takes by name (`synthetic:NAME`), for what the shared
+/// transcripts hold too little of.
+pub const NAMED: &[&str] = &["large-outputs", "chatty"];
+
+/// The named synthetic session, if `name` is one.
+pub fn named(name: &str) -> Option<Vec<Message>> {
+    match name {
+        "large-outputs" => Some(large_outputs(40, 12_000)),
+        "chatty" => Some(chatty(60)),
+        _ => None,
+    }
+}
+
+/// A task, then `steps` shell steps whose outputs are `output_chars` characters each (12,000
+/// is about 3,000 tokens: at a 16,000-token window, a few outputs fill the budget), with a
+/// distinct first and last line so a reader can tell whether the head and tail arrived.
+pub fn large_outputs(steps: usize, output_chars: usize) -> Vec<Message> {
+    let mut messages = vec![Message::text(
+        Role::User,
+        "Find out why the nightly build fails; read the logs it left.",
+    )];
+    for i in 0..steps {
+        let id = format!("call_{i}");
+        messages.push(Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Text {
+                    text: format!("Reading log {i}."),
+                },
+                Part::ToolCall {
+                    id: id.clone(),
+                    name: "bash".into(),
+                    args: json!({"command": format!("cat /var/log/build/{i}.log")}),
+                },
+            ],
+        });
+        let head = format!("BEGIN build log {i}\n");
+        let tail = format!("END build log {i}: exit status {}\n", i % 3);
+        let line = format!("step {i}: compiling crate and running the tests of the module\n");
+        let body = line.repeat(output_chars.saturating_sub(head.len() + tail.len()) / line.len());
+        messages.push(Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: id,
+                name: None,
+                output: format!("{head}{body}{tail}"),
+                is_error: false,
+            }],
+        });
+    }
+    messages.push(Message::text(Role::Assistant, "The logs are read."));
+    messages
+}
+
+/// `turns` user instructions of 100 to 2,000 characters, each answered in a few words: a
+/// session whose instructions alone outgrow a summary's usual budget.
+pub fn chatty(turns: usize) -> Vec<Message> {
+    let clause = "please also keep the public API unchanged and the tests green, ";
+    let mut messages = Vec::with_capacity(2 * turns);
+    for i in 0..turns {
+        let chars = 100 + (i * 317) % 1_900;
+        let text = format!(
+            "Instruction {i}: {}",
+            clause.repeat(chars / clause.len() + 1)
+        );
+        let text: String = text.chars().take(chars).collect();
+        messages.push(Message::text(Role::User, text));
+        messages.push(Message::text(
+            Role::Assistant,
+            format!("Done with instruction {i}."),
+        ));
+    }
+    messages
+}

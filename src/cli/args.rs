@@ -135,7 +135,8 @@ pub enum Command {
     },
     /// Replay transcripts through an in-process daemon and report what compaction keeps and saves.
     Replay {
-        /// Transcript files.
+        /// Transcript files, or a synthetic session: synthetic:large-outputs (40 steps of
+        /// 3,000-token outputs), synthetic:chatty (60 user instructions of up to 2,000 chars).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Their format [default: detected]

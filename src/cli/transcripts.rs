@@ -113,7 +113,10 @@ pub async fn replay_files(
     };
     let mut reports = Vec::new();
     for path in paths {
-        let transcript = transcript::load(path, format)?;
+        let transcript = match path.to_str().and_then(|p| p.strip_prefix("synthetic:")) {
+            Some(name) => synthetic_transcript(name)?,
+            None => transcript::load(path, format)?,
+        };
         let report = replay(&transcript, context_limit, config.clone())
             .await
             .with_context(|| format!("replaying {}", path.display()))?;
@@ -143,6 +146,23 @@ pub async fn replay_files(
         );
     }
     Ok(())
+}
+
+/// A synthetic session (`synthetic:NAME`) as a transcript.
+fn synthetic_transcript(name: &str) -> Result<Transcript> {
+    let messages = crate::synthetic::named(name).with_context(|| {
+        format!(
+            "no synthetic session {name:?}; there are: {}",
+            crate::synthetic::NAMED.join(", ")
+        )
+    })?;
+    Ok(Transcript {
+        format: Format::Openai,
+        messages,
+        skipped: Default::default(),
+        session_hint: None,
+        submission: None,
+    })
 }
 
 /// Costs under prompt caching, both price models, per transcript and in total.
@@ -211,7 +231,10 @@ pub fn probe_table(reports: &[(PathBuf, ReplayReport)]) -> String {
             mark(p.system_messages_kept),
             mark(p.first_user_kept),
             p.short_user_kept
-                .map_or("n/a".into(), |v| format!("{v:.2}")),
+                .map_or("n/a".into(), |v| match p.short_user_missing {
+                    0 => format!("{v:.2}"),
+                    n => format!("{v:.2} ({n} missing)"),
+                }),
             mark(p.latest_user_kept),
             mark(p.diff_files_listed),
             ratio,
@@ -225,7 +248,7 @@ pub fn probe_table(reports: &[(PathBuf, ReplayReport)]) -> String {
 /// The replay reports as a Markdown table (readable in a terminal, pasteable into docs).
 pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
     let mut s = String::from(
-        "| transcript | msgs | compactions (failed) | maskings | max summary | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| transcript | msgs | compactions (failed) | maskings | max summary | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans | hidden results |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (path, r) in reports {
         let t = &r.input_tokens;
@@ -238,7 +261,7 @@ pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
         };
         let share = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.2}"));
         s.push_str(&format!(
-            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             short_name(path),
             r.session_messages,
             r.compactions,
@@ -257,6 +280,7 @@ pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
             share(r.user_message_retention),
             share(r.modified_file_recall),
             r.orphaned_tool_results,
+            r.hidden_result_steps.len(),
         ));
     }
     s

@@ -6,12 +6,15 @@
 //! API rejects a conversation with an orphaned result. Rather than overspend the budget to pull
 //! a call in, the boundary moves *forward* past the results, so the tail stays within budget.
 //!
-//! One exception overspends: when the newest assistant message still waits for results (the
-//! agent is running the tools right now), that message is always kept, or its results would
-//! arrive after a compaction had swallowed their call.
+//! One exception overspends: the current step ([`super::step`]), the newest assistant message
+//! and everything after it, is a floor under the boundary. The agent cannot go on without the
+//! output it asked for, and results still running would arrive after a compaction had
+//! swallowed their call. The budget rule stays the spec's; the floor is on top of it (when the
+//! step is too large for the context, the context shortens it, see [`super::step`]).
 
-use crate::message::{Message, Role};
-use std::collections::{HashMap, HashSet};
+use super::step::current_step_start;
+use crate::message::Message;
+use std::collections::HashMap;
 
 /// The preserve boundary: messages before `index` are compacted, `index..` stay verbatim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +49,10 @@ pub fn find_preserve_boundary(
     while earliest_ref[index] < index {
         index += 1;
     }
-    // Pending calls: keep the waiting assistant message, then pull in what its tail needs.
-    if let Some(pending) = pending_assistant(messages).filter(|&p| p < index) {
-        index = pending;
+    // The current step is always kept, with the calls its results answer.
+    let step = current_step_start(messages);
+    if step < index {
+        index = step;
         while earliest_ref[index] < index {
             index = earliest_ref[index];
         }
@@ -85,23 +89,10 @@ pub(crate) fn earliest_referenced_call(messages: &[Message]) -> Vec<usize> {
     earliest
 }
 
-/// The newest assistant message, if some of its tool calls have no result yet.
-fn pending_assistant(messages: &[Message]) -> Option<usize> {
-    let last = messages.iter().rposition(|m| m.role == Role::Assistant)?;
-    let answered: HashSet<&str> = messages[last + 1..]
-        .iter()
-        .flat_map(|m| m.tool_result_ids())
-        .collect();
-    messages[last]
-        .tool_call_ids()
-        .any(|id| !answered.contains(id))
-        .then_some(last)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Part;
+    use crate::message::{Part, Role};
     use serde_json::json;
 
     fn text(role: Role) -> Message {
@@ -158,11 +149,46 @@ mod tests {
     }
 
     #[test]
-    fn one_message_larger_than_the_budget_is_compacted() {
-        let m = vec![text(Role::User), text(Role::Assistant)];
-        let b = find_preserve_boundary(&m, &[10, 20_000], 15_000, 40);
+    fn a_message_larger_than_the_budget_is_compacted_unless_it_is_the_current_step() {
+        let m = vec![
+            text(Role::User),
+            text(Role::Assistant),
+            text(Role::User),
+            text(Role::Assistant),
+        ];
+        let b = find_preserve_boundary(&m, &[10, 20_000, 10, 10], 15_000, 40);
         assert_eq!(b.index, 2);
-        assert_eq!(b.preserved_tokens, 0);
+        assert_eq!(b.preserved_tokens, 20);
+        // The newest assistant message is the current step: kept whatever its size.
+        let b = find_preserve_boundary(&m[..2], &[10, 20_000], 15_000, 40);
+        assert_eq!(b.index, 1);
+        assert_eq!(b.preserved_tokens, 20_000);
+    }
+
+    #[test]
+    fn the_current_step_is_kept_over_the_budget_and_the_message_cap() {
+        // An output larger than the whole budget, just returned: it stays, with its call.
+        let m = vec![
+            text(Role::User),
+            calls(&["a"]),
+            results(Role::Tool, &["a"]),
+            calls(&["b"]),
+            results(Role::Tool, &["b"]),
+        ];
+        let b = find_preserve_boundary(&m, &[1, 10, 10, 10, 50_000], 2_000, 1);
+        assert_eq!(b.index, 3);
+        // A result answering an older call pulls that call in too.
+        let m = vec![
+            text(Role::User),
+            calls(&["a", "late"]),
+            results(Role::Tool, &["a"]),
+            calls(&["b"]),
+            results(Role::Tool, &["b", "late"]),
+        ];
+        assert_eq!(
+            find_preserve_boundary(&m, &[1, 10, 10, 10, 50_000], 2_000, 1).index,
+            1
+        );
     }
 
     #[test]

@@ -94,6 +94,22 @@ impl CompactionConfig {
         (self.usable(context_limit, pinned_tokens) / SUMMARY_DIVISOR).max(self.min_preserve)
     }
 
+    /// How long a summary may grow to keep every user instruction whole (section 6): half the
+    /// usable context ([`SUMMARY_CEILING_DIVISOR`]). The other sections shrink to their floor
+    /// first; only user messages may take the summary past [`summary_budget`](Self::summary_budget).
+    pub fn summary_ceiling(&self, context_limit: usize, pinned_tokens: usize) -> usize {
+        (self.usable(context_limit, pinned_tokens) / SUMMARY_CEILING_DIVISOR)
+            .max(self.summary_budget(context_limit, pinned_tokens))
+    }
+
+    /// What the current step (the newest assistant turn and its results, see
+    /// [`super::step`]) may take in the context: a quarter of the usable context
+    /// ([`STEP_DIVISOR`]). With the summary at its ceiling, a context after compaction still
+    /// leaves a quarter of the usable room before the next trigger.
+    pub fn step_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
+        self.usable(context_limit, pinned_tokens) / STEP_DIVISOR
+    }
+
     /// The most tokens pinned messages may take: what leaves room for the smallest summary
     /// and tail below the threshold. A session whose pinned part is larger cannot fit.
     pub fn max_pinned_tokens(&self, context_limit: usize) -> usize {
@@ -180,6 +196,32 @@ mod tests {
         assert_eq!(c.preserve_budget(128_000, 12_000), 6_000);
         assert_eq!(c.summary_budget(128_000, 12_000), 12_000);
         assert_eq!(c.max_pinned_tokens(32_000), 21_600);
+    }
+
+    #[test]
+    fn the_summary_may_grow_to_half_and_the_step_take_a_quarter_of_the_usable_context() {
+        let c = CompactionConfig::default();
+        // 16k: threshold 12,800.
+        assert_eq!(c.summary_budget(16_000, 0), 2_000);
+        assert_eq!(c.summary_ceiling(16_000, 0), 6_400);
+        assert_eq!(c.step_budget(16_000, 0), 3_200);
+        // Whatever is pinned, summary ceiling, step and preserve budget fit under the trigger.
+        for limit in [6_000, 16_000, 32_000, 128_000, 1_000_000] {
+            for pinned in [
+                0,
+                c.max_pinned_tokens(limit) / 2,
+                c.max_pinned_tokens(limit),
+            ] {
+                let after = pinned
+                    + c.summary_ceiling(limit, pinned)
+                    + c.step_budget(limit, pinned)
+                        .max(c.preserve_budget(limit, pinned));
+                assert!(
+                    after <= c.token_threshold(limit),
+                    "{limit} {pinned}: {after}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub const RESERVE_DIVISOR: usize = 5;
 pub const PRESERVE_DIVISOR: usize = 16;
 /// A summary may take this fraction (1/8) of the usable context (3,200 tokens at 32k).
 pub const SUMMARY_DIVISOR: usize = 8;
+/// To keep every user instruction whole, a summary may grow to this fraction (1/2) of the
+/// usable context; the other sections have shrunk to their floor by then.
+pub const SUMMARY_CEILING_DIVISOR: usize = 2;
+/// The current step (the newest assistant turn and its results) may take this fraction (1/4)
+/// of the usable context; larger outputs of it are shortened in the context.
+pub const STEP_DIVISOR: usize = 4;
 /// At most `max_messages / TAIL_MESSAGES_DIVISOR` messages stay verbatim (10 of 80).
 pub const TAIL_MESSAGES_DIVISOR: usize = 8;
 /// The context limit of a session that does not name one (a common window for current models).

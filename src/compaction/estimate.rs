@@ -40,7 +40,8 @@ impl LazyEstimator {
     }
 }
 
-fn part_chars(part: &Part) -> usize {
+/// The characters of `part` the estimate counts.
+pub(crate) fn part_chars(part: &Part) -> usize {
     match part {
         Part::Text { text } | Part::Reasoning { text } => text.chars().count(),
         // Arguments are counted as the prompt prints them (a string argument without the

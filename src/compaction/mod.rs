@@ -13,7 +13,8 @@
 //! - [`redact`]: credentials out of summaries and prompts; [`instruction`]: which user
 //!   messages are instructions
 //! - [`truncate`], [`sections`], [`prompt`]: buildCompactionPrompt
-//! - [`pin`]: system messages and the task, never summarized away
+//! - [`pin`]: system messages and the task, never summarized away; [`step`]: the current
+//!   step, always in the tail (shortened in the context when too large)
 //! - [`plan`]: the decisions of one compaction; [`result`]: CompactionResult
 //! - [`chunk`]: splitting a prompt that does not fit the summarizer's window
 
@@ -36,6 +37,7 @@ pub mod script;
 pub mod sections;
 pub mod shell;
 pub mod shell_lex;
+pub mod step;
 pub mod trigger;
 pub mod truncate;
 

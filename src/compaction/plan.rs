@@ -107,6 +107,8 @@ pub struct CompactionPlan {
     pub masking: Masking,
     /// How long the summary may be, in tokens.
     pub summary_budget: usize,
+    /// How long it may grow to keep every user instruction whole.
+    pub summary_ceiling: usize,
     /// Set when the pinned messages alone leave no room for a summary and a tail.
     pub pinned_overflow: Option<PinnedOverflow>,
 }
@@ -163,6 +165,9 @@ impl CompactionPlan {
             summary_budget: input
                 .config
                 .summary_budget(input.context_limit, input.pinned_tokens),
+            summary_ceiling: input
+                .config
+                .summary_ceiling(input.context_limit, input.pinned_tokens),
             pinned_overflow: (input.pinned_tokens > max).then_some(PinnedOverflow {
                 pinned: input.pinned_tokens,
                 max,

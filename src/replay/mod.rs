@@ -50,6 +50,10 @@ pub struct ReplayReport {
     pub modified_file_recall: Option<f64>,
     /// Tool results sent without their call, summed over every context.
     pub orphaned_tool_results: usize,
+    /// Assistant steps (counted from 1) whose context did not show every result of the step
+    /// before, with its call: the output the agent just asked for, whole or as its head and
+    /// tail. Each one is a step at which the agent could not see what it had just run.
+    pub hidden_result_steps: Vec<usize>,
     /// What the agent continues from, against the transcript's ground truth.
     pub probes: Probes,
     /// What the input costs when the model API caches prompt prefixes.
@@ -144,10 +148,19 @@ async fn drive(
     // Messages that existed when the latest compaction ran: what its file lists can know.
     let mut seen_by_latest = 0;
     let context_limit = report.context_limit;
+    // The results of the current step (since the newest assistant message), with their output.
+    let mut step_results: Vec<(String, String)> = Vec::new();
     for (index, message) in transcript.messages.iter().enumerate() {
         if message.role == crate::message::Role::Assistant {
             let context = service.context(id, true).await?;
             report.assistant_steps += 1;
+            if !step_results
+                .iter()
+                .all(|(call_id, output)| result_visible(&context, call_id, output))
+            {
+                report.hidden_result_steps.push(report.assistant_steps);
+            }
+            step_results.clear();
             report.input_tokens.raw += baselines.raw;
             report.input_tokens.masking_m10 += baselines.masked();
             report.input_tokens.compactd += context.tokens;
@@ -157,6 +170,14 @@ async fn drive(
             meters[0].call(baselines.raw_messages());
             meters[1].call(baselines.masked_messages());
             meters[2].call(context_messages(&context, &estimator));
+        }
+        for part in &message.parts {
+            if let Part::ToolResult {
+                call_id, output, ..
+            } = part
+            {
+                step_results.push((call_id.clone(), output.clone()));
+            }
         }
         baselines.add(message, &estimator);
         let request = AppendRequest {
@@ -337,6 +358,45 @@ fn context_messages(context: &ContextView, estimator: &LazyEstimator) -> Vec<(u6
             (content_hash(&bytes), tokens)
         })
         .collect()
+}
+
+/// Characters of an output's head and tail that a shortened form must still show.
+const VISIBLE_ENDS: usize = 64;
+
+/// Whether `context` shows the result of `call_id` after its call: its output whole, or (when
+/// too large for the context) its head and its tail.
+fn result_visible(context: &ContextView, call_id: &str, original: &str) -> bool {
+    let head: String = original.chars().take(VISIBLE_ENDS).collect();
+    let tail: String = {
+        let n = original.chars().count();
+        original
+            .chars()
+            .skip(n.saturating_sub(VISIBLE_ENDS))
+            .collect()
+    };
+    let mut called = false;
+    for message in &context.messages {
+        for part in parts_of(message) {
+            match part {
+                Part::ToolCall { id, .. } if id == call_id => called = true,
+                Part::ToolResult {
+                    call_id: id,
+                    output,
+                    ..
+                } if id == call_id && called => {
+                    // Agents reuse call ids: any result of that id may be the one.
+                    let whole = output == original;
+                    let ends =
+                        output.starts_with(head.trim_end()) && output.ends_with(tail.trim_start());
+                    if whole || ends {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    false
 }
 
 /// Results in the context whose call does not come before them in the same context.

@@ -23,6 +23,8 @@ pub struct Probes {
     pub first_user_kept: Option<bool>,
     /// Share of user instructions of at most 2,000 characters in the final context whole.
     pub short_user_kept: Option<f64>,
+    /// How many of them are not (the figure the share hides in long sessions).
+    pub short_user_missing: usize,
     /// The latest substantive user instruction is in the final context (whole, up to 2,000
     /// characters).
     pub latest_user_kept: Option<bool>,
@@ -96,6 +98,7 @@ impl Probes {
                 .map(|t| kept(t)),
             short_user_kept: (!short.is_empty())
                 .then(|| short.iter().filter(|t| kept(t)).count() as f64 / short.len() as f64),
+            short_user_missing: short.iter().filter(|t| !kept(t)).count(),
             latest_user_kept: instructions
                 .iter()
                 .rev()

@@ -20,7 +20,7 @@ use crate::compactor::CompactError;
 use crate::config::{Config, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{
-    Idempotency, NewMessage, NewSession, PinRules, SessionRow, SessionUpdate, Store,
+    AppendRules, Idempotency, NewMessage, NewSession, SessionRow, SessionUpdate, Store,
 };
 use crate::summarize::{self, SummarizeError, Summarizer};
 use locks::SessionLocks;
@@ -263,7 +263,10 @@ impl Service {
         config
             .check_context_limit(update.context_limit.unwrap_or(current.context_limit))
             .map_err(ServiceError::BadRequest)?;
-        let session = self.store.update_session(id.to_string(), update).await?;
+        let session = self
+            .store
+            .update_session(id.to_string(), update, self.append_rules())
+            .await?;
         self.after_append(&session, false).await;
         Ok(self.view(session))
     }
@@ -303,7 +306,6 @@ impl Service {
             new_messages.push(NewMessage::new(message, self.estimator.message(message)));
         }
         let create = self.new_session(id.to_string(), None, None, None)?;
-        let pins = self.pin_rules(id, &create, &new_messages).await?;
         let idempotency = match request.idempotency_key {
             Some(key) => {
                 validate_idempotency_key(&key)?;
@@ -318,7 +320,7 @@ impl Service {
                 Some(create),
                 new_messages,
                 request.input_tokens,
-                pins,
+                self.append_rules(),
                 idempotency,
             )
             .await?;
@@ -326,33 +328,20 @@ impl Service {
         Ok(AppendResponse::new(outcome, compaction))
     }
 
-    /// How the session's config pins messages. Only an append that could pin something (a
-    /// system message, a user instruction) reads the session for its overrides.
-    async fn pin_rules(
-        &self,
-        id: &str,
-        create: &NewSession,
-        messages: &[NewMessage],
-    ) -> Result<PinRules, ServiceError> {
-        let (config, context_limit) = if messages.iter().any(NewMessage::may_pin) {
-            match self.store.session(id).await {
-                Ok(session) => (self.compaction_config(&session), session.context_limit),
-                Err(StoreError::NotFound(_)) => (
-                    self.settings().config.compaction.clone(),
-                    create.context_limit,
-                ),
-                Err(e) => return Err(e.into()),
+    /// How the config (with the session's overrides) pins an append's messages and bounds
+    /// the current step, decided in the append's own transaction from the session as it is
+    /// then (so an append reads nothing beforehand).
+    fn append_rules(&self) -> impl Fn(&SessionRow) -> AppendRules + Send + 'static {
+        let global = self.settings().config.compaction.clone();
+        move |session| {
+            let config = compaction_with_overrides(&global, &session.overrides)
+                .unwrap_or_else(|_| global.clone());
+            AppendRules {
+                task_max_tokens: config.pin_first_user_tokens,
+                max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
+                step_budget: config.step_budget(session.context_limit, session.pinned_tokens),
             }
-        } else {
-            (
-                self.settings().config.compaction.clone(),
-                create.context_limit,
-            )
-        };
-        Ok(PinRules {
-            task_max_tokens: config.pin_first_user_tokens,
-            max_pinned_tokens: config.max_pinned_tokens(context_limit),
-        })
+        }
     }
 
     /// A page of the session's history: messages after seq `after`, at most `limit` of them

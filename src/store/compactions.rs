@@ -1,6 +1,6 @@
 //! Compactions: commit a successful one, record a failed one, read the history.
 
-use super::rows::{CompactionRow, FailureRow, SessionRow};
+use super::rows::{CompactionRow, FailureRow, SessionRow, shown_tokens};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
@@ -90,8 +90,7 @@ impl Store {
                     "UPDATE sessions SET
                          active_from_seq = ?2,
                          active_messages = (SELECT count(*) FROM messages WHERE session_id = ?1 AND seq >= ?2),
-                         active_tokens = (SELECT coalesce(sum(CASE WHEN seq < masked_through_seq AND masked_tokens IS NOT NULL
-                                                                  THEN masked_tokens ELSE tokens END), 0)
+                         active_tokens = (SELECT coalesce(sum({}), 0)
                                           FROM messages WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0),
                          summary_tokens = ?3,
                          compaction_count = compaction_count + 1,
@@ -99,6 +98,7 @@ impl Store {
                          tokens_since_report = 0,
                          updated_at = {NOW}
                      WHERE id = ?1 RETURNING {}",
+                    shown_tokens("masked_through_seq"),
                     SessionRow::COLUMNS
                 ))?
                 .query_row(params![c.session_id, c.boundary_seq, c.summary_tokens], SessionRow::from_row)?;

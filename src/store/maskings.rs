@@ -1,7 +1,7 @@
 //! Maskings of old tool outputs (microcompaction): move a session's mask forward, read the
 //! history of maskings.
 
-use super::rows::SessionRow;
+use super::rows::{SessionRow, shown_tokens};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store};
 use rusqlite::{Connection, params};
@@ -36,14 +36,16 @@ impl MaskingRow {
 }
 
 /// Where a masking keeping the newest `keep_recent` outputs would put the mask, and what it
-/// would save: (through seq, outputs hidden, tokens saved).
+/// would save: (through seq, outputs hidden, tokens saved). The current step (the newest
+/// assistant message and what follows it) is never masked, however many results it has.
 fn masking_point(
     conn: &Connection,
     session: &SessionRow,
     keep_recent: usize,
 ) -> Result<Option<(u64, u64, usize)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, tool_results, tokens - coalesce(masked_tokens, tokens), pinned
+        "SELECT seq, tool_results, coalesce(shortened_tokens, tokens) - coalesce(masked_tokens, tokens),
+                pinned, role = 'assistant'
          FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq DESC",
     )?;
     let rows = stmt
@@ -53,19 +55,28 @@ fn masking_point(
                 r.get::<_, usize>(1)?,
                 r.get::<_, i64>(2)?,
                 r.get::<_, bool>(3)?,
+                r.get::<_, bool>(4)?,
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     // Newest first: the message holding the oldest of the newest `keep_recent` outputs is
-    // where the mask ends; what comes before it and is not masked yet would be.
+    // where the mask ends, unless the current step starts before it; what comes before the
+    // end and is not masked yet would be.
     let mut kept = 0;
+    let mut step_start: Option<u64> = None;
     let mut through: Option<u64> = None;
     let (mut outputs, mut saving) = (0u64, 0usize);
-    for (seq, results, saved, pinned) in rows {
+    for (seq, results, saved, pinned, assistant) in rows {
         match through {
             None => {
                 kept += results;
-                if results > 0 && kept >= keep_recent {
+                if assistant && step_start.is_none() {
+                    step_start = Some(seq);
+                }
+                // Within the step nothing is masked: the mask may end at its start at the
+                // latest, or at an older message holding the oldest output kept.
+                let past_step = step_start.is_some() && (results > 0 || assistant);
+                if past_step && kept >= keep_recent {
                     through = Some(seq);
                 }
             }
@@ -107,13 +118,13 @@ impl Store {
                 .prepare_cached(&format!(
                     "UPDATE sessions SET
                          masked_through_seq = ?2,
-                         active_tokens = (SELECT coalesce(sum(CASE WHEN seq < ?2 AND masked_tokens IS NOT NULL
-                                                                  THEN masked_tokens ELSE tokens END), 0)
+                         active_tokens = (SELECT coalesce(sum({}), 0)
                                           FROM messages WHERE session_id = ?1 AND seq >= active_from_seq AND pinned = 0),
                          reported_tokens = NULL,
                          tokens_since_report = 0,
                          updated_at = {NOW}
                      WHERE id = ?1 RETURNING {}",
+                    shown_tokens("?2"),
                     SessionRow::COLUMNS
                 ))?
                 .query_row(params![session_id, through], SessionRow::from_row)?;

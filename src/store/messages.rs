@@ -7,6 +7,7 @@ use crate::compaction::FileLists;
 use crate::compaction::LazyEstimator;
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::microcompact::masked_parts;
+use crate::compaction::step;
 use crate::message::{Message, Part, Role};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
@@ -24,17 +25,21 @@ pub struct NewMessage {
     /// A user instruction: it opens a turn, and the session's first is its task.
     instruction: bool,
     system: bool,
-    /// The parts of a message that carries tool results, to mask them later.
-    results: Option<Vec<Part>>,
+    /// A message the context may show otherwise (its outputs masked, or shortened when too
+    /// large): one with tool results, or a user message.
+    content: Option<Message>,
 }
 
-/// How the session's config pins messages, for an append.
+/// What the session's config says about the messages of an append: how they are pinned,
+/// and how much room the current step has. Decided from the session as the append finds it.
 #[derive(Debug, Clone, Copy)]
-pub struct PinRules {
+pub struct AppendRules {
     /// The task is pinned when it takes at most this many tokens.
     pub task_max_tokens: usize,
     /// Pinned messages may take at most this many tokens in all.
     pub max_pinned_tokens: usize,
+    /// What the current step may take in the context (see [`crate::compaction::step`]).
+    pub step_budget: usize,
 }
 
 impl NewMessage {
@@ -54,11 +59,8 @@ impl NewMessage {
                 .collect(),
             answers: message.tool_result_ids().map(str::to_string).collect(),
             instruction: is_instruction(message),
-            results: message
-                .parts
-                .iter()
-                .any(|p| matches!(p, Part::ToolResult { .. }))
-                .then(|| message.parts.clone()),
+            content: (message.role == Role::User || message.tool_result_ids().next().is_some())
+                .then(|| message.clone()),
         }
     }
 
@@ -155,7 +157,7 @@ fn append(
     create: Option<&NewSession>,
     messages: &[NewMessage],
     reported_tokens: Option<usize>,
-    pins: PinRules,
+    rules: &dyn Fn(&SessionRow) -> AppendRules,
     idempotency: Option<&Idempotency>,
 ) -> Result<AppendOutcome> {
     if let Some(earlier) = idempotency
@@ -172,16 +174,17 @@ fn append(
     };
     let tools = tools_of_results(conn, session_id, messages)?;
     let first_seq = session.message_count + 1;
-    let inserted = insert_messages(conn, &session, messages, &tools, pins)?;
+    let rules = rules(&session);
+    let inserted = insert_messages(conn, &session, messages, &tools, rules)?;
     if inserted.pinned_tokens > session.pinned_tokens
-        && inserted.pinned_tokens > pins.max_pinned_tokens
+        && inserted.pinned_tokens > rules.max_pinned_tokens
     {
         return Err(StoreError::PinnedTooLarge {
             pinned: inserted.pinned_tokens,
-            max: pins.max_pinned_tokens,
+            max: rules.max_pinned_tokens,
         });
     }
-    let session = count_appended(conn, session_id, messages, reported_tokens, &inserted)?;
+    let session = count_appended(conn, session_id, messages.len(), reported_tokens, &inserted)?;
     let last_seq = first_seq + messages.len() as u64 - 1;
     if let Some(idempotency) = idempotency {
         remember_key(conn, session_id, idempotency, first_seq, last_seq)?;
@@ -226,7 +229,12 @@ struct Inserted {
     turn_start: Option<u64>,
     task_seq: Option<u64>,
     pinned_tokens: usize,
+    /// Tokens of the unpinned messages as the context shows them.
     unpinned_tokens: usize,
+    /// Tokens of every message as the context shows them.
+    shown_tokens: usize,
+    /// Tool calls of the newest assistant message, once the batch is in.
+    step_calls: usize,
 }
 
 /// Inserts the batch's messages and their tool calls after the session's last seq, pinning
@@ -236,12 +244,12 @@ fn insert_messages(
     session: &SessionRow,
     messages: &[NewMessage],
     tools: &HashMap<String, String>,
-    pins: PinRules,
+    rules: AppendRules,
 ) -> Result<Inserted> {
     let mut insert_message = conn.prepare_cached(&format!(
         "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned,
-             tool_results, masked_parts, masked_tokens)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6, ?7, ?8, ?9)"
+             tool_results, masked_parts, masked_tokens, shortened_parts, shortened_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6, ?7, ?8, ?9, ?10, ?11)"
     ))?;
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
@@ -251,18 +259,29 @@ fn insert_messages(
         task_seq: session.task_seq,
         pinned_tokens: session.pinned_tokens,
         unpinned_tokens: 0,
+        shown_tokens: 0,
+        step_calls: session.step_calls,
     };
     for (seq, message) in (session.message_count + 1..).zip(messages) {
         let is_task = done.task_seq.is_none() && message.instruction;
         if is_task {
             done.task_seq = Some(seq);
         }
-        let pinned = message.system || (is_task && message.tokens <= pins.task_max_tokens);
+        if message.role == Role::Assistant.as_str() {
+            done.step_calls = message.calls.len();
+        }
+        let pinned = message.system || (is_task && message.tokens <= rules.task_max_tokens);
+        let (shortened_json, shortened_tokens) = match pinned {
+            true => (None, None),
+            false => shortened_form(message, seq, rules.step_budget, done.step_calls)?,
+        };
+        let shown = shortened_tokens.unwrap_or(message.tokens);
         if pinned {
             done.pinned_tokens += message.tokens;
         } else {
-            done.unpinned_tokens += message.tokens;
+            done.unpinned_tokens += shown;
         }
+        done.shown_tokens += shown;
         let (masked_json, masked_tokens) = masked_form(message, seq, tools)?;
         insert_message.execute(params![
             session.id,
@@ -273,7 +292,9 @@ fn insert_messages(
             pinned,
             message.answers.len(),
             masked_json,
-            masked_tokens
+            masked_tokens,
+            shortened_json,
+            shortened_tokens
         ])?;
         for (call_id, name) in &message.calls {
             insert_call.execute(params![session.id, call_id, seq, name])?;
@@ -293,16 +314,89 @@ fn masked_form(
     tools: &HashMap<String, String>,
 ) -> Result<(Option<String>, Option<usize>)> {
     let masked = message
-        .results
+        .content
         .as_ref()
-        .and_then(|parts| masked_parts(parts, seq, |id| tools.get(id).map(String::as_str)));
-    let tokens = masked.as_ref().map(|parts| {
+        .and_then(|m| masked_parts(&m.parts, seq, |id| tools.get(id).map(String::as_str)));
+    encoded(masked)
+}
+
+/// The message as the context shows it when it is too large for its share of the current
+/// step's room (long outputs keep their head and tail); `None` when it is shown whole.
+fn shortened_form(
+    message: &NewMessage,
+    seq: u64,
+    step_budget: usize,
+    step_calls: usize,
+) -> Result<(Option<String>, Option<usize>)> {
+    match &message.content {
+        Some(content) => shortened(content, message.tokens, seq, step_budget, step_calls),
+        None => Ok((None, None)),
+    }
+}
+
+fn shortened(
+    message: &Message,
+    tokens: usize,
+    seq: u64,
+    step_budget: usize,
+    step_calls: usize,
+) -> Result<(Option<String>, Option<usize>)> {
+    let parts = step::message_budget(message, step_budget, step_calls)
+        .filter(|&budget| tokens > budget)
+        .and_then(|budget| step::shorten_message(message, seq, budget, &LazyEstimator::default()));
+    encoded(parts)
+}
+
+/// Shortens the session's active messages again for a new step budget (its limit or config
+/// changed), and recounts what its context holds. Returns the session after it.
+pub(super) fn reshorten_active(
+    conn: &Connection,
+    session: &SessionRow,
+    step_budget: usize,
+) -> Result<SessionRow> {
+    let rows: Vec<(u64, String, String, usize)> = conn
+        .prepare_cached(
+            "SELECT seq, role, parts, tokens FROM messages
+             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user')",
+        )?
+        .query_map(params![session.id, session.active_from_seq], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut update = conn.prepare_cached(
+        "UPDATE messages SET shortened_parts = ?3, shortened_tokens = ?4 WHERE session_id = ?1 AND seq = ?2",
+    )?;
+    for (seq, role, parts, tokens) in rows {
+        let message = Message {
+            role: Role::parse(&role).unwrap_or(Role::User),
+            parts: serde_json::from_str(&parts)?,
+        };
+        let (json, shown) = shortened(&message, tokens, seq, step_budget, session.step_calls)?;
+        update.execute(params![session.id, seq, json, shown])?;
+    }
+    Ok(conn
+        .prepare_cached(&format!(
+            "UPDATE sessions SET
+                 active_tokens = (SELECT coalesce(sum({}), 0) FROM messages
+                                  WHERE session_id = ?1 AND seq >= active_from_seq AND pinned = 0),
+                 reported_tokens = NULL,
+                 tokens_since_report = 0
+             WHERE id = ?1 RETURNING {}",
+            super::rows::shown_tokens("masked_through_seq"),
+            SessionRow::COLUMNS
+        ))?
+        .query_row([&session.id], SessionRow::from_row)?)
+}
+
+/// Parts as stored JSON, with their tokens.
+fn encoded(parts: Option<Vec<Part>>) -> Result<(Option<String>, Option<usize>)> {
+    let tokens = parts.as_ref().map(|parts| {
         LazyEstimator::default().message(&Message {
             role: Role::Tool,
             parts: parts.clone(),
         })
     });
-    let json = masked
+    let json = parts
         .map(|parts| serde_json::to_string(&parts))
         .transpose()?;
     Ok((json, tokens))
@@ -313,12 +407,10 @@ fn masked_form(
 fn count_appended(
     conn: &Connection,
     session_id: &str,
-    messages: &[NewMessage],
+    count: usize,
     reported_tokens: Option<usize>,
     inserted: &Inserted,
 ) -> Result<SessionRow> {
-    let count = messages.len() as u64;
-    let tokens: usize = messages.iter().map(|m| m.tokens).sum();
     Ok(conn
         .prepare_cached(&format!(
             "UPDATE sessions SET
@@ -331,6 +423,7 @@ fn count_appended(
                  tokens_since_report = CASE WHEN ?4 IS NULL THEN tokens_since_report + ?3 ELSE ?3 END,
                  turn_start_seq = coalesce(?5, turn_start_seq),
                  turn_attempts = CASE WHEN ?5 IS NULL THEN turn_attempts ELSE 0 END,
+                 step_calls = ?9,
                  updated_at = {NOW}
              WHERE id = ?1 RETURNING {}",
             SessionRow::COLUMNS
@@ -339,12 +432,13 @@ fn count_appended(
             params![
                 session_id,
                 count,
-                tokens,
+                inserted.shown_tokens,
                 reported_tokens,
                 inserted.turn_start,
                 inserted.unpinned_tokens,
                 inserted.pinned_tokens,
-                inserted.task_seq
+                inserted.task_seq,
+                inserted.step_calls
             ],
             SessionRow::from_row,
         )?)
@@ -470,7 +564,7 @@ impl Store {
         create: Option<NewSession>,
         messages: Vec<NewMessage>,
         reported_tokens: Option<usize>,
-        pins: PinRules,
+        rules: impl Fn(&SessionRow) -> AppendRules + Send + 'static,
         idempotency: Option<Idempotency>,
     ) -> Result<AppendOutcome> {
         self.write(move |conn| {
@@ -480,7 +574,7 @@ impl Store {
                 create.as_ref(),
                 &messages,
                 reported_tokens,
-                pins,
+                &rules,
                 idempotency.as_ref(),
             )
         })
@@ -542,7 +636,8 @@ impl Store {
 }
 
 /// The session's active messages, oldest first, with the tokens the context counts (masked
-/// ones at their masked size); their parts masked too when `masked`.
+/// and shortened ones at their size in the context); their parts as the context shows them
+/// when `masked`, else whole.
 fn active_messages(
     conn: &Connection,
     session: &SessionRow,
@@ -562,7 +657,7 @@ fn active_messages(
         StoredMessage::from_row,
     )?;
     let mut tail = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    if !masked && tail.iter().any(|m| m.masked) {
+    if !masked && tail.iter().any(|m| m.masked || m.shortened) {
         let originals = messages_page(
             conn,
             &session.id,

@@ -26,7 +26,7 @@ pub use backup::{BackupReport, backup};
 pub use compactions::{NewCompaction, NewFailure};
 pub use error::StoreError;
 pub use maskings::MaskingRow;
-pub use messages::{AppendOutcome, Idempotency, NewMessage, PinRules};
+pub use messages::{AppendOutcome, AppendRules, Idempotency, NewMessage};
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage, TokenSource,
 };

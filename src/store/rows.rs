@@ -35,6 +35,8 @@ pub struct SessionRow {
     pub masked_through_seq: u64,
     /// For sessions the proxy made: a hash of the API key that made them.
     pub owner: Option<String>,
+    /// Tool calls of the newest assistant message.
+    pub step_calls: usize,
 }
 
 /// Where a session's token figure comes from.
@@ -51,9 +53,9 @@ impl SessionRow {
     pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
-        masked_through_seq, owner";
+        masked_through_seq, owner, step_calls";
     /// How many columns [`SessionRow::COLUMNS`] names (the index of a column selected after them).
-    pub(super) const COUNT: usize = 20;
+    pub(super) const COUNT: usize = 21;
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -79,6 +81,7 @@ impl SessionRow {
             task_seq: row.get(17)?,
             masked_through_seq: row.get(18)?,
             owner: row.get(19)?,
+            step_calls: row.get(20)?,
         })
     }
 
@@ -110,16 +113,33 @@ pub struct StoredMessage {
     /// them whole.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub masked: bool,
+    /// Too large for the context, it is shown shortened here (long outputs keep their head and
+    /// tail, with a marker naming this seq); the stored message keeps them whole.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shortened: bool,
+}
+
+/// The tokens a message takes in the context, as SQL over a `messages` row: its masked form's
+/// when its seq is below `through` (a SQL expression), else its shortened form's, else its own.
+/// Every recount of a session's `active_tokens` uses it, so the counter always agrees with
+/// what the context holds.
+pub(super) fn shown_tokens(through: &str) -> String {
+    format!(
+        "CASE WHEN seq < {through} AND masked_tokens IS NOT NULL THEN masked_tokens \
+         ELSE coalesce(shortened_tokens, tokens) END"
+    )
 }
 
 impl StoredMessage {
     /// The columns of a message as stored.
-    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0";
-    /// The columns of a message as a context shows it: masked below `?2`.
+    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0, 0";
+    /// The columns of a message as a context shows it: masked below `?2`, else shortened when
+    /// too large, else whole.
     pub(super) const CONTEXT_COLUMNS: &'static str = "seq, role, \
-        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_parts ELSE parts END, \
-        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE tokens END, \
-        created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL";
+        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_parts ELSE coalesce(shortened_parts, parts) END, \
+        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE coalesce(shortened_tokens, tokens) END, \
+        created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL, \
+        shortened_parts IS NOT NULL AND NOT (seq < ?2 AND masked_parts IS NOT NULL)";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
         let role: String = row.get(1)?;
@@ -138,6 +158,7 @@ impl StoredMessage {
             created_at: row.get(4)?,
             pinned: row.get(5)?,
             masked: row.get(6)?,
+            shortened: row.get(7)?,
         })
     }
 

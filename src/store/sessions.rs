@@ -95,9 +95,17 @@ impl Store {
         .await
     }
 
-    pub async fn update_session(&self, id: String, update: SessionUpdate) -> Result<SessionRow> {
+    /// Changes the session; when its limit or overrides change, its messages are shortened
+    /// again for the step budget `rules` gives the changed session.
+    pub async fn update_session(
+        &self,
+        id: String,
+        update: SessionUpdate,
+        rules: impl Fn(&SessionRow) -> super::AppendRules + Send + 'static,
+    ) -> Result<SessionRow> {
         self.write(move |conn| {
             get_live(conn, &id)?;
+            let reshape = update.context_limit.is_some() || update.overrides.is_some();
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET model = coalesce(?2, model),
                      context_limit = coalesce(?3, context_limit),
@@ -111,7 +119,12 @@ impl Store {
                 update.context_limit,
                 update.overrides.map(|o| o.to_string())
             ])?;
-            get_live(conn, &id)
+            let session = get_live(conn, &id)?;
+            if reshape {
+                let budget = rules(&session).step_budget;
+                return super::messages::reshorten_active(conn, &session, budget);
+            }
+            Ok(session)
         })
         .await
     }

@@ -35,6 +35,9 @@ pub struct SummaryRequest {
     pub focus: Option<String>,
     /// How long the summary may be, in tokens, so it never crowds the context it serves.
     pub max_summary_tokens: Option<usize>,
+    /// How long it may grow past that to keep every user instruction whole (section 6);
+    /// nothing else may take it past `max_summary_tokens`.
+    pub summary_ceiling_tokens: Option<usize>,
     /// The session's task (first user instruction), when this compaction covers it.
     pub task: Option<TaskNote>,
 }

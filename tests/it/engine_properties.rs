@@ -4,6 +4,7 @@
 
 use compactd::compaction::constants::MAX_TEXT_CHARS;
 use compactd::compaction::sections::{SUMMARY_SECTIONS, heading};
+use compactd::compaction::step::current_step_start;
 use compactd::compaction::truncate::truncate_chars;
 use compactd::compaction::{Boundary, find_preserve_boundary};
 use compactd::message::{Message, Part, Role};
@@ -159,7 +160,12 @@ proptest! {
                 prop_assert!(!kept_calls.contains(id));
             }
         }
-        if pending.is_none() {
+        // The current step (the newest assistant message and what follows it, a call still
+        // waiting for its result included) is always kept, whatever it costs.
+        let step = current_step_start(&messages);
+        prop_assert!(b <= step, "boundary {} cuts into the current step at {}", b, step);
+        let step_fits = tokens[step..].iter().sum::<usize>() <= budget && n - step <= cap;
+        if step_fits {
             // Within budget and cap...
             prop_assert!(preserved_tokens <= budget, "{} > {}", preserved_tokens, budget);
             prop_assert!(n - b <= cap);
@@ -169,8 +175,8 @@ proptest! {
                 prop_assert!(!fits || orphans_a_result(&messages, earlier), "boundary {} could be {}", b, earlier);
             }
         } else {
-            // The waiting call is always kept, whatever it costs.
-            prop_assert!(b < n);
+            // Over the budget, the tail is the step and the calls its results answer.
+            prop_assert!(b == step || orphans_a_result(&messages, step), "boundary {} for step {}", b, step);
         }
     }
 

@@ -7,6 +7,7 @@ mod common;
 mod cache_stability;
 mod cli_offline;
 mod clients;
+mod current_step;
 mod daemon_api;
 mod database;
 mod engine_properties;

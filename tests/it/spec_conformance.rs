@@ -7,6 +7,7 @@ use compactd::compaction::files::{FileLists, track_files};
 use compactd::compaction::mask::Masking;
 use compactd::compaction::prompt::{PromptInput, build_compaction_prompt, task_text};
 use compactd::compaction::sections::{SUMMARY_SECTIONS, heading};
+use compactd::compaction::step;
 use compactd::compaction::truncate::truncate_chars;
 use compactd::compaction::{
     CompactionConfig, CompactionPlan, CompactionResult, LazyEstimator, PlanInput, Trigger,
@@ -281,6 +282,29 @@ fn spec_boundary_walks_newest_first_never_orphans_and_caps_messages() {
 }
 
 #[test]
+fn spec_the_current_step_is_a_floor_under_the_preserve_boundary() {
+    let messages = vec![
+        Message::text(Role::User, "u"),
+        call("a", "bash", json!({})),
+        result("a", "o", false),
+        call("b", "bash", json!({})),
+        result("b", &"x".repeat(80_000), false),
+    ];
+    // The budget rule alone would keep nothing: the newest output is larger than it.
+    // The current step (call b and its result) stays; the older round is compacted.
+    let b = find_preserve_boundary(&messages, &[1, 10, 10, 10, 20_000], 2_000, 100);
+    assert_eq!(b.index, 3);
+    // In the context it is shortened to its share of the step budget, head and tail kept.
+    let shortened =
+        step::shorten_message(&messages[4], 5, 3_200, &LazyEstimator::default()).unwrap();
+    let Part::ToolResult { output, .. } = &shortened[0] else {
+        panic!("a result")
+    };
+    assert!(output.starts_with("xxxx") && output.ends_with("xxxx"));
+    assert!(output.contains("the whole message is seq 5"), "{output}");
+}
+
+#[test]
 fn spec_result_fields_with_created_and_deleted_added() {
     let result = CompactionResult {
         summary: "s".into(),
@@ -328,11 +352,12 @@ fn spec_pinned_messages_are_never_summarized() {
         Message::text(Role::User, "the task"),
         Message::text(Role::Assistant, "a".repeat(40_000)),
         Message::text(Role::User, "next"),
+        Message::text(Role::Assistant, "on it"),
     ];
     let tokens = estimate_each(&messages, &LazyEstimator::default());
     let config = CompactionConfig::default();
     let input = PlanInput {
-        pinned: &[true, true, false, false],
+        pinned: &[true, true, false, false, false],
         pinned_tokens: tokens[0] + tokens[1],
         ..PlanInput::new(&messages, &tokens, 32_000, &config)
     };

@@ -93,15 +93,24 @@ const UPGRADES: &[Upgrade] = &[
     // json_valid(NULL) is 0: integrity_check failed and a .dump did not restore), and
     // triggers that refuse writes by hand. The rebuild does it all.
     Upgrade { sql: "", then: None },
+    // 7: the current step shortened in the context. Earlier messages are shown whole.
+    Upgrade {
+        sql: "ALTER TABLE messages ADD COLUMN shortened_parts TEXT;
+              ALTER TABLE messages ADD COLUMN shortened_tokens INTEGER;
+              ALTER TABLE sessions ADD COLUMN step_calls INTEGER NOT NULL DEFAULT 0;",
+        then: None,
+    },
 ];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 
-/// For each version from 2 on, a table and column it was the first to have: how the version
-/// of a database that lost its `user_version` (restored from `.dump`) is found.
+/// For each version from 2 on that added columns or tables, one it was the first to have: how
+/// the version of a database that lost its `user_version` (restored from `.dump`) is found.
+/// (Version 6 changed only constraints and triggers, which the rebuild makes anyway: its
+/// dump reads as version 5, and upgrading it from there is the same.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
-    (6, "compactd_writer", "is_compactd"),
+    (7, "sessions", "step_calls"),
     (5, "sessions", "owner"),
     (4, "sessions", "masked_through_seq"),
     (3, "idempotency_keys", "key"),

@@ -230,9 +230,11 @@ fn a_database_restored_from_a_dump_is_recognised_at_its_version() {
             migrate(&conn).unwrap();
         }
         conn.execute_batch("PRAGMA user_version = 0;").unwrap();
+        // Version 6 only rebuilt tables: its dump reads as version 5 (the same upgrade).
+        let shows = if version == 6 { 5 } else { version };
         assert_eq!(
             stored_version(&conn).unwrap(),
-            (version, false),
+            (shows, false),
             "a dump of version {version}"
         );
         migrate(&conn).unwrap();

@@ -9,9 +9,12 @@
 //!
 //! **Shrink order.** A summary must fit its budget. User messages are the last thing shortened:
 //! first the other sections shrink to a reduced and then a floor level of detail, in the order
-//! notes (5), current work (8), errors (4), files (3), concepts (2), pending tasks (7); only
-//! then are older user messages shortened, oldest first (the newest ten stay whole), and, for
-//! sessions with thousands of them, the oldest folded into a pointer to the stored history.
+//! notes (5), current work (8), errors (4), files (3), concepts (2), pending tasks (7). What is
+//! then still over the budget is user messages, and for them the summary may grow, up to its
+//! ceiling (half the usable context). Only past that are older user messages shortened,
+//! oldest first (the newest ten stay whole), each pointing to its stored original by seq,
+//! and, for sessions with thousands of them, the oldest folded into one line naming their
+//! seqs in the stored history.
 
 mod concepts;
 mod errors;
@@ -91,30 +94,35 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
     let Some(budget) = request.max_summary_tokens else {
         return summary;
     };
+    let ceiling = request.summary_ceiling_tokens.unwrap_or(budget).max(budget);
     let estimator = LazyEstimator::default();
-    let over = |s: &str| estimator.text(s) > budget;
+    let over = |s: &str, limit: usize| estimator.text(s) > limit;
     for level in [Detail::Reduced, Detail::Floor] {
         for section in SHRINK_ORDER {
-            if !over(&summary) {
+            if !over(&summary, budget) {
                 return summary;
             }
             details[section] = level;
             summary = render(&sources, &details, &users);
         }
     }
-    // Only now the user messages: the oldest first, to fewer characters each round.
+    // Every other section is at its floor: what is left over the budget is user messages, and
+    // for them the summary may grow up to its ceiling.
+    // Past it, the oldest are shortened, to fewer characters each round, each pointing to its
+    // stored original by seq.
     for max_chars in [500, 200, 80] {
-        if !over(&summary) {
+        if !over(&summary, ceiling) {
             return summary;
         }
-        let excess_tokens = estimator.text(&summary) - budget;
+        let excess_tokens = estimator.text(&summary) - ceiling;
         let excess_chars = (excess_tokens as f64 / estimator.tokens_per_char) as usize + 64;
         users.shorten_oldest(max_chars, excess_chars);
         summary = render(&sources, &details, &users);
     }
     // Thousands of user messages: even shortened they would crowd out the conversation.
-    // The oldest then stand as a pointer to the stored history, where they remain whole.
-    while over(&summary) && users.collapse_oldest() {
+    // The oldest then stand as one line naming their seqs in the stored history, where they
+    // remain whole.
+    while over(&summary, ceiling) && users.collapse_oldest() {
         summary = render(&sources, &details, &users);
     }
     summary

@@ -5,9 +5,10 @@
 //! a pointer to its stored original (`seq S`). The session's task, when too large to pin, is
 //! kept up to the pin size instead; when pinned, its entry points to the copy at the start of
 //! the context. CLI notes are left out (they are not instructions) and a pasted summary of
-//! earlier work is named, not quoted. Under budget pressure (after every other section has
-//! shrunk) older entries are shortened, oldest first, and for sessions with thousands of them
-//! the oldest are folded into one pointer to the stored history.
+//! earlier work is named, not quoted. The summary grows for them (up to its ceiling) before any
+//! is shortened; past that, older entries are shortened, oldest first, each naming its seq, and
+//! for sessions with thousands of them the oldest are folded into one line naming their seqs
+//! in the stored history.
 
 use crate::compaction::constants::MAX_TEXT_CHARS;
 use crate::compaction::instruction::{UserText, classify_user_text};
@@ -34,11 +35,15 @@ pub struct UserMessages {
     unstructured: Option<String>,
     /// Entries `[#1]` to `[#collapsed_through]` were folded away to fit the budget.
     collapsed_through: usize,
+    /// The seqs of the first and last folded entries, when known.
+    collapsed_seqs: Option<(u64, u64)>,
     entries: Vec<Entry>,
 }
 
 static ENTRY_HEADER: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\[#(\d+)(?:, seq (\d+))?\] ").expect("valid regex"));
+static COLLAPSED_SEQS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\(seq (\d+) to (\d+)\)").expect("valid regex"));
 
 impl UserMessages {
     /// The entries of a prior section 6.
@@ -46,6 +51,7 @@ impl UserMessages {
         let mut out = UserMessages {
             unstructured: None,
             collapsed_through: 0,
+            collapsed_seqs: None,
             entries: Vec::new(),
         };
         for line in prior.unwrap_or_default().split('\n') {
@@ -55,6 +61,9 @@ impl UserMessages {
                     .next()
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(0);
+                out.collapsed_seqs = COLLAPSED_SEQS
+                    .captures(rest)
+                    .and_then(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)));
             } else if let Some(c) = ENTRY_HEADER.captures(line) {
                 out.entries.push(Entry {
                     number: c[1].parse().unwrap_or(0),
@@ -173,15 +182,27 @@ impl UserMessages {
         let folded: Vec<Entry> = self.entries.drain(..n).collect();
         let last = folded.last().map_or(0, |e| e.number);
         self.collapsed_through = self.collapsed_through.max(last);
+        let seqs = folded.iter().filter_map(|e| e.seq);
+        let (first, last) = (seqs.clone().min(), seqs.max());
+        if let (Some(first), Some(last)) = (first, last) {
+            self.collapsed_seqs = Some(match self.collapsed_seqs {
+                Some((earlier, _)) => (earlier.min(first), last),
+                None => (first, last),
+            });
+        }
         true
     }
 
     pub fn render(&self) -> String {
         let mut out = self.unstructured.clone().unwrap_or_default();
         if self.collapsed_through > 0 {
+            let seqs = self
+                .collapsed_seqs
+                .map(|(first, last)| format!(" (seq {first} to {last})"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{COLLAPSED_PREFIX}{}] earlier user messages are not repeated here; they are kept whole in compactd's history (GET /session/{{id}}/message).",
+                "{COLLAPSED_PREFIX}{}] earlier user messages{seqs} are not repeated here; they are kept whole in compactd's history (GET /session/{{id}}/message).",
                 self.collapsed_through
             );
         }

@@ -1,0 +1,327 @@
+//! The current step: what the agent needs next, kept in every context.
+//!
+//! The spec's preserve boundary spends a token budget from the newest message back; an output
+//! larger than that budget would fall into the summarized part, and the agent would be handed
+//! a context without the result of the command it just ran (it would run it again, or guess).
+//! So the current step, the newest assistant message with every result and user message
+//! after it, is a floor under the boundary: always in the tail, never summarized, never
+//! masked.
+//!
+//! When the step is too large to fit (a 50,000-token `cat` at a 16,000-token window), its
+//! messages are *shortened in the context only*: each large output (and a user message's text)
+//! keeps its head and its tail, with a marker between that says how much was cut and which
+//! seq holds the whole message. The stored message stays whole. Each message of the step gets
+//! its share of the step budget ([`CompactionConfig::step_budget`](super::CompactionConfig::step_budget)),
+//! so the whole step fits it.
+
+use super::estimate::{LazyEstimator, part_chars};
+use crate::message::{Message, Part, Role};
+
+/// Where the current step starts in `messages`: at the newest assistant message (the agent's
+/// last turn; every result and user message after it belongs to the step), or, with no
+/// assistant message, at the newest user message. `messages.len()` when there is neither.
+pub fn current_step_start(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .or_else(|| messages.iter().rposition(|m| m.role == Role::User))
+        .unwrap_or(messages.len())
+}
+
+/// How many tokens `message` may take in the context, or `None` if it is never shortened. A
+/// message with tool results takes the share of `step_budget` its results have among the
+/// `step_calls` calls of the step (parallel results split the budget); a user message may
+/// take the whole budget; anything else (an assistant's own words, a system message) is shown
+/// as it is.
+pub fn message_budget(message: &Message, step_budget: usize, step_calls: usize) -> Option<usize> {
+    let results = message.tool_result_ids().count();
+    if results > 0 {
+        Some(step_budget * results / results.max(step_calls))
+    } else if message.role == Role::User {
+        Some(step_budget)
+    } else {
+        None
+    }
+}
+
+/// What stands where a shortened text was cut.
+pub fn cut_marker(cut_chars: usize, total_chars: usize, seq: u64) -> String {
+    format!(
+        "\n[… {} of {} characters cut here; the whole message is seq {seq} …]\n",
+        super::microcompact::thousands(cut_chars),
+        super::microcompact::thousands(total_chars)
+    )
+}
+
+/// `text` cut to its first and last characters, `keep` in all, with the marker between;
+/// `None` when it has no more than `keep` characters. A cut falls on a line break when one is
+/// near, so the head and the tail read as whole lines.
+pub fn head_and_tail(text: &str, keep: usize, seq: u64) -> Option<String> {
+    let total = text.chars().count();
+    if total <= keep {
+        return None;
+    }
+    let head_chars = keep.div_ceil(2);
+    let tail_chars = keep - head_chars;
+    let head_end = byte_at(text, head_chars);
+    let tail_start = byte_at(text, total - tail_chars);
+    // Snap to a line break within the last fifth of the head or the first fifth of the tail.
+    let head_end = text[..head_end]
+        .rfind('\n')
+        .filter(|&nl| text[nl..head_end].chars().count() <= head_chars / 5)
+        .map_or(head_end, |nl| nl + 1);
+    let tail_start = text[tail_start..]
+        .find('\n')
+        .filter(|&nl| text[tail_start..tail_start + nl].chars().count() <= tail_chars / 5)
+        .map_or(tail_start, |nl| tail_start + nl + 1);
+    let (head, tail) = (&text[..head_end], &text[tail_start..]);
+    let cut = total - head.chars().count() - tail.chars().count();
+    Some(format!("{head}{}{tail}", cut_marker(cut, total, seq)))
+}
+
+/// Byte offset of character `n` of `text` (its length when `n` is past the end).
+fn byte_at(text: &str, n: usize) -> usize {
+    text.char_indices().nth(n).map_or(text.len(), |(i, _)| i)
+}
+
+/// The parts of message `seq` shortened so the message takes at most `max_tokens`, or `None`
+/// when it fits already. What is shortened: tool outputs, and the text of a user message;
+/// the rest (tool calls, an assistant's text) is kept as it is. The room left is shared
+/// fairly: outputs smaller than an even share stay whole and leave the rest to the larger ones.
+pub fn shorten_message(
+    message: &Message,
+    seq: u64,
+    max_tokens: usize,
+    estimator: &LazyEstimator,
+) -> Option<Vec<Part>> {
+    if estimator.message(message) <= max_tokens {
+        return None;
+    }
+    let shortenable = |part: &Part| match part {
+        Part::ToolResult { .. } => true,
+        Part::Text { .. } => message.role == Role::User,
+        _ => false,
+    };
+    let sizes: Vec<Option<usize>> = message
+        .parts
+        .iter()
+        .map(|p| shortenable(p).then(|| part_text(p).chars().count()))
+        .collect();
+    let fixed_chars: usize = message
+        .parts
+        .iter()
+        .zip(&sizes)
+        .filter(|(_, size)| size.is_none())
+        .map(|(p, _)| part_chars(p))
+        .sum();
+    let max_chars = (max_tokens as f64 / estimator.tokens_per_char) as usize;
+    // The markers' own length comes out of the room; shrink until the estimate fits.
+    let mut room = max_chars.saturating_sub(fixed_chars);
+    loop {
+        let shares = fair_shares(&sizes, room.saturating_sub(marker_room(&sizes)));
+        let parts = apply_shares(&message.parts, &sizes, &shares, seq);
+        let shortened = Message {
+            role: message.role,
+            parts,
+        };
+        if estimator.message(&shortened) <= max_tokens || room == 0 {
+            return Some(shortened.parts);
+        }
+        room = room.saturating_sub(room / 10 + 1);
+    }
+}
+
+/// Characters each shortened part's marker may take, at most (its numbers included).
+const MARKER_CHARS: usize = 96;
+
+fn marker_room(sizes: &[Option<usize>]) -> usize {
+    sizes.iter().flatten().count() * MARKER_CHARS
+}
+
+/// How many characters each shortenable part keeps of `room`: parts under an even share keep
+/// all of theirs, the rest split what is left evenly.
+fn fair_shares(sizes: &[Option<usize>], room: usize) -> Vec<usize> {
+    let mut order: Vec<(usize, usize)> = sizes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.map(|s| (i, s)))
+        .collect();
+    order.sort_by_key(|&(_, size)| size);
+    let mut shares = vec![0; sizes.len()];
+    let mut left = room;
+    let mut remaining = order.len();
+    for (i, size) in order {
+        let even = left / remaining.max(1);
+        shares[i] = size.min(even);
+        left -= shares[i];
+        remaining -= 1;
+    }
+    shares
+}
+
+fn apply_shares(parts: &[Part], sizes: &[Option<usize>], shares: &[usize], seq: u64) -> Vec<Part> {
+    parts
+        .iter()
+        .zip(sizes.iter().zip(shares))
+        .map(|(part, (size, &share))| {
+            if size.is_none() {
+                return part.clone();
+            }
+            match part {
+                Part::ToolResult {
+                    call_id,
+                    name,
+                    output,
+                    is_error,
+                } => Part::ToolResult {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    output: head_and_tail(output, share, seq).unwrap_or_else(|| output.clone()),
+                    is_error: *is_error,
+                },
+                Part::Text { text } => Part::Text {
+                    text: head_and_tail(text, share, seq).unwrap_or_else(|| text.clone()),
+                },
+                other => other.clone(),
+            }
+        })
+        .collect()
+}
+
+fn part_text(part: &Part) -> &str {
+    match part {
+        Part::Text { text } | Part::Reasoning { text } => text,
+        Part::ToolResult { output, .. } => output,
+        Part::ToolCall { .. } => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(id: &str) -> Message {
+        Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: id.into(),
+                name: "bash".into(),
+                args: json!({"command": "cat big.log"}),
+            }],
+        }
+    }
+
+    fn result(id: &str, output: String) -> Message {
+        Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: id.into(),
+                name: None,
+                output,
+                is_error: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_step_starts_at_the_newest_assistant_message() {
+        let m = vec![
+            Message::text(Role::User, "go"),
+            call("a"),
+            result("a", "x".into()),
+            call("b"),
+            result("b", "y".into()),
+            Message::text(Role::User, "and then?"),
+        ];
+        assert_eq!(current_step_start(&m), 3);
+        assert_eq!(current_step_start(&m[..1]), 0);
+        assert_eq!(current_step_start(&[]), 0);
+        assert_eq!(
+            current_step_start(&[Message::text(Role::System, "s")]),
+            1,
+            "nothing the agent said or was asked"
+        );
+    }
+
+    #[test]
+    fn a_long_text_keeps_its_head_and_tail_and_says_what_was_cut() {
+        let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let total = text.chars().count();
+        let short = head_and_tail(&text, 400, 17).unwrap();
+        assert!(short.starts_with("line 0\nline 1\n"), "{short}");
+        assert!(short.ends_with("line 998\nline 999\n"), "{short}");
+        assert!(short.contains("the whole message is seq 17"), "{short}");
+        let kept = short.lines().filter(|l| l.starts_with("line ")).count();
+        let cut: usize = text.lines().count() - kept;
+        assert!(cut > 900, "{cut}");
+        assert!(short.contains(&format!(
+            "of {} characters cut here",
+            super::super::microcompact::thousands(total)
+        )));
+        assert_eq!(head_and_tail("short", 10, 1), None);
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_on_character_boundaries() {
+        let text = "日本語🦀é".repeat(500);
+        for keep in [0, 1, 7, 100, 2499] {
+            let short = head_and_tail(&text, keep, 3).unwrap();
+            assert!(short.contains("the whole message is seq 3"));
+        }
+    }
+
+    #[test]
+    fn a_message_is_shortened_to_its_budget_sharing_it_fairly() {
+        let e = LazyEstimator::default();
+        let m = Message {
+            role: Role::User,
+            parts: vec![
+                Part::ToolResult {
+                    call_id: "a".into(),
+                    name: None,
+                    output: "a".repeat(40_000),
+                    is_error: false,
+                },
+                Part::ToolResult {
+                    call_id: "b".into(),
+                    name: None,
+                    output: "small".into(),
+                    is_error: false,
+                },
+            ],
+        };
+        let parts = shorten_message(&m, 9, 1_000, &e).unwrap();
+        let shortened = Message {
+            role: Role::User,
+            parts,
+        };
+        assert!(e.message(&shortened) <= 1_000);
+        assert!(e.message(&shortened) > 900, "uses its room");
+        let Part::ToolResult { output, .. } = &shortened.parts[1] else {
+            panic!()
+        };
+        assert_eq!(output, "small", "the small output stays whole");
+        assert_eq!(shorten_message(&m, 9, 20_000, &e), None);
+    }
+
+    #[test]
+    fn parallel_results_share_the_step_budget() {
+        let one = result("a", "x".into());
+        assert_eq!(message_budget(&one, 3_000, 3), Some(1_000));
+        assert_eq!(message_budget(&one, 3_000, 0), Some(3_000), "a late result");
+        assert_eq!(
+            message_budget(&Message::text(Role::User, "u"), 3_000, 3),
+            Some(3_000)
+        );
+        assert_eq!(message_budget(&call("a"), 3_000, 1), None);
+    }
+
+    #[test]
+    fn an_assistant_message_is_not_shortened_beyond_its_text() {
+        let e = LazyEstimator::default();
+        let m = Message::text(Role::Assistant, "x".repeat(10_000));
+        let parts = shorten_message(&m, 1, 100, &e).unwrap();
+        assert_eq!(parts, m.parts, "an assistant's words are its own");
+    }
+}

@@ -1,0 +1,343 @@
+//! The current step is never compacted away: after every append, the context an agent is
+//! handed holds the newest results with their calls (each output whole, or its head and its
+//! tail), and stays within the session's limit, whatever the outputs' sizes (single outputs
+//! larger than the whole limit included) and whatever the limit. Checked on the context's
+//! own text, re-estimated, not on compactd's counters.
+
+use compactd::compaction::LazyEstimator;
+use compactd::config::{Config, Synchronous};
+use compactd::message::{Message, Part, Role};
+use compactd::protocol::SessionId;
+use compactd::service::{AppendRequest, CreateSession, Service};
+use compactd::store::Store;
+use proptest::prelude::*;
+use serde_json::json;
+
+/// One step of the random session: an assistant turn calling tools, and their outputs.
+#[derive(Debug, Clone)]
+struct Step {
+    /// Output sizes, in multiples of a thousandth of the limit's characters (so up to about
+    /// twice the whole limit for one output).
+    outputs: Vec<usize>,
+    /// Results in one user message (Anthropic style) rather than one tool message each.
+    anthropic: bool,
+    /// A user message after the results.
+    user_after: bool,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop::collection::vec(prop_oneof![2 => 1usize..100, 1 => 100usize..2_000], 1..4),
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(outputs, anthropic, user_after)| Step {
+            outputs,
+            anthropic,
+            user_after,
+        })
+}
+
+/// An output of `chars` characters whose first and last lines say which it is.
+fn output(id: &str, chars: usize) -> String {
+    let (head, tail) = (format!("BEGIN {id}\n"), format!("\nEND {id}"));
+    let body = "x".repeat(chars.saturating_sub(head.len() + tail.len()));
+    format!("{head}{body}{tail}")
+}
+
+/// Whether `context` shows `call_id`'s call, then its result: whole, or its head and tail.
+fn visible(context: &[Message], call_id: &str, original: &str) -> bool {
+    let (head, tail) = (
+        original.lines().next().unwrap_or(""),
+        original.lines().last().unwrap_or(""),
+    );
+    let mut called = false;
+    for part in context.iter().flat_map(|m| &m.parts) {
+        match part {
+            Part::ToolCall { id, .. } if id == call_id => called = true,
+            Part::ToolResult {
+                call_id: id,
+                output,
+                ..
+            } if id == call_id => {
+                return called
+                    && (output == original
+                        || (output.starts_with(head) && output.ends_with(tail)));
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+    let service = Service::new(store.clone(), Config::default()).unwrap();
+    let id = SessionId::parse("s").unwrap();
+    service
+        .create_session(CreateSession {
+            id: Some(id.clone()),
+            context_limit: Some(limit),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let append = |messages: Vec<Message>| {
+        let service = service.clone();
+        let id = id.clone();
+        async move {
+            let request = AppendRequest {
+                messages,
+                input_tokens: None,
+                wait: true,
+                idempotency_key: None,
+            };
+            service.append(&id, request).await.unwrap();
+        }
+    };
+    append(vec![Message::text(Role::User, "Fix the build.")]).await;
+    let estimator = LazyEstimator::default();
+    for (n, step) in steps.iter().enumerate() {
+        let ids: Vec<String> = (0..step.outputs.len())
+            .map(|i| format!("c{n}-{i}"))
+            .collect();
+        append(vec![Message {
+            role: Role::Assistant,
+            parts: ids
+                .iter()
+                .map(|id| Part::ToolCall {
+                    id: id.clone(),
+                    name: "bash".into(),
+                    args: json!({"command": format!("run {id}")}),
+                })
+                .collect(),
+        }])
+        .await;
+        let outputs: Vec<String> = ids
+            .iter()
+            .zip(&step.outputs)
+            .map(|(id, size)| output(id, size * limit * 4 / 1000))
+            .collect();
+        let result = |(id, output): (&String, &String)| Part::ToolResult {
+            call_id: id.clone(),
+            name: None,
+            output: output.clone(),
+            is_error: false,
+        };
+        if step.anthropic {
+            append(vec![Message {
+                role: Role::User,
+                parts: ids.iter().zip(&outputs).map(result).collect(),
+            }])
+            .await;
+        } else {
+            for pair in ids.iter().zip(&outputs) {
+                append(vec![Message {
+                    role: Role::Tool,
+                    parts: vec![result(pair)],
+                }])
+                .await;
+            }
+        }
+        if step.user_after {
+            append(vec![Message::text(
+                Role::User,
+                format!("Now step {n} again."),
+            )])
+            .await;
+        }
+        let view = service.context(&id, true).await.unwrap();
+        let context = view.to_messages();
+        let tokens = estimator.messages(&context);
+        prop_assert!(
+            tokens <= limit,
+            "step {}: the context takes {} tokens of {}",
+            n,
+            tokens,
+            limit
+        );
+        prop_assert!(
+            view.tokens <= limit,
+            "step {}: counted {} of {}",
+            n,
+            view.tokens,
+            limit
+        );
+        for (id, original) in ids.iter().zip(&outputs) {
+            prop_assert!(
+                visible(&context, id, original),
+                "step {}: {} is not visible",
+                n,
+                id
+            );
+        }
+        if step.user_after {
+            let asked = format!("Now step {n} again.");
+            prop_assert!(context.iter().any(|m| m.joined_text().contains(&asked)));
+        }
+    }
+    service.shutdown().await;
+    store.close();
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn every_context_holds_the_current_step_and_stays_within_its_limit(
+        limit in 6_000usize..60_000,
+        steps in prop::collection::vec(step(), 1..24),
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(run_session(limit, steps))?;
+    }
+}
+
+/// A lower limit shortens the current step again: the context still fits the new limit and
+/// still shows the output's head and tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_limit_shortens_the_current_step_again() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+    let service = Service::new(store.clone(), Config::default()).unwrap();
+    let id = SessionId::parse("s").unwrap();
+    service
+        .create_session(CreateSession {
+            id: Some(id.clone()),
+            context_limit: Some(128_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let big = output("c1", 160_000);
+    let messages = vec![
+        Message::text(Role::User, "Read the log."),
+        Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: "c1".into(),
+                name: "bash".into(),
+                args: json!({"command": "cat big.log"}),
+            }],
+        },
+        Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: "c1".into(),
+                name: None,
+                output: big.clone(),
+                is_error: false,
+            }],
+        },
+    ];
+    let request = AppendRequest {
+        messages,
+        input_tokens: None,
+        wait: true,
+        idempotency_key: None,
+    };
+    service.append(&id, request).await.unwrap();
+    let before = service.context(&id, true).await.unwrap();
+    assert!(visible(&before.to_messages(), "c1", &big));
+    assert!(before.tokens > 16_000, "shown at 128k: {}", before.tokens);
+    let update = compactd::protocol::UpdateSessionRequest {
+        context_limit: Some(16_000),
+        ..Default::default()
+    };
+    service.update_session(&id, update).await.unwrap();
+    let after = service.context(&id, true).await.unwrap();
+    let context = after.to_messages();
+    let tokens = LazyEstimator::default().messages(&context);
+    assert!(
+        tokens <= 16_000 && after.tokens <= 16_000,
+        "{tokens} / {}",
+        after.tokens
+    );
+    assert!(visible(&context, "c1", &big));
+    // The stored message stays whole.
+    let history = service.history(&id, 2, 1).await.unwrap();
+    assert!(
+        history.messages[0]
+            .parts
+            .get()
+            .contains(&"x".repeat(100_000))
+    );
+    service.shutdown().await;
+    store.close();
+}
+
+/// Masking old outputs never reaches into the current step, however many results it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masking_spares_every_result_of_the_current_step() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+    let service = Service::new(store.clone(), Config::default()).unwrap();
+    let id = SessionId::parse("s").unwrap();
+    let mut messages = vec![Message::text(Role::User, "Survey the logs.")];
+    let round = |ids: Vec<String>, chars: usize| {
+        let call = Message {
+            role: Role::Assistant,
+            parts: ids
+                .iter()
+                .map(|id| Part::ToolCall {
+                    id: id.clone(),
+                    name: "bash".into(),
+                    args: json!({"command": format!("cat {id}.log")}),
+                })
+                .collect(),
+        };
+        let results: Vec<Message> = ids
+            .iter()
+            .map(|id| Message {
+                role: Role::Tool,
+                parts: vec![Part::ToolResult {
+                    call_id: id.clone(),
+                    name: None,
+                    output: output(id, chars),
+                    is_error: false,
+                }],
+            })
+            .collect();
+        std::iter::once(call).chain(results).collect::<Vec<_>>()
+    };
+    for i in 0..12 {
+        messages.extend(round(vec![format!("old{i}")], 4_000));
+    }
+    let parallel: Vec<String> = (0..8).map(|i| format!("now{i}")).collect();
+    messages.extend(round(parallel.clone(), 8_000));
+    for message in messages {
+        let request = AppendRequest {
+            messages: vec![message],
+            input_tokens: None,
+            wait: true,
+            idempotency_key: None,
+        };
+        service.append(&id, request).await.unwrap();
+    }
+    let view = service.context(&id, true).await.unwrap();
+    let context = view.to_messages();
+    for id in &parallel {
+        assert!(visible(&context, id, &output(id, 8_000)), "{id} was masked");
+    }
+    let history = service
+        .compaction_history(
+            &id,
+            compactd::service::HistoryRequest {
+                after: 0,
+                failures_after: 0,
+                maskings_after: 0,
+                limit: 100,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!history.maskings.is_empty(), "old outputs were masked");
+    service.shutdown().await;
+    store.close();
+}
