@@ -45,8 +45,24 @@ CREATE TABLE sessions (
     task_seq            INTEGER,                        -- seq of the session's first user instruction (its task), once there is one
     masked_through_seq  INTEGER NOT NULL DEFAULT 0,     -- tool outputs of active messages below this seq are masked in the context
     owner               TEXT,                           -- sessions the proxy made: SHA-256 of the client's API key (never the key); NULL otherwise
-    step_calls          INTEGER NOT NULL DEFAULT 0      -- tool calls of the newest assistant message (its results share the step's room)
+    step_calls          INTEGER NOT NULL DEFAULT 0,     -- tool calls of the newest assistant message (its results share the step's room)
+    -- A session's counters above describe one branch, the one ending at head_seq (sessions made
+    -- through the socket API have one; a proxied conversation branches where its client edits
+    -- or rewrites what it sends, see the branch_messages view).
+    head_seq            INTEGER NOT NULL DEFAULT 0,     -- the newest message of the current branch
+    branch_points       INTEGER NOT NULL DEFAULT 0,     -- messages that start a branch (their parent is not the seq before them)
+    summary_num         INTEGER NOT NULL DEFAULT 0,     -- the compaction the current branch's context starts from (0: none)
+    kind                TEXT NOT NULL DEFAULT 'api'     -- api: made through the socket API; proxy: a conversation the proxy
+                        CHECK (kind IN ('api', 'proxy', 'side')),    -- records; side: a proxied client's one-off calls (titles, commit messages)
+    conversation        TEXT,                           -- proxy: SHA-256 of the client's conversation header (never the header itself)
+    root_hash           INTEGER,                        -- proxy: fingerprint of the conversation's first message
+    task_hash           INTEGER,                        -- proxy: fingerprint of its task (the last user message of its first call)
+    static_seq          INTEGER NOT NULL DEFAULT 0,     -- proxy: the client's own prefix (system prompt, examples) ends here; pinned
+    overhead_tokens     INTEGER NOT NULL DEFAULT 0,     -- proxy: estimated tokens of the last call's tools, system and instructions
+    limit_source        TEXT                            -- why context_limit is what it is (model table, [proxy.models], header, default)
 );
+CREATE INDEX sessions_by_owner ON sessions (owner, root_hash) WHERE owner IS NOT NULL;
+CREATE INDEX sessions_by_conversation ON sessions (conversation) WHERE conversation IS NOT NULL;
 
 -- Every message ever appended, in order. Append-only.
 CREATE TABLE messages (
@@ -66,9 +82,13 @@ CREATE TABLE messages (
     shortened_parts TEXT                                -- the parts as a context shows them when too large for it: long outputs
                     CHECK (shortened_parts IS NULL OR json_valid(shortened_parts)), -- keep head and tail (NULL: shown whole)
     shortened_tokens INTEGER,                           -- estimated tokens of shortened_parts
+    parent_seq  INTEGER,                                -- the message before it on its branch (NULL: the first); seq - 1 but where a branch starts
+    hash        INTEGER,                                -- proxied messages: fingerprint of what the client sends, to match its next call
     UNIQUE (session_id, seq)
 );
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
+CREATE INDEX messages_by_parent ON messages (session_id, parent_seq);
+CREATE INDEX messages_branch_points ON messages (session_id, seq) WHERE parent_seq IS NOT seq - 1;
 
 -- The tool calls of each session, so a tool_result can be checked against its call.
 CREATE TABLE tool_calls (
@@ -115,6 +135,7 @@ CREATE TABLE compactions (
                     CHECK (json_valid(created_files)),
     deleted_files   TEXT NOT NULL DEFAULT '[]'          -- JSON array of paths the session removed
                     CHECK (json_valid(deleted_files)),
+    summary_tokens  INTEGER,                            -- estimated tokens of the summary message (NULL: made before they were kept)
     UNIQUE (session_id, num)
 );
 
@@ -174,14 +195,31 @@ SELECT m.session_id, 'masking', NULL, 'tokens', m.created_at, m.pre_tokens, m.po
 FROM maskings m
 ORDER BY compacted_at DESC;
 
+-- Each branch of each session, its messages in order (a session made through the socket
+-- API has one; a proxied conversation one per place its client changed what it sends).
+-- branch is the seq of the branch's newest message.
+CREATE VIEW branch_messages AS
+WITH RECURSIVE branch (session_id, branch, seq, parent_seq) AS (
+    SELECT m.session_id, m.seq, m.seq, m.parent_seq FROM messages m
+    WHERE NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_seq = m.seq)
+    UNION ALL
+    SELECT b.session_id, b.branch, p.seq, p.parent_seq FROM branch b
+    JOIN messages p ON p.session_id = b.session_id AND p.seq = b.parent_seq
+)
+SELECT b.session_id, b.branch, b.seq, m.role, m.parts, m.created_at
+FROM branch b JOIN messages m ON m.session_id = b.session_id AND m.seq = b.seq
+ORDER BY b.session_id, b.branch, b.seq;
+
 -- Sessions at a glance.
 CREATE VIEW session_overview AS
 SELECT s.id,
+       s.kind,
        s.model,
        s.context_limit,
        s.message_count,
        s.active_messages,
-       s.pinned_tokens + s.summary_tokens + s.active_tokens AS context_tokens,
+       s.pinned_tokens + s.summary_tokens + s.active_tokens + s.overhead_tokens AS context_tokens,
+       s.branch_points + 1                        AS branches,
        s.compaction_count,
        (SELECT count(*) FROM compaction_failures f WHERE f.session_id = s.id) AS failed_compactions,
        s.created_at,

@@ -228,7 +228,7 @@ fn finish(
 /// The session's task, when it lies in what this compaction replaces or moves in front.
 fn task_note(input: &PlanInput, plan: &CompactionPlan) -> Option<TaskNote> {
     let seq = input.task_seq?;
-    let index = seq.checked_sub(input.first_seq)? as usize;
+    let index = input.index_of(seq)?;
     (index < plan.boundary.index).then(|| TaskNote {
         seq,
         text: input.messages[index].joined_text(),

@@ -39,9 +39,25 @@ pub struct ProxyConfig {
     pub anthropic_upstream: String,
     /// Total time one proxied call (its streamed answer included) may take, seconds.
     pub timeout_s: u64,
+    /// What is recorded of one upstream answer at most, in bytes: a longer one keeps its
+    /// head and tail with a marker (the client still gets all of it).
+    pub max_recorded_bytes: usize,
+    /// Context windows by model name, over the built-in table (`[proxy.models]`); a call's
+    /// `x-compactd-context-limit` header goes over both.
+    pub models: std::collections::BTreeMap<String, usize>,
 }
 
 impl ProxyConfig {
+    /// The context window of `model` and where it comes from: `[proxy.models]`, else the
+    /// built-in table, else `None` (the caller uses `default_context_limit`).
+    pub fn model_window(&self, model: &str) -> Option<(usize, String)> {
+        if let Some(&tokens) = self.models.get(model) {
+            return Some((tokens, format!("[proxy.models] \"{model}\"")));
+        }
+        crate::provider::models::context_window(model)
+            .map(|tokens| (tokens, format!("model table: {model}")))
+    }
+
     /// The loopback address to listen on, if any. Every local user can connect to it (the
     /// API key a call carries is what protects its sessions), so it is never more than local.
     pub fn listen_address(&self) -> Result<Option<std::net::SocketAddr>, String> {
@@ -67,6 +83,8 @@ impl Default for ProxyConfig {
             openai_upstream: "https://api.openai.com/v1".into(),
             anthropic_upstream: "https://api.anthropic.com".into(),
             timeout_s: 600,
+            max_recorded_bytes: 4 * 1024 * 1024,
+            models: Default::default(),
         }
     }
 }

@@ -64,10 +64,13 @@ pub async fn session_list(client: &Client, out: Output) -> Result<()> {
         let mut rows = vec![
             [
                 "ID",
+                "KIND",
                 "MESSAGES",
                 "ACTIVE",
                 "TOKENS",
                 "LIMIT",
+                "LIMIT FROM",
+                "BRANCHES",
                 "COMPACTIONS",
                 "UPDATED",
             ]
@@ -77,10 +80,13 @@ pub async fn session_list(client: &Client, out: Output) -> Result<()> {
         for s in &sessions {
             rows.push(vec![
                 s.id.to_string(),
+                s.kind.as_str().to_string(),
                 s.message_count.to_string(),
                 s.active_messages.to_string(),
                 s.tokens.to_string(),
                 s.context_limit.to_string(),
+                s.limit_source.clone().unwrap_or_else(|| "client".into()),
+                s.branches.to_string(),
                 s.compaction_count.to_string(),
                 s.updated_at.clone(),
             ]);
@@ -104,13 +110,25 @@ fn session_text(s: &SessionView) -> String {
     };
     let source = serde_json::to_value(s.token_source).unwrap_or_default();
     format!(
-        "session:      {}\nmodel:        {}\ncontext:      {} / {} tokens ({}), compacts at {}\nmessages:     {} total, {} active (compacts above {})\ncompactions:  {}{}\nbreaker:      {breaker}\noverrides:    {}\ncreated:      {}\nupdated:      {}\n",
+        "session:      {} ({}, {} branch{})\nmodel:        {}\ncontext:      {} / {} tokens ({}), compacts at {}; limit from {}{}\nmessages:     {} total, {} active (compacts above {})\ncompactions:  {}{}\nbreaker:      {breaker}\noverrides:    {}\ncreated:      {}\nupdated:      {}\n",
         s.id,
+        s.kind.as_str(),
+        s.branches,
+        if s.branches == 1 { "" } else { "es" },
         or_dash(&s.model),
         s.tokens,
         s.context_limit,
         source.as_str().unwrap_or("-"),
         s.token_threshold,
+        s.limit_source.as_deref().unwrap_or("the client"),
+        if s.overhead_tokens > 0 {
+            format!(
+                " ({} of them the client's tools and system)",
+                s.overhead_tokens
+            )
+        } else {
+            String::new()
+        },
         s.message_count,
         s.active_messages,
         s.max_messages,
@@ -241,11 +259,17 @@ pub async fn messages(
         for m in &p.messages {
             let parts: Vec<crate::message::Part> =
                 serde_json::from_str(m.parts.get()).unwrap_or_default();
-            let flags = match (m.pinned, m.compacted) {
+            let mut flags = match (m.pinned, m.compacted) {
                 (true, _) => " (pinned)",
                 (false, true) => " (compacted)",
                 _ => "",
-            };
+            }
+            .to_string();
+            match m.branches_from {
+                Some(0) => flags.push_str(" (starts a new branch)"),
+                Some(parent) => flags.push_str(&format!(" (a branch from #{parent})")),
+                None => {}
+            }
             s.push_str(&format!(
                 "── #{} {}{flags} · {} tokens · {}\n{}\n",
                 m.seq,

@@ -28,8 +28,9 @@ pub struct PlanInput<'a> {
     pub pinned: &'a [bool],
     /// Tokens of every pinned message of the session, wherever it stands.
     pub pinned_tokens: usize,
-    /// The seq of `messages[0]`; messages are numbered on from it.
-    pub first_seq: u64,
+    /// The seq of each message (empty: they are numbered from 1). A proxied conversation's
+    /// branch need not be consecutive seqs.
+    pub seqs: &'a [u64],
     /// The seq of the session's task (its first user instruction), if it has one.
     pub task_seq: Option<u64>,
     pub prior_summary: Option<&'a str>,
@@ -61,7 +62,7 @@ impl<'a> PlanInput<'a> {
             tokens,
             pinned: &[],
             pinned_tokens: 0,
-            first_seq: 1,
+            seqs: &[],
             task_seq: None,
             prior_summary: None,
             prior_files: &NO_FILES,
@@ -70,6 +71,22 @@ impl<'a> PlanInput<'a> {
             config,
             estimator: LazyEstimator::default(),
             redact_secrets: true,
+        }
+    }
+
+    /// The seq of `messages[index]`.
+    pub fn seq_of(&self, index: usize) -> u64 {
+        self.seqs.get(index).copied().unwrap_or(index as u64 + 1)
+    }
+
+    /// Where the message of `seq` stands in `messages`.
+    pub fn index_of(&self, seq: u64) -> Option<usize> {
+        match self.seqs.is_empty() {
+            true => seq
+                .checked_sub(1)
+                .map(|i| i as usize)
+                .filter(|&i| i < self.messages.len()),
+            false => self.seqs.iter().position(|&s| s == seq),
         }
     }
 
@@ -185,7 +202,7 @@ impl CompactionPlan {
     pub fn summarized_messages(&self, input: &PlanInput) -> (Vec<Message>, Vec<u64>) {
         self.summarized
             .iter()
-            .map(|&i| (input.messages[i].clone(), input.first_seq + i as u64))
+            .map(|&i| (input.messages[i].clone(), input.seq_of(i)))
             .unzip()
     }
 

@@ -78,6 +78,24 @@ pub struct SessionView {
     /// A compaction of this session is running.
     pub compacting: bool,
     pub breaker: BreakerView,
+    /// How the session came to be: `api` (the socket API), `proxy` (a conversation the proxy
+    /// records), `side` (a proxied client's one-off calls: titles, commit messages).
+    pub kind: crate::store::SessionKind,
+    /// Branches of a proxied conversation (where its client changed what it sends); 1 for
+    /// every other session.
+    pub branches: u64,
+    /// Why `context_limit` is what it is: the model table, `[proxy.models]`, a header, the
+    /// default (absent for sessions made through the API, whose limit the client chose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_source: Option<String>,
+    /// Tokens of the tools and system a proxied client sends with each call, counted in
+    /// `tokens`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub overhead_tokens: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The circuit breaker of automatic compaction.
@@ -179,6 +197,10 @@ pub struct HistoryMessage {
     pub pinned: bool,
     /// Summarized by a compaction (no longer sent verbatim; pinned messages never are).
     pub compacted: bool,
+    /// Where a branch of a proxied conversation starts: the message before this one on its
+    /// branch (absent when that is `seq - 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branches_from: Option<u64>,
 }
 
 /// A page of a session's compaction history: `GET /v1/session/{id}/compaction`.

@@ -1,5 +1,7 @@
-//! A conversation in the shapes model APIs accept: OpenAI Chat Completions `messages`
-//! ([`openai`]) and the Anthropic Messages API's `{system, messages}` ([`anthropic`]).
+//! Model APIs' wire formats, each in one module: OpenAI Chat Completions ([`chat`]), the
+//! Anthropic Messages API ([`anthropic`]) and the OpenAI Responses API ([`responses`]). Each
+//! renders compactd's context in its shape (for `GET /context?format=...`), and reads and
+//! writes a proxied call ([`wire`]): the request's conversation, the answer, its stream.
 //!
 //! compactd stores messages in one neutral shape ([`Message`]); an agent that asks for its
 //! context "ready to send" gets it converted here, so no plugin has to re-implement the rules
@@ -16,8 +18,12 @@
 //! Pure functions: no I/O.
 
 pub mod anthropic;
-pub mod openai;
+pub mod chat;
+pub mod models;
+pub mod responses;
+mod sse;
 mod turns;
+pub mod wire;
 
 #[cfg(test)]
 mod fixtures;

@@ -69,6 +69,9 @@ fn proxy_routes() -> Router<Arc<Service>> {
     Router::new()
         .route("/chat/completions", post(proxy::chat_completions))
         .route("/messages", post(proxy::messages))
+        .route("/messages/count_tokens", post(proxy::count_tokens))
+        .route("/responses", post(proxy::responses))
+        .route("/models", get(proxy::models))
 }
 
 /// `api` at versioned paths (`/v1/...`) and at today's unversioned ones as aliases, with JSON

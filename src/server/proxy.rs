@@ -1,34 +1,35 @@
-//! `POST /v1/chat/completions` and `POST /v1/messages`: compactd as an OpenAI- and
-//! Anthropic-compatible endpoint for agents that were never written for it. The client sends its whole conversation; the service maps it to a
-//! session ([`crate::service::proxy`]); upstream gets the session's context in its place, with
-//! the client's model, tools, parameters and headers otherwise untouched; the answer comes back
-//! as the upstream sent it (streamed or not), and is appended to the session before the client
-//! sees its end.
+//! The proxy's HTTP side: `POST /v1/chat/completions`, `/v1/messages`,
+//! `/v1/messages/count_tokens` and `/v1/responses`, and `GET /v1/models`, as the model APIs
+//! serve them, for agents that were never written for compactd.
+//!
+//! A call's conversation goes to the service ([`crate::service::proxy`]), which places it in
+//! its session and returns the context of its branch; the request's wire format
+//! ([`crate::provider::wire`]) puts that context in place of the conversation, and everything
+//! else the client sent (model, tools, parameters, query string, headers) goes upstream as it
+//! came. The answer comes back as the upstream sent it, streamed or not, status and body
+//! unchanged, and what it says is recorded before the client sees its end. This module only
+//! speaks HTTP.
 
 use super::error::ApiError;
 use super::extract::JsonBody;
-use crate::message::Message;
 use crate::protocol::{ErrorCode, SessionId};
+use crate::provider::wire::{Outgoing, Wire, WireRequest};
 use crate::service::Service;
-use crate::service::proxy::{Caller, ProxyTurn};
+use crate::service::proxy::{Caller, Identity, ProxyTurn};
 use axum::Extension;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures_util::{Stream, StreamExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The most of a streamed answer kept to record it; a longer one is recorded by the client's
-/// next call, which carries it.
-const MAX_RECORDED_STREAM: usize = 16 * 1024 * 1024;
 
 /// Request headers never forwarded: the connection's own, our own, `content-type` (set for
 /// the new body) and `accept-encoding` (the answer is read to record it, so it must come
 /// uncompressed).
-const NOT_FORWARDED: [&str; 7] = [
+const NOT_FORWARDED: [&str; 9] = [
     "host",
     "content-length",
     "content-type",
@@ -36,151 +37,295 @@ const NOT_FORWARDED: [&str; 7] = [
     "transfer-encoding",
     "accept-encoding",
     "x-compactd-session",
+    "x-compactd-context-limit",
+    "keep-alive",
 ];
+
+/// Headers that name a conversation, as the agents send them: Claude Code's, Codex's and
+/// opencode's.
+const CONVERSATION_HEADERS: [&str; 3] = ["x-claude-code-session-id", "session-id", "x-session-id"];
 
 /// Marks a call that came over the loopback TCP listener, which any local user can reach.
 #[derive(Debug, Clone, Copy)]
 pub struct Network;
 
-/// Which model API a call speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Api {
-    /// Chat Completions.
-    OpenAi,
-    /// Messages.
-    Anthropic,
-}
-
 pub async fn chat_completions(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    proxied(Api::OpenAi, service, network.is_none(), headers, body).await
+    let call = Call::new(Wire::Chat, network.is_none(), query, headers);
+    logged(&call, &body, proxied(&call, &service, body.clone()).await)
 }
 
 pub async fn messages(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    proxied(Api::Anthropic, service, network.is_none(), headers, body).await
+    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers);
+    logged(&call, &body, proxied(&call, &service, body.clone()).await)
+}
+
+pub async fn responses(
+    State(service): State<Arc<Service>>,
+    network: Option<Extension<Network>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let call = Call::new(Wire::Responses, network.is_none(), query, headers);
+    // The history of a call that continues a stored response is upstream's: pass it on.
+    let result = match body["previous_response_id"].is_string() {
+        true => {
+            forward(
+                &call,
+                &service,
+                Method::POST,
+                "/responses",
+                Some(&body),
+                None,
+            )
+            .await
+        }
+        false => proxied(&call, &service, body.clone()).await,
+    };
+    logged(&call, &body, result)
+}
+
+/// `POST /v1/messages/count_tokens`, answered for the compacted request: what the agent
+/// counts is what really goes out.
+pub async fn count_tokens(
+    State(service): State<Arc<Service>>,
+    network: Option<Extension<Network>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    JsonBody(mut body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers);
+    let result = async {
+        let caller = call.caller()?;
+        let request = Wire::Anthropic
+            .parse(&body)
+            .map_err(|e| ApiError::bad_request(format!("messages: {e}")))?;
+        if let Some(preview) = service
+            .proxy_preview(&caller, call.identity()?, &request)
+            .await?
+        {
+            let mut outgoing = outgoing(Wire::Anthropic, &preview.turn, &request);
+            outgoing.extend(
+                request.natives[preview.matched..]
+                    .iter()
+                    .map(Outgoing::Native),
+            );
+
+            Wire::Anthropic.render(&mut body, &outgoing);
+        }
+        forward(
+            &call,
+            &service,
+            Method::POST,
+            "/messages/count_tokens",
+            Some(&body),
+            None,
+        )
+        .await
+    }
+    .await;
+    logged(&call, &body, result)
+}
+
+/// `GET /v1/models`, passed on to the upstream the client's headers point to.
+pub async fn models(
+    State(service): State<Arc<Service>>,
+    network: Option<Extension<Network>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let wire = if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
+        Wire::Anthropic
+    } else {
+        Wire::Chat
+    };
+    let call = Call::new(wire, network.is_none(), query, headers);
+    call.caller()?;
+    logged(
+        &call,
+        &Value::Null,
+        forward(&call, &service, Method::GET, "/models", None, None).await,
+    )
+}
+
+/// One proxied call's HTTP facts.
+struct Call {
+    wire: Wire,
+    local: bool,
+    query: Option<String>,
+    headers: HeaderMap,
+}
+
+impl Call {
+    fn new(wire: Wire, local: bool, query: Option<String>, headers: HeaderMap) -> Call {
+        Call {
+            wire,
+            local,
+            query,
+            headers,
+        }
+    }
+
+    fn caller(&self) -> Result<Caller, ApiError> {
+        Ok(Caller::new(credential(&self.headers)?, self.local))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn identity(&self) -> Result<Identity, ApiError> {
+        let named = self
+            .header("x-compactd-session")
+            .map(|v| {
+                SessionId::parse(v)
+                    .map_err(|_| ApiError::bad_request("x-compactd-session is not a session id"))
+            })
+            .transpose()?;
+        let context_limit = self
+            .header("x-compactd-context-limit")
+            .map(|v| {
+                v.parse::<usize>().map_err(|_| {
+                    ApiError::bad_request("x-compactd-context-limit is not a number of tokens")
+                })
+            })
+            .transpose()?;
+        let conversation = CONVERSATION_HEADERS
+            .iter()
+            .find_map(|h| self.header(h))
+            .map(|v| v.chars().take(256).collect());
+        Ok(Identity {
+            named,
+            conversation,
+            context_limit,
+        })
+    }
+
+    /// The upstream URL of this call's path.
+    fn url(&self, service: &Service, path: &str) -> String {
+        let proxy = &service.settings().config.proxy;
+        let base = match self.wire {
+            Wire::Anthropic => format!("{}/v1", proxy.anthropic_upstream.trim_end_matches('/')),
+            Wire::Chat | Wire::Responses => proxy.openai_upstream.trim_end_matches('/').to_string(),
+        };
+        match &self.query {
+            Some(query) => format!("{base}{path}?{query}"),
+            None => format!("{base}{path}"),
+        }
+    }
+}
+
+/// Logs every refusal and every upstream failure (status, code, session, model; never a
+/// body or a key), then answers.
+fn logged(
+    call: &Call,
+    body: &Value,
+    result: Result<Response, ApiError>,
+) -> Result<Response, ApiError> {
+    let model = body["model"].as_str().unwrap_or_default();
+    match &result {
+        Err(e) => {
+            tracing::warn!(api = call.wire.name(), status = e.status.as_u16(), code = e.code.as_str(), model, reason = %e.message, "proxy refused a call")
+        }
+        Ok(response) if !response.status().is_success() => {
+            let session = response
+                .headers()
+                .get("x-compactd-session")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
+            tracing::warn!(
+                api = call.wire.name(),
+                status = response.status().as_u16(),
+                session,
+                model,
+                "upstream answered with an error"
+            );
+        }
+        Ok(_) => {}
+    }
+    result
 }
 
 async fn proxied(
-    api: Api,
-    service: Arc<Service>,
-    local: bool,
-    headers: HeaderMap,
+    call: &Call,
+    service: &Arc<Service>,
     mut body: Value,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::new(credential(&headers)?, local);
-    let wanted = match headers.get("x-compactd-session") {
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|v| SessionId::parse(v).ok())
-                .ok_or_else(|| ApiError::bad_request("x-compactd-session is not a session id"))?,
-        ),
-        None => None,
+    let caller = call.caller()?;
+    let request = call
+        .wire
+        .parse(&body)
+        .map_err(|e| ApiError::bad_request(format!("the request's conversation: {e}")))?;
+    let turn = service
+        .proxy_turn(&caller, call.identity()?, &request)
+        .await?;
+    let outgoing = outgoing(call.wire, &turn, &request);
+    call.wire.render(&mut body, &outgoing);
+    let path = match call.wire {
+        Wire::Chat => "/chat/completions",
+        Wire::Anthropic => "/messages",
+        Wire::Responses => "/responses",
     };
-    let conversation = match api {
-        Api::OpenAi => crate::transcript::openai_messages(&body["messages"]),
-        Api::Anthropic => crate::transcript::anthropic_messages(&body),
-    }
-    .map_err(|e| ApiError::bad_request(format!("messages: {e}")))?;
-    let turn = service.proxy_turn(&caller, wanted, conversation).await?;
-    put_context(api, &mut body, &turn);
-    let streaming = body["stream"] == true;
-    let upstream = send_upstream(api, &service, &headers, &body).await?;
-    let status = upstream.status();
-    let mut response = Response::builder().status(status.as_u16());
-    for (name, value) in upstream.headers() {
-        if !matches!(
-            name.as_str(),
-            "content-length" | "transfer-encoding" | "connection"
-        ) {
-            response = response.header(name, value);
-        }
-    }
-    let response = compactd_headers(response, &turn);
-    let body = if !status.is_success() {
-        Body::from(upstream.bytes().await.unwrap_or_default())
-    } else if streaming {
-        Body::from_stream(recorded_stream(
-            api,
-            service,
-            turn.id,
-            upstream.bytes_stream(),
-        ))
-    } else {
-        let bytes = upstream.bytes().await.map_err(unreachable)?;
-        record(&service, &turn.id, reply_of(api, &bytes)).await;
-        Body::from(bytes)
-    };
-    response.body(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::Internal,
-            e.to_string(),
-        )
-    })
+    forward(call, service, Method::POST, path, Some(&body), Some(&turn)).await
 }
 
-/// The client's body with its conversation replaced by the session's context.
-fn put_context(api: Api, body: &mut Value, turn: &ProxyTurn) {
-    let messages = turn.context.to_messages();
-    match api {
-        Api::OpenAi => {
-            body["messages"] = Value::Array(crate::provider::openai::messages(&messages));
-        }
-        Api::Anthropic => {
-            // A client that marks cache breakpoints (Claude Code does) pays for uncached input
-            // otherwise: the context is byte-stable between compactions, so mark it the same.
-            let wants_cache = has_key(body, "cache_control");
-            let conversation = crate::provider::anthropic::conversation(&messages);
-            body["messages"] = Value::Array(conversation.messages);
-            match (conversation.system, body.as_object_mut()) {
-                (Some(system), _) => body["system"] = Value::String(system),
-                (None, Some(object)) => {
-                    object.remove("system");
+/// What goes upstream for a call: the context's messages as the request has them (patched
+/// where the context masks or shortens them), the summary in place of the rest. When a context
+/// message is not on the call's branch (another call of the conversation moved it meanwhile),
+/// the context is rendered from compactd's own messages instead.
+fn outgoing<'a>(wire: Wire, turn: &'a ProxyTurn, request: &'a WireRequest) -> Vec<Outgoing<'a>> {
+    use crate::protocol::ContextMessage;
+    let mut out = Vec::with_capacity(turn.context.messages.len());
+    for message in &turn.context.messages {
+        match message {
+            ContextMessage::Summary { parts, .. } => {
+                if let Some(crate::message::Part::Text { text }) = parts.first() {
+                    out.push(Outgoing::Summary(text));
                 }
-                (None, None) => {}
             }
-            if wants_cache {
-                mark_cache_breakpoints(body);
+            ContextMessage::Stored(stored) => {
+                let Some(native) = turn
+                    .branch
+                    .position(stored.seq)
+                    .and_then(|p| request.natives.get(p))
+                else {
+                    return fallback(wire, turn);
+                };
+                if stored.masked || stored.shortened {
+                    match stored.to_message() {
+                        Ok(shown) => out.push(Outgoing::Patched { native, shown }),
+                        Err(_) => out.push(Outgoing::Native(native)),
+                    }
+                } else {
+                    out.push(Outgoing::Native(native));
+                }
             }
         }
     }
+    out
 }
 
-/// Whether `key` names a field anywhere in `value` (found without serializing the body).
-fn has_key(value: &Value, key: &str) -> bool {
-    match value {
-        Value::Object(map) => map.contains_key(key) || map.values().any(|v| has_key(v, key)),
-        Value::Array(items) => items.iter().any(|v| has_key(v, key)),
-        _ => false,
-    }
-}
-
-/// Puts Anthropic `cache_control` breakpoints after the system text and after the last
-/// message's last block, so the whole prefix is read from cache on the next call.
-fn mark_cache_breakpoints(body: &mut Value) {
-    let breakpoint = json!({"type": "ephemeral"});
-    if let Some(system) = body["system"].as_str().map(str::to_string) {
-        body["system"] = json!([{"type": "text", "text": system, "cache_control": breakpoint}]);
-    }
-    let Some(last) = body["messages"].as_array_mut().and_then(|m| m.last_mut()) else {
-        return;
-    };
-    if let Some(text) = last["content"].as_str().map(str::to_string) {
-        last["content"] = json!([{"type": "text", "text": text}]);
-    }
-    if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
-        block["cache_control"] = breakpoint;
-    }
+fn fallback<'a>(wire: Wire, turn: &ProxyTurn) -> Vec<Outgoing<'a>> {
+    wire.rendered(&turn.context.to_messages())
+        .into_iter()
+        .map(Outgoing::Rendered)
+        .collect()
 }
 
 /// The client's API key, as it sent it (`Authorization` or `x-api-key`).
@@ -199,37 +344,63 @@ fn credential(headers: &HeaderMap) -> Result<&str, ApiError> {
         })
 }
 
-async fn send_upstream(
-    api: Api,
-    service: &Service,
-    headers: &HeaderMap,
-    body: &Value,
-) -> Result<reqwest::Response, ApiError> {
+/// Sends the call upstream and answers with what came back; records the answer of a turn.
+async fn forward(
+    call: &Call,
+    service: &Arc<Service>,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+    turn: Option<&ProxyTurn>,
+) -> Result<Response, ApiError> {
     let proxy = service.settings().config.proxy.clone();
-    let url = match api {
-        Api::OpenAi => format!(
-            "{}/chat/completions",
-            proxy.openai_upstream.trim_end_matches('/')
-        ),
-        Api::Anthropic => format!(
-            "{}/v1/messages",
-            proxy.anthropic_upstream.trim_end_matches('/')
-        ),
-    };
+    let url = call.url(service, path);
     let mut request = crate::summarize::http::HTTP
-        .post(url)
+        .request(method, url)
         .timeout(Duration::from_secs(proxy.timeout_s));
-    for (name, value) in headers {
+    for (name, value) in &call.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {
             request = request.header(name.as_str(), value.as_bytes());
         }
     }
-    request
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(unreachable)
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let upstream = request.send().await.map_err(unreachable)?;
+    let status = upstream.status();
+    let mut response = Response::builder().status(status.as_u16());
+    for (name, value) in upstream.headers() {
+        if !matches!(
+            name.as_str(),
+            "content-length" | "transfer-encoding" | "connection"
+        ) {
+            response = response.header(name, value);
+        }
+    }
+    if let Some(turn) = turn {
+        response = compactd_headers(response, turn);
+    }
+    let streamed = body.is_some_and(|b| b["stream"] == true);
+    let recording = turn.filter(|_| status.is_success()).map(|turn| Recording {
+        service: service.clone(),
+        id: turn.id.clone(),
+        after_seq: turn.last_seq,
+        recorder: match streamed {
+            true => Captured::Stream(Box::new(call.wire.recorder(proxy.max_recorded_bytes))),
+            false => Captured::Whole(Vec::new(), proxy.max_recorded_bytes),
+        },
+        wire: call.wire,
+    });
+    let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
+    response.body(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            e.to_string(),
+        )
+    })
 }
 
 fn unreachable(e: reqwest::Error) -> ApiError {
@@ -246,7 +417,7 @@ fn unreachable(e: reqwest::Error) -> ApiError {
 }
 
 /// `x-compactd-session`, `x-compactd-compaction` (the compaction the context sent upstream
-/// starts from, `0` for none) and, after a fork, `x-compactd-forked-from`.
+/// starts from, `0` for none) and `x-compactd-session-kind` (`proxy` or `side`).
 fn compactd_headers(
     mut response: axum::http::response::Builder,
     turn: &ProxyTurn,
@@ -261,255 +432,86 @@ fn compactd_headers(
         "x-compactd-compaction",
         turn.context.compaction_num.to_string(),
     );
-    if let Some(from) = &turn.forked_from {
-        add("x-compactd-forked-from", from.to_string());
-    }
+    add("x-compactd-session-kind", turn.kind.as_str().to_string());
     response
 }
 
-/// The upstream's stream, passed through chunk by chunk; at its end the answer it carried is
-/// appended to the session before the client sees the end.
-fn recorded_stream(
-    api: Api,
+/// An answer being recorded as it passes.
+struct Recording {
     service: Arc<Service>,
     id: SessionId,
+    after_seq: u64,
+    recorder: Captured,
+    wire: Wire,
+}
+
+enum Captured {
+    Stream(Box<crate::provider::wire::Recorder>),
+    /// A whole JSON answer, up to a bound (past it, nothing is recorded: the client's next
+    /// call carries the answer).
+    Whole(Vec<u8>, usize),
+}
+
+impl Recording {
+    fn feed(&mut self, chunk: &[u8]) {
+        match &mut self.recorder {
+            Captured::Stream(recorder) => recorder.feed(chunk),
+            Captured::Whole(bytes, max) => {
+                if bytes.len() + chunk.len() <= *max {
+                    bytes.extend_from_slice(chunk);
+                } else {
+                    *max = 0;
+                    bytes.clear();
+                }
+            }
+        }
+    }
+
+    async fn finish(self) {
+        let reply = match self.recorder {
+            Captured::Stream(recorder) => recorder.finish(),
+            Captured::Whole(bytes, _) => self.wire.reply(&bytes),
+        };
+        let Some(reply) = reply else { return };
+        if let Err(e) = self
+            .service
+            .proxy_reply(
+                &self.id,
+                self.after_seq,
+                reply.message,
+                reply.context_tokens,
+            )
+            .await
+        {
+            tracing::warn!(session = %self.id, error = %e, "could not record a proxied answer");
+        }
+    }
+}
+
+/// The upstream's body, passed through chunk by chunk (nothing held but what the recording
+/// keeps, within its bound); at its end the answer is recorded before the client sees the end.
+fn passed_on(
     upstream: impl Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+    recording: Option<Recording>,
 ) -> impl Stream<Item = Result<Bytes, reqwest::Error>> + Send {
-    let state = (upstream, Vec::new(), Some((service, id)));
     futures_util::stream::unfold(
-        state,
-        move |(mut upstream, mut seen, mut after)| async move {
+        (upstream, recording),
+        |(mut upstream, mut recording)| async move {
             match upstream.next().await {
                 Some(Ok(chunk)) => {
-                    if seen.len() + chunk.len() <= MAX_RECORDED_STREAM {
-                        seen.extend_from_slice(&chunk);
+                    if let Some(r) = recording.as_mut() {
+                        r.feed(&chunk);
                     }
-                    Some((Ok(chunk), (upstream, seen, after)))
+                    Some((Ok(chunk), (upstream, recording)))
                 }
-                Some(Err(e)) => Some((Err(e), (upstream, seen, None))),
+                Some(Err(e)) => Some((Err(e), (upstream, None))),
                 None => {
-                    if let Some((service, id)) = after.take() {
-                        record(&service, &id, reply_of_stream(api, &seen)).await;
+                    if let Some(r) = recording.take() {
+                        r.finish().await;
                     }
                     None
                 }
             }
         },
     )
-}
-
-/// Appends a recorded answer; a failure only loses the record (the client's next call
-/// carries the answer anyway), so it is logged, not returned.
-async fn record(service: &Arc<Service>, id: &SessionId, reply: Option<(Message, Option<usize>)>) {
-    let Some((message, tokens)) = reply else {
-        return;
-    };
-    if message.parts.is_empty() {
-        return;
-    }
-    if let Err(e) = service.proxy_reply(id, message, tokens).await {
-        tracing::warn!(session = %id, error = %e, "could not record a proxied answer");
-    }
-}
-
-/// The assistant message of an answer, and the tokens of the context after it (input plus
-/// output), when the upstream reported them.
-fn reply_of(api: Api, bytes: &[u8]) -> Option<(Message, Option<usize>)> {
-    let answer: Value = serde_json::from_slice(bytes).ok()?;
-    match api {
-        Api::OpenAi => {
-            let message = &answer["choices"][0]["message"];
-            let message =
-                crate::transcript::openai_message(message.is_object().then_some(message)?)?;
-            Some((message, openai_usage(&answer["usage"])))
-        }
-        Api::Anthropic => Some((
-            crate::transcript::anthropic_reply(&answer["content"]),
-            anthropic_usage(&answer["usage"], None),
-        )),
-    }
-}
-
-fn openai_usage(usage: &Value) -> Option<usize> {
-    Some(
-        (usage["prompt_tokens"].as_u64()? + usage["completion_tokens"].as_u64().unwrap_or(0))
-            as usize,
-    )
-}
-
-/// Anthropic counts cached input apart: all of it is context.
-fn anthropic_usage(usage: &Value, output: Option<u64>) -> Option<usize> {
-    let input = usage["input_tokens"].as_u64()?;
-    let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
-        .iter()
-        .filter_map(|k| usage[k].as_u64())
-        .sum::<u64>();
-    let output = output.or(usage["output_tokens"].as_u64()).unwrap_or(0);
-    Some((input + cached + output) as usize)
-}
-
-/// The `data:` payloads of a server-sent event stream that parse as JSON.
-fn stream_events(bytes: &[u8]) -> Vec<Value> {
-    let text = String::from_utf8_lossy(bytes);
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str(data.trim()).ok())
-        .collect()
-}
-
-fn reply_of_stream(api: Api, bytes: &[u8]) -> Option<(Message, Option<usize>)> {
-    let events = stream_events(bytes);
-    match api {
-        Api::OpenAi => {
-            let (message, tokens) = openai_stream_reply(&events)?;
-            Some((crate::transcript::openai_message(&message)?, tokens))
-        }
-        Api::Anthropic => anthropic_stream_reply(&events),
-    }
-}
-
-/// An Anthropic stream's answer: its content blocks assembled from their deltas (text
-/// appended, tool input JSON joined then parsed), and its usage.
-fn anthropic_stream_reply(events: &[Value]) -> Option<(Message, Option<usize>)> {
-    let mut blocks: Vec<Value> = Vec::new();
-    let mut partial: Vec<String> = Vec::new();
-    let (mut start_usage, mut output) = (Value::Null, None);
-    for event in events {
-        let index = event["index"].as_u64().unwrap_or(0) as usize;
-        match event["type"].as_str() {
-            Some("message_start") => start_usage = event["message"]["usage"].clone(),
-            Some("message_delta") => output = event["usage"]["output_tokens"].as_u64().or(output),
-            Some("content_block_start") if index < 128 => {
-                while blocks.len() <= index {
-                    blocks.push(Value::Null);
-                    partial.push(String::new());
-                }
-                // Only objects: an upstream answering nonsense must not make indexing panic.
-                if event["content_block"].is_object() {
-                    blocks[index] = event["content_block"].clone();
-                }
-            }
-            Some("content_block_delta") if index < blocks.len() => {
-                let delta = &event["delta"];
-                match delta["type"].as_str() {
-                    Some("text_delta") => {
-                        let so_far = blocks[index]["text"].as_str().unwrap_or_default();
-                        let text =
-                            format!("{so_far}{}", delta["text"].as_str().unwrap_or_default());
-                        blocks[index]["text"] = Value::String(text);
-                    }
-                    Some("input_json_delta") => {
-                        partial[index].push_str(delta["partial_json"].as_str().unwrap_or_default());
-                    }
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-    }
-    for (block, json) in blocks.iter_mut().zip(&partial) {
-        if block["type"] == "tool_use" && !json.is_empty() {
-            block["input"] = serde_json::from_str(json).unwrap_or(Value::Null);
-        }
-    }
-    let blocks: Vec<Value> = blocks.into_iter().filter(|b| !b.is_null()).collect();
-    if blocks.is_empty() {
-        return None;
-    }
-    let message = crate::transcript::anthropic_reply(&Value::Array(blocks));
-    Some((message, anthropic_usage(&start_usage, output)))
-}
-
-/// The assistant message a Chat Completions stream built up from its deltas: content, and
-/// tool calls assembled by index.
-fn openai_stream_reply(chunks: &[Value]) -> Option<(Value, Option<usize>)> {
-    let mut content = String::new();
-    let mut calls: Vec<Value> = Vec::new();
-    let mut tokens = None;
-    for chunk in chunks {
-        tokens = openai_usage(&chunk["usage"]).or(tokens);
-        let delta = &chunk["choices"][0]["delta"];
-        if let Some(piece) = delta["content"].as_str() {
-            content.push_str(piece);
-        }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let Some(index) = call["index"]
-                .as_u64()
-                .map(|i| i as usize)
-                .filter(|i| *i < 128)
-            else {
-                continue;
-            };
-            while calls.len() <= index {
-                calls.push(json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
-            }
-            let slot = &mut calls[index];
-            if let Some(id) = call["id"].as_str() {
-                slot["id"] = json!(id);
-            }
-            for key in ["name", "arguments"] {
-                if let Some(piece) = call["function"][key].as_str() {
-                    let so_far = slot["function"][key].as_str().unwrap_or_default();
-                    slot["function"][key] = json!(format!("{so_far}{piece}"));
-                }
-            }
-        }
-    }
-    if content.is_empty() && calls.is_empty() {
-        return None;
-    }
-    let mut message = json!({"role": "assistant", "content": content});
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(calls);
-    }
-    Some((message, tokens))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_streamed_answer_is_assembled_from_its_deltas() {
-        let stream = [
-            r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"Let me "}}]}"#,
-            r#"data: {"choices":[{"index":0,"delta":{"content":"look."}}]}"#,
-            r#"data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"bash","arguments":"{\"comm"}}]}}]}"#,
-            r#"data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"and\": \"ls\"}"}}]}}]}"#,
-            r#"data: {"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":7}}"#,
-            "data: [DONE]",
-        ]
-        .join("\n\n");
-        let (message, tokens) = openai_stream_reply(&stream_events(stream.as_bytes())).unwrap();
-        assert_eq!(message["content"], "Let me look.");
-        assert_eq!(message["tool_calls"][0]["id"], "call_1");
-        assert_eq!(message["tool_calls"][0]["function"]["name"], "bash");
-        assert_eq!(
-            message["tool_calls"][0]["function"]["arguments"],
-            "{\"command\": \"ls\"}"
-        );
-        assert_eq!(tokens, Some(107));
-    }
-
-    #[test]
-    fn a_nonsense_stream_records_nothing_and_panics_nowhere() {
-        let events = [
-            json!({"type": "content_block_start", "index": 0, "content_block": "text"}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}),
-            json!({"type": "content_block_delta", "index": 5, "delta": {"type": "input_json_delta", "partial_json": "{"}}),
-            json!({"type": "content_block_start", "index": 99999, "content_block": {"type": "text"}}),
-        ];
-        let reply = anthropic_stream_reply(&events);
-        assert!(reply.is_none_or(|(m, _)| {
-            m.parts
-                .iter()
-                .all(|p| matches!(p, crate::message::Part::Text { .. }))
-        }));
-        assert!(
-            openai_stream_reply(&[
-                json!({"choices": [{"delta": {"tool_calls": [{"index": 1e9}]}}]})
-            ])
-            .is_none()
-        );
-    }
 }

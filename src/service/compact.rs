@@ -36,14 +36,20 @@ enum Decision {
 }
 
 /// A finished compaction as the store takes it (its timing and fallback still to be said).
-fn to_store(attempt: &AttemptOf, first_seq: u64, done: Compacted) -> NewCompaction {
+/// `seqs` are the compacted messages' (the boundary is the first kept one, or the one after
+/// the last when none is kept).
+fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) -> NewCompaction {
+    let boundary_seq = seqs
+        .get(done.boundary.index)
+        .copied()
+        .unwrap_or_else(|| seqs.last().map_or(first_seq, |last| last + 1));
     NewCompaction {
         session_id: attempt.id.to_string(),
         trigger: attempt.trigger,
         focus: attempt.focus.clone(),
         summary_tokens: done.summary_tokens,
         first_seq,
-        boundary_seq: first_seq + done.boundary.index as u64,
+        boundary_seq,
         summarizer: done.summarizer,
         chunks: done.chunks,
         fallback_reason: None,
@@ -58,6 +64,7 @@ struct Loaded {
     messages: Vec<Message>,
     tokens: Vec<usize>,
     pinned: Vec<bool>,
+    seqs: Vec<u64>,
     prior_files: FileLists,
 }
 
@@ -282,7 +289,7 @@ impl Service {
         let input = PlanInput {
             pinned: &loaded.pinned,
             pinned_tokens: session.pinned_tokens,
-            first_seq: session.active_from_seq,
+            seqs: &loaded.seqs,
             task_seq: session.task_seq,
             prior_summary: loaded.snapshot.latest.as_ref().map(|l| l.summary.as_str()),
             prior_files: &loaded.prior_files,
@@ -331,7 +338,7 @@ impl Service {
                 let new = NewCompaction {
                     fallback_reason,
                     duration_ms,
-                    ..to_store(&attempt, session.active_from_seq, done)
+                    ..to_store(&attempt, session.active_from_seq, &loaded.seqs, done)
                 };
                 Ok(Attempt::Compacted(Box::new(self.commit(new).await?)))
             }
@@ -358,6 +365,7 @@ impl Service {
             // Estimated once, when each message was appended; pinned when it was appended.
             tokens: snapshot.tail.iter().map(|m| m.tokens).collect(),
             pinned: snapshot.tail.iter().map(|m| m.pinned).collect(),
+            seqs: snapshot.tail.iter().map(|m| m.seq).collect(),
             prior_files: self.store.prior_files(id).await?,
             snapshot,
         })

@@ -227,6 +227,7 @@ impl Service {
             context_limit,
             overrides,
             owner: None,
+            limit_source: None,
         })
     }
 
@@ -339,7 +340,9 @@ impl Service {
             AppendRules {
                 task_max_tokens: config.pin_first_user_tokens,
                 max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
-                step_budget: config.step_budget(session.context_limit, session.pinned_tokens),
+                step_budget: config.step_budget(session.context_limit, session.fixed_tokens()),
+                lenient: false,
+                pin_cap: 0,
             }
         }
     }

@@ -1,21 +1,22 @@
 //! Sessions for the proxy: a client that sends its whole conversation with every call (as
-//! every agent on the OpenAI SDK does) is mapped to a session, the messages it has not sent
-//! before are appended, and what goes upstream is the session's context.
+//! every agent on the OpenAI and Anthropic SDKs does) is placed in its conversation's tree
+//! of messages ([`crate::store::ProxyCall`]), what it has not sent before is appended, and what
+//! goes upstream is the context of its branch.
 //!
 //! A session the proxy makes belongs to the API key that made it (a hash of it: the key is
 //! never stored). A call with another key can neither continue nor read it; a session made
-//! through the socket API can be continued only over the socket, whose peer is this user.
+//! through the socket API is never continued by the proxy, and a session a key owns takes no
+//! socket appends. Over the loopback listener (any local user) a named session lives in the
+//! key's own namespace.
 
-use super::{AppendRequest, Service, ServiceError};
-use crate::message::{Message, Part, Role};
+use super::{Service, ServiceError};
+use crate::message::{Message, Part};
 use crate::protocol::{ContextView, SessionId};
-use crate::store::{NewSession, StoreError};
+use crate::provider::wire::WireRequest;
+use crate::store::{AppendRules, Branch, NewMessage, NewSession, ProxyCall, SessionKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-
-/// How many forks of one conversation the proxy keeps apart (`ID`, `ID-2`, ... `ID-64`).
-const MAX_FORKS: usize = 64;
 
 /// Who is calling the proxy.
 #[derive(Debug, Clone)]
@@ -34,206 +35,309 @@ impl Caller {
         }
     }
 
-    fn may_use(&self, owner: Option<&str>) -> bool {
-        match owner {
-            Some(owner) => owner == self.owner,
-            None => self.local,
+    /// The id a name the client chose (`x-compactd-session`) stands for: the name itself over
+    /// the socket (this user's own), in the key's namespace over the loopback listener, so no
+    /// other local user can name, and squat, a session of someone else's.
+    pub fn session_named(&self, name: &SessionId) -> Result<SessionId, ServiceError> {
+        if self.local {
+            return Ok(name.clone());
         }
+        SessionId::parse(format!("{}.{name}", &self.owner[..12])).map_err(|_| {
+            ServiceError::BadRequest(format!(
+                "x-compactd-session `{name}` is too long: over the loopback listener it lives in the key's namespace and may have at most {} characters",
+                SessionId::MAX_LEN - 13
+            ))
+        })
     }
+}
+
+/// How a call names its conversation.
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    /// `x-compactd-session`.
+    pub named: Option<SessionId>,
+    /// A conversation header the client sends (`X-Claude-Code-Session-Id`, Codex's
+    /// `session-id`, opencode's `x-session-id`): its value.
+    pub conversation: Option<String>,
+    /// `x-compactd-context-limit`.
+    pub context_limit: Option<usize>,
+}
+
+/// A call's context, previewed.
+#[derive(Debug)]
+pub struct Preview {
+    pub turn: ProxyTurn,
+    /// How many of the call's messages the context already stands for.
+    pub matched: usize,
 }
 
 /// What the proxy sends upstream for one call.
 #[derive(Debug)]
 pub struct ProxyTurn {
     pub id: SessionId,
-    /// The session this call's history diverged from (the user edited or rewound it).
-    pub forked_from: Option<SessionId>,
     pub context: ContextView,
+    /// The call's branch: where each message of the context stands in the call's own list.
+    pub branch: Branch,
+    pub kind: SessionKind,
+    /// The seq of the call's last message: its answer is recorded after it.
+    pub last_seq: u64,
 }
 
 impl Service {
-    /// Maps a client's whole conversation to its session, appends what the session has not
-    /// seen, and returns the context to send upstream (after any compaction that append
-    /// made due). `wanted` is the session the client named (`x-compactd-session`).
+    /// Places a client's whole conversation in its session's tree, appends what the session
+    /// has not seen, and returns the context of its branch to send upstream (after any
+    /// compaction that append made due).
     pub async fn proxy_turn(
         self: &Arc<Self>,
         caller: &Caller,
-        wanted: Option<SessionId>,
-        conversation: Vec<Message>,
+        identity: Identity,
+        request: &WireRequest,
     ) -> Result<ProxyTurn, ServiceError> {
-        if conversation.is_empty() {
+        if request.messages.is_empty() {
             return Err(ServiceError::BadRequest("no messages".into()));
         }
-        let base = match wanted {
-            Some(id) => id,
-            None => derived_id(caller, &conversation),
-        };
-        let mut best: Option<(SessionId, usize)> = None;
-        let mut free = None;
-        for n in 1..=MAX_FORKS {
-            let id = fork_id(&base, n)?;
-            let stored = match self.stored_conversation(caller, &id).await? {
-                Some(stored) => stored,
-                None => {
-                    free = Some(id);
-                    break;
-                }
-            };
-            if is_prefix(&stored, &conversation)
-                && best.as_ref().is_none_or(|b| stored.len() >= b.1)
-            {
-                best = Some((id, stored.len()));
-            }
-        }
-        let (id, seen, forked_from) = match best {
-            Some((id, seen)) => (id, seen, None),
-            None => {
-                let id = free.ok_or_else(|| {
-                    ServiceError::BadRequest(format!("{MAX_FORKS} forks of `{base}` already"))
-                })?;
-                self.create_owned(&id, caller).await?;
-                let forked = (id != base).then(|| base.clone());
-                (id, 0, forked)
-            }
-        };
-        if seen < conversation.len() {
-            let request = AppendRequest {
-                messages: conversation[seen..].to_vec(),
-                input_tokens: None,
-                wait: false,
-                idempotency_key: None,
-            };
-            self.append(&id, request).await?;
+        let call = self.proxy_call(caller, &identity, request)?;
+        let placed = self.store.place_call(call, self.proxy_rules()).await?;
+        let id = SessionId::parse(placed.session.id.clone())
+            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        if placed.matched < request.messages.len() {
+            self.after_append(&placed.session, false).await;
         }
         let context = self.context(&id, true).await?;
+        let branch = self.store.branch(id.as_str()).await?;
         Ok(ProxyTurn {
             id,
-            forked_from,
             context,
+            branch,
+            kind: placed.session.kind,
+            last_seq: placed.session.head_seq,
         })
     }
 
-    /// Records the model's answer to a proxied call and what the call really cost.
+    /// The context a call would be sent with, without storing anything (for counting its
+    /// tokens): `None` when the call does not extend its conversation's current branch.
+    pub async fn proxy_preview(
+        self: &Arc<Self>,
+        caller: &Caller,
+        identity: Identity,
+        request: &WireRequest,
+    ) -> Result<Option<Preview>, ServiceError> {
+        if request.messages.is_empty() {
+            return Ok(None);
+        }
+        let call = self.proxy_call(caller, &identity, request)?;
+        let Some((session, matched)) = self.store.preview_call(call).await? else {
+            return Ok(None);
+        };
+        let id = SessionId::unchecked(session.id.clone());
+        let context = self.context(&id, false).await?;
+        let branch = self.store.branch(id.as_str()).await?;
+        Ok(Some(Preview {
+            turn: ProxyTurn {
+                id,
+                context,
+                branch,
+                kind: session.kind,
+                last_seq: session.head_seq,
+            },
+            matched,
+        }))
+    }
+
+    /// Records the model's answer to a proxied call (after the message it answered, the last
+    /// of the call) and what the call really cost.
     pub async fn proxy_reply(
         self: &Arc<Self>,
         id: &SessionId,
+        after_seq: u64,
         reply: Message,
         context_tokens: Option<usize>,
     ) -> Result<(), ServiceError> {
-        let request = AppendRequest {
-            messages: vec![reply],
-            input_tokens: context_tokens,
-            wait: false,
-            idempotency_key: None,
-        };
-        self.append(id, request).await.map(|_| ())
-    }
-
-    /// The session's messages when it exists and `caller` may use it; `None` when it does not
-    /// exist; not found when it belongs to someone else.
-    async fn stored_conversation(
-        &self,
-        caller: &Caller,
-        id: &SessionId,
-    ) -> Result<Option<Vec<Message>>, ServiceError> {
-        let mut messages = Vec::new();
-        let mut after = 0;
-        loop {
-            let (session, page) = match self
-                .store
-                .history(id.as_str(), after, 1_000, super::MAX_PAGE_BYTES)
-                .await
-            {
-                Ok(found) => found,
-                Err(StoreError::NotFound(_)) if after == 0 => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            if !caller.may_use(session.owner.as_deref()) {
-                return Err(StoreError::NotFound(id.to_string()).into());
-            }
-            let Some(last) = page.last().map(|m| m.seq) else {
-                return Ok(Some(messages));
-            };
-            for stored in &page {
-                messages.push(stored.to_message()?);
-            }
-            after = last;
+        reply
+            .validate()
+            .map_err(|error| ServiceError::InvalidMessage { index: 0, error })?;
+        let message = NewMessage::new(&reply, self.estimator.message(&reply))
+            .with_hash(fingerprint(&reply), opening(&reply));
+        let session = self
+            .store
+            .append_reply(
+                id.as_str(),
+                after_seq,
+                message,
+                context_tokens,
+                self.proxy_rules(),
+            )
+            .await?;
+        if let Some(session) = session {
+            self.after_append(&session, false).await;
         }
-    }
-
-    async fn create_owned(&self, id: &SessionId, caller: &Caller) -> Result<(), ServiceError> {
-        let settings = self.settings();
-        let new = NewSession {
-            id: id.to_string(),
-            model: None,
-            context_limit: settings.config.compaction.default_context_limit,
-            overrides: Value::Object(Default::default()),
-            owner: Some(caller.owner.clone()),
-        };
-        self.store.create_session(new).await?;
         Ok(())
     }
-}
 
-/// A conversation's session when the client names none: the same key, system text and first
-/// user message make the same session, so a client that restarts continues where it was.
-fn derived_id(caller: &Caller, conversation: &[Message]) -> SessionId {
-    let mut hash = Sha256::new();
-    hash.update(caller.owner.as_bytes());
-    for role in [Role::System, Role::User] {
-        hash.update([0]);
-        if let Some(first) = conversation.iter().find(|m| m.role == role) {
-            hash.update(first.joined_text().as_bytes());
+    /// The store's view of a call: who, which conversation, its messages fingerprinted, and
+    /// the session it would start.
+    fn proxy_call(
+        &self,
+        caller: &Caller,
+        identity: &Identity,
+        request: &WireRequest,
+    ) -> Result<ProxyCall, ServiceError> {
+        let settings = self.settings();
+        let mut messages = Vec::with_capacity(request.messages.len());
+        for (index, message) in request.messages.iter().enumerate() {
+            message
+                .validate()
+                .map_err(|error| ServiceError::InvalidMessage { index, error })?;
+            messages.push(
+                NewMessage::new(message, self.estimator.message(message))
+                    .with_hash(fingerprint(message), opening(message)),
+            );
+        }
+        let system_hash = fnv(request.system.trim().as_bytes());
+        let conversation = identity
+            .conversation
+            .as_ref()
+            .map(|c| hex(&Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
+        // A conversation named by its header is told from its side calls by their
+        // instructions; one without, by its first message too.
+        let root_hash = match &conversation {
+            Some(_) => system_hash,
+            None => system_hash ^ fingerprint(&request.messages[0]).rotate_left(1),
+        };
+        let named = identity
+            .named
+            .as_ref()
+            .map(|n| caller.session_named(n))
+            .transpose()?;
+        let id = match (&named, &conversation) {
+            (Some(named), _) => named.to_string(),
+            (None, Some(conversation)) => {
+                format!(
+                    "proxy-{}",
+                    &hex(&Sha256::digest(
+                        format!("{conversation}\0{system_hash}").as_bytes()
+                    ))[..24]
+                )
+            }
+            (None, None) => format!("proxy-{}", fresh_suffix(&caller.owner)),
+        };
+        let (context_limit, limit_source) = match identity.context_limit {
+            Some(limit) => (limit, "x-compactd-context-limit".to_string()),
+            None => settings
+                .config
+                .proxy
+                .model_window(&request.model)
+                .unwrap_or_else(|| {
+                    (
+                        settings.config.compaction.default_context_limit,
+                        "default_context_limit".to_string(),
+                    )
+                }),
+        };
+        settings
+            .config
+            .compaction
+            .check_context_limit(context_limit)
+            .map_err(ServiceError::BadRequest)?;
+        Ok(ProxyCall {
+            owner: caller.owner.clone(),
+            named: named.map(|n| n.to_string()),
+            conversation,
+            root_hash,
+            messages,
+            has_tools: request.has_tools,
+            overhead_tokens: request.overhead_tokens,
+            new_session: NewSession {
+                id,
+                model: Some(request.model.clone()).filter(|m| !m.is_empty()),
+                context_limit,
+                overrides: Value::Object(Default::default()),
+                owner: Some(caller.owner.clone()),
+                limit_source: Some(limit_source),
+            },
+        })
+    }
+
+    /// How a proxied call's messages are stored: nothing the client sends is refused, and its
+    /// system messages and preamble are pinned while they take at most a quarter of the
+    /// usable context.
+    fn proxy_rules(&self) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + 'static {
+        let base = self.append_rules();
+        let global = self.settings().config.compaction.clone();
+        move |session| {
+            let config = crate::config::compaction_with_overrides(&global, &session.overrides)
+                .unwrap_or_else(|_| global.clone());
+            AppendRules {
+                lenient: true,
+                pin_cap: config.usable(session.context_limit, session.overhead_tokens) / 4,
+                ..base(session)
+            }
         }
     }
-    let digest = hex(&hash.finalize());
-    SessionId::parse(format!("proxy-{}", &digest[..24]))
-        .expect("24 hex digits after `proxy-` make a valid id")
 }
 
-/// The `n`th fork of `base`: `base` itself, then `base-2`, `base-3`, ...
-fn fork_id(base: &SessionId, n: usize) -> Result<SessionId, ServiceError> {
-    if n == 1 {
-        return Ok(base.clone());
-    }
-    SessionId::parse(format!("{base}-{n}"))
-        .map_err(|e| ServiceError::BadRequest(format!("session id `{base}`: {e}")))
+/// The fingerprint a proxied message is matched by: its role and what the client re-sends
+/// the same whatever its SDK (text without surrounding whitespace, calls, results' outputs),
+/// not what SDKs drop or re-encode (reasoning, empty text, a result's tool name).
+pub fn fingerprint(message: &Message) -> i64 {
+    let essential: Vec<Part> = message
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Reasoning { .. } => None,
+            Part::Text { text } if text.trim().is_empty() => None,
+            Part::Text { text } => Some(Part::Text {
+                text: text.trim().to_string(),
+            }),
+            Part::ToolResult {
+                call_id,
+                output,
+                is_error,
+                ..
+            } => Some(Part::ToolResult {
+                call_id: call_id.clone(),
+                name: None,
+                output: output.clone(),
+                is_error: *is_error,
+            }),
+            other => Some(other.clone()),
+        })
+        .collect();
+    let mut bytes = message.role.as_str().as_bytes().to_vec();
+    bytes.extend(serde_json::to_vec(&essential).unwrap_or_default());
+    fnv(&bytes)
 }
 
-/// Whether `stored` is where `conversation` starts, message by message (see [`same`]).
-fn is_prefix(stored: &[Message], conversation: &[Message]) -> bool {
-    stored.len() <= conversation.len() && stored.iter().zip(conversation).all(|(a, b)| same(a, b))
+/// The fingerprint of a message's opening: its role and its first paragraph (up to a blank
+/// line, at most 500 characters). Clients put the same instruction back with reminders
+/// appended or trailing spaces (aider restoring its history): the opening stays.
+pub fn opening(message: &Message) -> i64 {
+    let text = message.joined_text();
+    let first = text.trim().split("\n\n").next().unwrap_or_default();
+    let first: String = first.trim().chars().take(500).collect();
+    fnv(format!("{}\0{first}", message.role.as_str()).as_bytes())
 }
 
-/// Two messages are the same one as a client re-sends it: same role and the same text, calls
-/// and results, whatever whitespace around the text and whatever reasoning came along (SDKs
-/// drop or re-encode those).
-fn same(a: &Message, b: &Message) -> bool {
-    fn essential(m: &Message) -> Vec<Part> {
-        m.parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Reasoning { .. } => None,
-                Part::Text { text } if text.trim().is_empty() => None,
-                Part::Text { text } => Some(Part::Text {
-                    text: text.trim().to_string(),
-                }),
-                Part::ToolResult {
-                    call_id,
-                    output,
-                    is_error,
-                    ..
-                } => Some(Part::ToolResult {
-                    call_id: call_id.clone(),
-                    name: None,
-                    output: output.clone(),
-                    is_error: *is_error,
-                }),
-                other => Some(other.clone()),
-            })
-            .collect()
-    }
-    a.role == b.role && essential(a) == essential(b)
+/// FNV-1a, 64 bits, as an SQLite integer: the same in every build.
+fn fnv(bytes: &[u8]) -> i64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    }) as i64
+}
+
+/// 24 hex digits no other session has: the caller, the time and a counter, hashed.
+fn fresh_suffix(owner: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    hex(&Sha256::digest(
+        format!("{owner}\0{nanos}\0{n}\0{}", std::process::id()).as_bytes(),
+    ))[..24]
+        .to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -243,43 +347,54 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Role;
 
     #[test]
-    fn a_resent_conversation_matches_and_an_edited_one_does_not() {
-        let stored = vec![
-            Message::text(Role::System, "be brief"),
-            Message::text(Role::User, "fix it"),
-            Message {
-                role: Role::Assistant,
-                parts: vec![
-                    Part::Reasoning { text: "hmm".into() },
-                    Part::Text {
-                        text: "done\n".into(),
-                    },
-                ],
-            },
-        ];
-        let mut resent = stored.clone();
-        resent[2] = Message::text(Role::Assistant, "done");
-        resent.push(Message::text(Role::User, "thanks"));
-        assert!(is_prefix(&stored, &resent));
-        let mut edited = resent.clone();
-        edited[1] = Message::text(Role::User, "fix it properly");
-        assert!(!is_prefix(&stored, &edited));
-        assert!(!is_prefix(&resent, &stored), "longer than the conversation");
+    fn a_resent_message_has_the_same_fingerprint_and_an_edited_one_does_not() {
+        let sent = Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Reasoning { text: "hmm".into() },
+                Part::Text {
+                    text: "done\n".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            fingerprint(&sent),
+            fingerprint(&Message::text(Role::Assistant, "done"))
+        );
+        assert_ne!(
+            fingerprint(&sent),
+            fingerprint(&Message::text(Role::Assistant, "done!"))
+        );
+        assert_ne!(
+            fingerprint(&sent),
+            fingerprint(&Message::text(Role::User, "done"))
+        );
     }
 
     #[test]
-    fn keys_own_sessions_and_the_socket_owns_the_rest() {
+    fn keys_own_sessions_and_names_over_tcp_live_in_the_key_namespace() {
         let a = Caller::new("Bearer sk-a", false);
         let b = Caller::new("Bearer sk-b", false);
         assert_ne!(a.owner, b.owner);
         assert!(!a.owner.contains("sk-a"));
-        assert!(a.may_use(Some(&a.owner)) && !b.may_use(Some(&a.owner)));
-        assert!(!a.may_use(None));
-        assert!(Caller::new("Bearer sk-a", true).may_use(None));
-        let conversation = [Message::text(Role::User, "hi")];
-        assert_ne!(derived_id(&a, &conversation), derived_id(&b, &conversation));
-        assert_eq!(derived_id(&a, &conversation), derived_id(&a, &conversation));
+        let name = SessionId::parse("myproject").unwrap();
+        assert_ne!(a.session_named(&name).unwrap(), name);
+        assert_ne!(
+            a.session_named(&name).unwrap(),
+            b.session_named(&name).unwrap()
+        );
+        assert_eq!(
+            Caller::new("Bearer sk-a", true)
+                .session_named(&name)
+                .unwrap(),
+            name
+        );
+        assert!(
+            a.session_named(&SessionId::parse("x".repeat(128)).unwrap())
+                .is_err()
+        );
     }
 }

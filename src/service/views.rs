@@ -40,6 +40,10 @@ impl SessionView {
             message_count: session.message_count,
             active_messages: session.active_messages,
             compaction_count: session.compaction_count,
+            kind: session.kind,
+            branches: session.branch_points.max(1),
+            limit_source: session.limit_source,
+            overhead_tokens: session.overhead_tokens,
         }
     }
 }
@@ -113,6 +117,7 @@ impl HistoryPage {
                     tokens: m.tokens,
                     created_at: m.created_at,
                     pinned: m.pinned,
+                    branches_from: m.branches_from,
                 })
                 .collect(),
             next_after,
@@ -199,7 +204,7 @@ impl ProviderContext {
                 let c = crate::provider::anthropic::conversation(&messages);
                 (c.system, c.messages)
             }
-            _ => (None, crate::provider::openai::messages(&messages)),
+            _ => (None, crate::provider::chat::messages(&messages)),
         };
         ProviderContext {
             session_id: view.session_id.clone(),

@@ -1,6 +1,6 @@
 //! Compactions: commit a successful one, record a failed one, read the history.
 
-use super::rows::{CompactionRow, FailureRow, SessionRow, shown_tokens};
+use super::rows::{CompactionRow, FailureRow, SessionRow};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
@@ -50,8 +50,13 @@ impl Store {
     pub async fn commit_compaction(&self, c: NewCompaction) -> Result<(CompactionRow, SessionRow)> {
         self.write(move |conn| {
             let session = get_live(conn, &c.session_id)?;
+            // The branch may have changed meanwhile (a proxied client resent an earlier
+            // request): the boundary must still be on the current one.
+            let on_branch = super::path::Branch::current(conn, &session)?.contains(c.boundary_seq)
+                || c.boundary_seq == session.head_seq + 1;
             if session.active_from_seq != c.first_seq
                 || session.compaction_count + 1 != c.result.compaction_num
+                || !on_branch
             {
                 return Err(StoreError::Conflict(format!(
                     "session `{}` was compacted by someone else meanwhile",
@@ -62,8 +67,8 @@ impl Store {
                 "INSERT INTO compactions (session_id, num, trigger, focus, summary, read_files,
                      modified_files, pre_tokens, post_tokens, first_seq, boundary_seq, summarizer,
                      chunks, fallback_reason, started_at, finished_at, duration_ms, created_files,
-                     deleted_files)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15, ?16, ?17)",
+                     deleted_files, summary_tokens)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15, ?16, ?17, ?18)",
                 started("?15")
             ))?
             .execute(params![
@@ -84,28 +89,26 @@ impl Store {
                 c.duration_ms,
                 serde_json::to_string(&c.result.created_files)?,
                 serde_json::to_string(&c.result.deleted_files)?,
+                c.summary_tokens,
             ])?;
-            let session = conn
-                .prepare_cached(&format!(
-                    "UPDATE sessions SET
-                         active_from_seq = ?2,
-                         active_messages = (SELECT count(*) FROM messages WHERE session_id = ?1 AND seq >= ?2),
-                         active_tokens = (SELECT coalesce(sum({}), 0)
-                                          FROM messages WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0),
-                         summary_tokens = ?3,
-                         compaction_count = compaction_count + 1,
-                         reported_tokens = NULL,
-                         tokens_since_report = 0,
-                         updated_at = {NOW}
-                     WHERE id = ?1 RETURNING {}",
-                    shown_tokens("masked_through_seq"),
-                    SessionRow::COLUMNS
-                ))?
-                .query_row(params![c.session_id, c.boundary_seq, c.summary_tokens], SessionRow::from_row)?;
+            let id = conn.last_insert_rowid();
+            conn.prepare_cached(&format!(
+                "UPDATE sessions SET
+                     active_from_seq = ?2,
+                     summary_tokens = ?3,
+                     compaction_count = compaction_count + 1,
+                     summary_num = compaction_count + 1,
+                     reported_tokens = NULL,
+                     tokens_since_report = 0,
+                     updated_at = {NOW}
+                 WHERE id = ?1"
+            ))?
+            .execute(params![c.session_id, c.boundary_seq, c.summary_tokens])?;
+            let session = super::counters::recount_active(conn, &get_live(conn, &c.session_id)?)?;
             let sql = format!("SELECT {} FROM compactions WHERE id = ?1", CompactionRow::COLUMNS);
             let row = conn
                 .prepare_cached(&sql)?
-                .query_row([conn.last_insert_rowid()], CompactionRow::from_row)?;
+                .query_row([id], CompactionRow::from_row)?;
             Ok((row, session))
         })
         .await

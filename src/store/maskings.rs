@@ -1,7 +1,7 @@
 //! Maskings of old tool outputs (microcompaction): move a session's mask forward, read the
 //! history of maskings.
 
-use super::rows::{SessionRow, shown_tokens};
+use super::rows::SessionRow;
 use super::sessions::{NOW, get_live};
 use super::{Result, Store};
 use rusqlite::{Connection, params};
@@ -43,11 +43,13 @@ fn masking_point(
     session: &SessionRow,
     keep_recent: usize,
 ) -> Result<Option<(u64, u64, usize)>> {
-    let mut stmt = conn.prepare_cached(
+    let branch = super::path::Branch::current(conn, session)?;
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT seq, tool_results, coalesce(shortened_tokens, tokens) - coalesce(masked_tokens, tokens),
                 pinned, role = 'assistant'
-         FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq DESC",
-    )?;
+         FROM messages WHERE session_id = ?1 AND seq >= ?2 AND {} ORDER BY seq DESC",
+        branch.filter()
+    ))?;
     let rows = stmt
         .query_map(params![session.id, session.active_from_seq], |r| {
             Ok((
@@ -114,20 +116,12 @@ impl Store {
             }
             let (pre_tokens, _) = session.context_tokens();
             // A reported usage measured the context before the masking: drop it.
-            let after = conn
-                .prepare_cached(&format!(
-                    "UPDATE sessions SET
-                         masked_through_seq = ?2,
-                         active_tokens = (SELECT coalesce(sum({}), 0)
-                                          FROM messages WHERE session_id = ?1 AND seq >= active_from_seq AND pinned = 0),
-                         reported_tokens = NULL,
-                         tokens_since_report = 0,
-                         updated_at = {NOW}
-                     WHERE id = ?1 RETURNING {}",
-                    shown_tokens("?2"),
-                    SessionRow::COLUMNS
-                ))?
-                .query_row(params![session_id, through], SessionRow::from_row)?;
+            conn.prepare_cached(
+                "UPDATE sessions SET masked_through_seq = ?2, reported_tokens = NULL, tokens_since_report = 0
+                 WHERE id = ?1",
+            )?
+            .execute(params![session_id, through])?;
+            let after = super::counters::recount_active(conn, &get_live(conn, &session_id)?)?;
             let (post_tokens, _) = after.context_tokens();
             conn.prepare_cached(&format!(
                 "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at)

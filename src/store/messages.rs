@@ -1,5 +1,6 @@
 //! Messages: append (with the tool-call check) and read history.
 
+use super::path::Branch;
 use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
@@ -28,6 +29,11 @@ pub struct NewMessage {
     /// A message the context may show otherwise (its outputs masked, or shortened when too
     /// large): one with tool results, or a user message.
     content: Option<Message>,
+    /// Proxied messages: the fingerprint the client's next call is matched by.
+    hash: Option<i64>,
+    /// Proxied messages: the fingerprint of its opening (first paragraph), by which a
+    /// conversation's task is recognised wherever a client puts it again.
+    opening: Option<i64>,
 }
 
 /// What the session's config says about the messages of an append: how they are pinned,
@@ -40,6 +46,14 @@ pub struct AppendRules {
     pub max_pinned_tokens: usize,
     /// What the current step may take in the context (see [`crate::compaction::step`]).
     pub step_budget: usize,
+    /// A proxied client's call: nothing it sends is refused. Results may answer calls the
+    /// session never saw, and system messages (and the client's prefix) are pinned only
+    /// while pinned messages stay within `pin_cap`; later ones stay at their place and are
+    /// compacted like any message, so a client sending one every turn cannot fill the
+    /// context with them.
+    pub lenient: bool,
+    /// With `lenient`: what pinned messages may take.
+    pub pin_cap: usize,
 }
 
 impl NewMessage {
@@ -61,7 +75,34 @@ impl NewMessage {
             instruction: is_instruction(message),
             content: (message.role == Role::User || message.tool_result_ids().next().is_some())
                 .then(|| message.clone()),
+            hash: None,
+            opening: None,
         }
+    }
+
+    pub fn hash(&self) -> Option<i64> {
+        self.hash
+    }
+
+    pub fn is_user(&self) -> bool {
+        self.role == Role::User.as_str()
+    }
+
+    pub fn is_system(&self) -> bool {
+        self.system
+    }
+
+    /// The fingerprint of its opening (see [`NewMessage::with_hash`]).
+    pub fn opening(&self) -> Option<i64> {
+        self.opening
+    }
+
+    /// The message with the fingerprints a proxied conversation matches it by: of what the
+    /// client sends, and of its opening.
+    pub fn with_hash(mut self, hash: i64, opening: i64) -> NewMessage {
+        self.hash = Some(hash);
+        self.opening = Some(opening);
+        self
     }
 
     pub fn tokens(&self) -> usize {
@@ -172,11 +213,42 @@ fn append(
         (Err(StoreError::NotFound(_)), Some(new)) => (insert(conn, new)?, true),
         (Err(e), _) => return Err(e),
     };
-    let tools = tools_of_results(conn, session_id, messages)?;
-    let first_seq = session.message_count + 1;
+    if session.owner.is_some() {
+        // A conversation the proxy records belongs to the API key that made it: no message
+        // through the socket API lands in it (over the loopback listener any local user
+        // could have made it, and chosen its name).
+        return Err(StoreError::Conflict(format!(
+            "session `{session_id}` is a conversation the proxy records for an API key; it takes messages only through the proxy"
+        )));
+    }
     let rules = rules(&session);
-    let inserted = insert_messages(conn, &session, messages, &tools, rules)?;
-    if inserted.pinned_tokens > session.pinned_tokens
+    let mut outcome = append_to(conn, &session, messages, reported_tokens, rules)?;
+    outcome.created = created;
+    if let Some(idempotency) = idempotency {
+        remember_key(
+            conn,
+            session_id,
+            idempotency,
+            outcome.first_seq,
+            outcome.last_seq,
+        )?;
+    }
+    Ok(outcome)
+}
+
+/// Appends `messages` after the session's current head, by `rules`.
+pub(super) fn append_to(
+    conn: &Connection,
+    session: &SessionRow,
+    messages: &[NewMessage],
+    reported_tokens: Option<usize>,
+    rules: AppendRules,
+) -> Result<AppendOutcome> {
+    let tools = tools_of_results(conn, &session.id, messages, rules.lenient)?;
+    let first_seq = session.message_count + 1;
+    let inserted = insert_messages(conn, session, messages, &tools, rules)?;
+    if !rules.lenient
+        && inserted.pinned_tokens > session.pinned_tokens
         && inserted.pinned_tokens > rules.max_pinned_tokens
     {
         return Err(StoreError::PinnedTooLarge {
@@ -184,18 +256,54 @@ fn append(
             max: rules.max_pinned_tokens,
         });
     }
-    let session = count_appended(conn, session_id, messages.len(), reported_tokens, &inserted)?;
-    let last_seq = first_seq + messages.len() as u64 - 1;
-    if let Some(idempotency) = idempotency {
-        remember_key(conn, session_id, idempotency, first_seq, last_seq)?;
-    }
+    let after = count_appended(
+        conn,
+        &session.id,
+        messages.len(),
+        reported_tokens,
+        &inserted,
+    )?;
     Ok(AppendOutcome {
-        session,
+        session: after,
         first_seq,
-        last_seq,
-        created,
+        last_seq: first_seq + messages.len() as u64 - 1,
+        created: false,
         replayed: false,
     })
+}
+
+/// Stores `message` as a child of `parent`, off the session's current branch: its counters
+/// stay as they are (they describe another branch), only the message count grows.
+pub(super) fn append_leaf(
+    conn: &Connection,
+    session: &SessionRow,
+    parent: u64,
+    message: &NewMessage,
+) -> Result<()> {
+    let tools = tools_of_results(conn, &session.id, std::slice::from_ref(message), true)?;
+    let rules = AppendRules {
+        task_max_tokens: 0,
+        max_pinned_tokens: 0,
+        step_budget: usize::MAX,
+        lenient: true,
+        pin_cap: 0,
+    };
+    let off_branch = SessionRow {
+        head_seq: parent,
+        ..session.clone()
+    };
+    insert_messages(
+        conn,
+        &off_branch,
+        std::slice::from_ref(message),
+        &tools,
+        rules,
+    )?;
+    conn.prepare_cached(
+        "UPDATE sessions SET message_count = message_count + 1, branch_points = branch_points + 1 WHERE id = ?1",
+    )?
+    .execute([&session.id])?;
+    Ok(())
 }
 
 /// The tool of every call the batch's results answer, made earlier or earlier in this batch
@@ -204,6 +312,7 @@ fn tools_of_results(
     conn: &Connection,
     session_id: &str,
     messages: &[NewMessage],
+    lenient: bool,
 ) -> Result<HashMap<String, String>> {
     let mut tools: HashMap<String, String> = HashMap::new();
     let mut known =
@@ -214,8 +323,15 @@ fn tools_of_results(
                 let name: Option<String> = known
                     .query_row(params![session_id, call_id], |r| r.get(0))
                     .optional()?;
-                let name = name.ok_or_else(|| StoreError::UnknownCall(call_id.clone()))?;
-                tools.insert(call_id.clone(), name);
+                match name {
+                    Some(name) => {
+                        tools.insert(call_id.clone(), name);
+                    }
+                    // A proxied client's own history may answer calls compactd never saw
+                    // (the provider compacted them away): its request is its own to send.
+                    None if lenient => {}
+                    None => return Err(StoreError::UnknownCall(call_id.clone())),
+                }
             }
         }
         tools.extend(message.calls.iter().cloned());
@@ -248,8 +364,9 @@ fn insert_messages(
 ) -> Result<Inserted> {
     let mut insert_message = conn.prepare_cached(&format!(
         "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned,
-             tool_results, masked_parts, masked_tokens, shortened_parts, shortened_tokens)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6, ?7, ?8, ?9, ?10, ?11)"
+             tool_results, masked_parts, masked_tokens, shortened_parts, shortened_tokens,
+             parent_seq, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
     ))?;
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
@@ -262,15 +379,29 @@ fn insert_messages(
         shown_tokens: 0,
         step_calls: session.step_calls,
     };
+    let mut parent = (session.head_seq > 0).then_some(session.head_seq);
     for (seq, message) in (session.message_count + 1..).zip(messages) {
-        let is_task = done.task_seq.is_none() && message.instruction;
+        // A proxied conversation's task is the message its first call ended with, wherever
+        // the branch has it; a session of the socket API's is its first instruction.
+        let is_task = done.task_seq.is_none()
+            && match session.task_hash {
+                Some(task) => message.opening == Some(task),
+                None => message.instruction,
+            };
         if is_task {
             done.task_seq = Some(seq);
         }
         if message.role == Role::Assistant.as_str() {
             done.step_calls = message.calls.len();
         }
-        let pinned = message.system || (is_task && message.tokens <= rules.task_max_tokens);
+        // The client's preamble is pinned, but never half a tool call: a pinned call whose
+        // result was compacted (or the reverse) would break the conversation.
+        let preamble =
+            seq <= session.static_seq && message.calls.is_empty() && message.answers.is_empty();
+        let task = is_task && message.answers.is_empty() && message.tokens <= rules.task_max_tokens;
+        let wanted = message.system || preamble || task;
+        let pinned =
+            wanted && (!rules.lenient || done.pinned_tokens + message.tokens <= rules.pin_cap);
         let (shortened_json, shortened_tokens) = match pinned {
             true => (None, None),
             false => shortened_form(message, seq, rules.step_budget, done.step_calls)?,
@@ -294,8 +425,11 @@ fn insert_messages(
             masked_json,
             masked_tokens,
             shortened_json,
-            shortened_tokens
+            shortened_tokens,
+            parent,
+            message.hash
         ])?;
+        parent = Some(seq);
         for (call_id, name) in &message.calls {
             insert_call.execute(params![session.id, call_id, seq, name])?;
         }
@@ -354,11 +488,13 @@ pub(super) fn reshorten_active(
     session: &SessionRow,
     step_budget: usize,
 ) -> Result<SessionRow> {
+    let branch = Branch::current(conn, session)?;
     let rows: Vec<(u64, String, String, usize)> = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "SELECT seq, role, parts, tokens FROM messages
-             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user')",
-        )?
+             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user') AND {}",
+            branch.filter()
+        ))?
         .query_map(params![session.id, session.active_from_seq], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?
@@ -374,18 +510,11 @@ pub(super) fn reshorten_active(
         let (json, shown) = shortened(&message, tokens, seq, step_budget, session.step_calls)?;
         update.execute(params![session.id, seq, json, shown])?;
     }
-    Ok(conn
-        .prepare_cached(&format!(
-            "UPDATE sessions SET
-                 active_tokens = (SELECT coalesce(sum({}), 0) FROM messages
-                                  WHERE session_id = ?1 AND seq >= active_from_seq AND pinned = 0),
-                 reported_tokens = NULL,
-                 tokens_since_report = 0
-             WHERE id = ?1 RETURNING {}",
-            super::rows::shown_tokens("masked_through_seq"),
-            SessionRow::COLUMNS
-        ))?
-        .query_row([&session.id], SessionRow::from_row)?)
+    conn.prepare_cached(
+        "UPDATE sessions SET reported_tokens = NULL, tokens_since_report = 0 WHERE id = ?1",
+    )?
+    .execute([&session.id])?;
+    super::counters::recount_active(conn, &get_live(conn, &session.id)?)
 }
 
 /// Parts as stored JSON, with their tokens.
@@ -424,6 +553,8 @@ fn count_appended(
                  turn_start_seq = coalesce(?5, turn_start_seq),
                  turn_attempts = CASE WHEN ?5 IS NULL THEN turn_attempts ELSE 0 END,
                  step_calls = ?9,
+                 head_seq = message_count + ?2,
+                 branch_points = branch_points + (head_seq <> message_count),
                  updated_at = {NOW}
              WHERE id = ?1 RETURNING {}",
             SessionRow::COLUMNS
@@ -467,14 +598,15 @@ fn remember_key(
     Ok(())
 }
 
-/// The latest compaction's number and summary (not its file lists, which grow with the
-/// session and which a context does not need).
-fn latest_summary(conn: &Connection, session_id: &str) -> Result<Option<LatestSummary>> {
+/// The compaction the session's current branch starts from: its number and summary (not
+/// its file lists, which grow with the session and which a context does not need).
+fn latest_summary(conn: &Connection, session: &SessionRow) -> Result<Option<LatestSummary>> {
+    if session.summary_num == 0 {
+        return Ok(None);
+    }
     Ok(conn
-        .prepare_cached(
-            "SELECT num, summary FROM compactions WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
-        )?
-        .query_row([session_id], |row| {
+        .prepare_cached("SELECT num, summary FROM compactions WHERE session_id = ?1 AND num = ?2")?
+        .query_row(params![session.id, session.summary_num], |row| {
             Ok(LatestSummary {
                 compaction_num: row.get(0)?,
                 summary: row.get(1)?,
@@ -483,14 +615,15 @@ fn latest_summary(conn: &Connection, session_id: &str) -> Result<Option<LatestSu
         .optional()?)
 }
 
-/// The latest compaction's file lists, which the next compaction extends.
-fn latest_files(conn: &Connection, session_id: &str) -> Result<FileLists> {
+/// The file lists of the compaction the current branch starts from, which the next one
+/// extends.
+fn latest_files(conn: &Connection, session: &SessionRow) -> Result<FileLists> {
     let lists = conn
         .prepare_cached(
             "SELECT read_files, modified_files, created_files, deleted_files FROM compactions
-             WHERE session_id = ?1 ORDER BY num DESC LIMIT 1",
+             WHERE session_id = ?1 AND num = ?2",
         )?
-        .query_row([session_id], |row| {
+        .query_row(params![session.id, session.summary_num], |row| {
             Ok([
                 row.get::<_, String>(0)?,
                 row.get(1)?,
@@ -510,18 +643,23 @@ fn latest_files(conn: &Connection, session_id: &str) -> Result<FileLists> {
     })
 }
 
-/// The pinned messages before `before_seq`: they stand in front of the summary.
+/// The pinned messages of the current branch before its active messages: they stand in
+/// front of the summary.
 fn pinned_before(
     conn: &Connection,
-    session_id: &str,
-    before_seq: u64,
+    session: &SessionRow,
+    branch: &Branch,
 ) -> Result<Vec<StoredMessage>> {
     let sql = format!(
-        "SELECT {} FROM messages WHERE session_id = ?1 AND pinned = 1 AND seq < ?2 ORDER BY seq",
-        StoredMessage::COLUMNS
+        "SELECT {} FROM messages WHERE session_id = ?1 AND pinned = 1 AND seq < ?2 AND {} ORDER BY seq",
+        StoredMessage::COLUMNS,
+        branch.filter()
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![session_id, before_seq], StoredMessage::from_row)?;
+    let rows = stmt.query_map(
+        params![session.id, session.active_from_seq],
+        StoredMessage::from_row,
+    )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
@@ -599,10 +737,11 @@ impl Store {
         .await
     }
 
-    /// The files the session's latest compaction lists.
+    /// The files the compaction the session's current branch starts from lists.
     pub async fn prior_files(&self, session_id: &str) -> Result<FileLists> {
         let session_id = session_id.to_string();
-        self.read(move |conn| latest_files(conn, &session_id)).await
+        self.read(move |conn| latest_files(conn, &get_live(conn, &session_id)?))
+            .await
     }
 
     /// The session, its pinned messages, its latest summary and its uncompacted messages, in
@@ -621,18 +760,29 @@ impl Store {
         let session_id = session_id.to_string();
         self.read(move |conn| {
             let session = get_live(conn, &session_id)?;
-            let pinned = pinned_before(conn, &session_id, session.active_from_seq)?;
-            let latest = latest_summary(conn, &session_id)?;
-            let tail = active_messages(conn, &session, masked)?;
-            Ok(ContextSnapshot {
-                session,
-                pinned,
-                latest,
-                tail,
-            })
+            snapshot_of(conn, session, masked)
         })
         .await
     }
+}
+
+/// The session's context as it stands: see [`Store::context`].
+pub(super) fn snapshot_of(
+    conn: &Connection,
+    session: SessionRow,
+    masked: bool,
+) -> Result<ContextSnapshot> {
+    let branch = Branch::current(conn, &session)?;
+    let pinned = pinned_before(conn, &session, &branch)?;
+    let latest = latest_summary(conn, &session)?;
+    let tail = active_messages(conn, &session, &branch, masked)?;
+    Ok(ContextSnapshot {
+        session,
+        pinned,
+        latest,
+        tail,
+        branch,
+    })
 }
 
 /// The session's active messages, oldest first, with the tokens the context counts (masked
@@ -641,11 +791,16 @@ impl Store {
 fn active_messages(
     conn: &Connection,
     session: &SessionRow,
+    branch: &Branch,
     masked: bool,
 ) -> Result<Vec<StoredMessage>> {
+    let columns = match masked {
+        true => StoredMessage::CONTEXT_COLUMNS,
+        false => StoredMessage::WHOLE_COLUMNS,
+    };
     let sql = format!(
-        "SELECT {} FROM messages WHERE session_id = ?1 AND seq >= ?3 ORDER BY seq",
-        StoredMessage::CONTEXT_COLUMNS
+        "SELECT {columns} FROM messages WHERE session_id = ?1 AND seq >= ?3 AND {} ORDER BY seq",
+        branch.filter()
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(
@@ -656,18 +811,5 @@ fn active_messages(
         ],
         StoredMessage::from_row,
     )?;
-    let mut tail = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    if !masked && tail.iter().any(|m| m.masked || m.shortened) {
-        let originals = messages_page(
-            conn,
-            &session.id,
-            session.active_from_seq,
-            usize::MAX,
-            usize::MAX,
-        )?;
-        for (message, original) in tail.iter_mut().zip(originals) {
-            message.parts = original.parts;
-        }
-    }
-    Ok(tail)
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }

@@ -13,22 +13,27 @@
 
 mod backup;
 mod compactions;
+mod conversations;
+mod counters;
 mod error;
 mod file;
 mod maskings;
 mod messages;
 mod migrate;
+mod path;
 mod rows;
 mod sessions;
 mod writer;
 
 pub use backup::{BackupReport, backup};
 pub use compactions::{NewCompaction, NewFailure};
+pub use conversations::{Placed, ProxyCall};
 pub use error::StoreError;
 pub use maskings::MaskingRow;
 pub use messages::{AppendOutcome, AppendRules, Idempotency, NewMessage};
+pub use path::Branch;
 pub use rows::{
-    CompactionRow, ContextSnapshot, FailureRow, SessionRow, StoredMessage, TokenSource,
+    CompactionRow, ContextSnapshot, FailureRow, SessionKind, SessionRow, StoredMessage, TokenSource,
 };
 pub use sessions::{NewSession, SessionUpdate};
 

@@ -37,6 +37,55 @@ pub struct SessionRow {
     pub owner: Option<String>,
     /// Tool calls of the newest assistant message.
     pub step_calls: usize,
+    /// The newest message of the branch the counters describe.
+    pub head_seq: u64,
+    /// Messages that start a branch.
+    pub branch_points: u64,
+    /// The compaction the current branch's context starts from (0: none).
+    pub summary_num: u32,
+    pub kind: SessionKind,
+    /// Proxy: the hash of the conversation header the client sent.
+    pub conversation: Option<String>,
+    /// Proxy: the fingerprint of the conversation's first message.
+    pub root_hash: Option<i64>,
+    /// Proxy: the fingerprint of its task.
+    pub task_hash: Option<i64>,
+    /// Proxy: the client's own prefix ends at this seq.
+    pub static_seq: u64,
+    /// Proxy: tokens of the last call's tools, system and instructions.
+    pub overhead_tokens: usize,
+    /// Why the context limit is what it is.
+    pub limit_source: Option<String>,
+}
+
+/// How a session came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionKind {
+    /// Made through the socket API.
+    Api,
+    /// A conversation the proxy records.
+    Proxy,
+    /// A proxied client's one-off calls (titles, commit messages).
+    Side,
+}
+
+impl SessionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionKind::Api => "api",
+            SessionKind::Proxy => "proxy",
+            SessionKind::Side => "side",
+        }
+    }
+
+    fn parse(s: &str) -> SessionKind {
+        match s {
+            "proxy" => SessionKind::Proxy,
+            "side" => SessionKind::Side,
+            _ => SessionKind::Api,
+        }
+    }
 }
 
 /// Where a session's token figure comes from.
@@ -53,9 +102,10 @@ impl SessionRow {
     pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
-        masked_through_seq, owner, step_calls";
+        masked_through_seq, owner, step_calls, head_seq, branch_points, summary_num, kind, \
+        conversation, root_hash, task_hash, static_seq, overhead_tokens, limit_source";
     /// How many columns [`SessionRow::COLUMNS`] names (the index of a column selected after them).
-    pub(super) const COUNT: usize = 21;
+    pub(super) const COUNT: usize = 31;
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -82,7 +132,23 @@ impl SessionRow {
             masked_through_seq: row.get(18)?,
             owner: row.get(19)?,
             step_calls: row.get(20)?,
+            head_seq: row.get(21)?,
+            branch_points: row.get(22)?,
+            summary_num: row.get(23)?,
+            kind: SessionKind::parse(&row.get::<_, String>(24)?),
+            conversation: row.get(25)?,
+            root_hash: row.get(26)?,
+            task_hash: row.get(27)?,
+            static_seq: row.get(28)?,
+            overhead_tokens: row.get(29)?,
+            limit_source: row.get(30)?,
         })
+    }
+
+    /// What every context of the session holds besides the summary and the active messages:
+    /// its pinned messages and, for a proxied one, the tools and system its client sends.
+    pub fn fixed_tokens(&self) -> usize {
+        self.pinned_tokens + self.overhead_tokens
     }
 
     /// The tokens the session's context holds now, and where the figure comes from.
@@ -90,7 +156,7 @@ impl SessionRow {
         match self.reported_tokens {
             Some(reported) => (reported + self.tokens_since_report, TokenSource::Reported),
             None => (
-                self.pinned_tokens + self.summary_tokens + self.active_tokens,
+                self.fixed_tokens() + self.summary_tokens + self.active_tokens,
                 TokenSource::Estimated,
             ),
         }
@@ -117,6 +183,10 @@ pub struct StoredMessage {
     /// tail, with a marker naming this seq); the stored message keeps them whole.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shortened: bool,
+    /// Where its branch starts, when the message before it on its branch is not `seq - 1`
+    /// (0: it starts a new root). Set in history pages only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branches_from: Option<u64>,
 }
 
 /// The tokens a message takes in the context, as SQL over a `messages` row: its masked form's
@@ -132,14 +202,21 @@ pub(super) fn shown_tokens(through: &str) -> String {
 
 impl StoredMessage {
     /// The columns of a message as stored.
-    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0, 0";
+    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0, 0, \
+        CASE WHEN seq > 1 AND parent_seq IS NOT seq - 1 THEN coalesce(parent_seq, 0) END";
     /// The columns of a message as a context shows it: masked below `?2`, else shortened when
     /// too large, else whole.
     pub(super) const CONTEXT_COLUMNS: &'static str = "seq, role, \
         CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_parts ELSE coalesce(shortened_parts, parts) END, \
         CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE coalesce(shortened_tokens, tokens) END, \
         created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL, \
-        shortened_parts IS NOT NULL AND NOT (seq < ?2 AND masked_parts IS NOT NULL)";
+        shortened_parts IS NOT NULL AND NOT (seq < ?2 AND masked_parts IS NOT NULL), NULL";
+    /// The same, every message whole but counted as the context counts it: what a
+    /// compaction summarizes.
+    pub(super) const WHOLE_COLUMNS: &'static str = "seq, role, parts, \
+        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE coalesce(shortened_tokens, tokens) END, \
+        created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL, \
+        shortened_parts IS NOT NULL AND NOT (seq < ?2 AND masked_parts IS NOT NULL), NULL";
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
         let role: String = row.get(1)?;
@@ -159,6 +236,7 @@ impl StoredMessage {
             pinned: row.get(5)?,
             masked: row.get(6)?,
             shortened: row.get(7)?,
+            branches_from: row.get(8)?,
         })
     }
 
@@ -292,6 +370,8 @@ pub struct ContextSnapshot {
     pub latest: Option<LatestSummary>,
     /// Messages from the latest boundary on.
     pub tail: Vec<StoredMessage>,
+    /// The current branch (where each seq stands on it).
+    pub branch: super::path::Branch,
 }
 
 /// A stored trigger name (written by [`Trigger::as_str`]); an unknown one reads as manual.

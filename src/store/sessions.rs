@@ -18,6 +18,8 @@ pub struct NewSession {
     pub overrides: Value,
     /// For sessions the proxy makes: a hash of the client's API key.
     pub owner: Option<String>,
+    /// Why `context_limit` is what it is (the model table, a header, the default).
+    pub limit_source: Option<String>,
 }
 
 /// Changes to a session; `None` leaves a field as it is.
@@ -58,15 +60,17 @@ pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> 
         return Err(StoreError::Exists(new.id.clone()));
     }
     conn.prepare_cached(&format!(
-        "INSERT INTO sessions (id, model, context_limit, overrides, created_at, updated_at, owner)
-         VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW}, ?5)"
+        "INSERT INTO sessions (id, model, context_limit, overrides, created_at, updated_at, owner,
+             limit_source, kind)
+         VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW}, ?5, ?6, CASE WHEN ?5 IS NULL THEN 'api' ELSE 'proxy' END)"
     ))?
     .execute(params![
         new.id,
         new.model,
         new.context_limit,
         new.overrides.to_string(),
-        new.owner
+        new.owner,
+        new.limit_source
     ])?;
     get_live(conn, &new.id)
 }

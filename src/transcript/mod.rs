@@ -67,11 +67,6 @@ pub(crate) struct Draft {
     pub submission: Option<String>,
 }
 
-/// Chat Completions `messages` (a proxied request's) as compactd messages.
-pub(crate) fn openai_messages(list: &Value) -> Result<Vec<Message>, String> {
-    Ok(openai::convert_list(list)?.messages)
-}
-
 /// One Chat Completions message (a model's answer) as a compactd message.
 pub(crate) fn openai_message(message: &Value) -> Option<Message> {
     let mut draft = Draft::default();
@@ -79,30 +74,9 @@ pub(crate) fn openai_message(message: &Value) -> Option<Message> {
     draft.messages.pop()
 }
 
-/// An Anthropic Messages request's `system` and `messages` as compactd messages.
-pub(crate) fn anthropic_messages(body: &Value) -> Result<Vec<Message>, String> {
-    let mut draft = Draft::default();
-    let mut out = Vec::new();
-    let system = match &body["system"] {
-        Value::Null => String::new(),
-        other => content_text(other, &mut draft).unwrap_or_default(),
-    };
-    if !system.trim().is_empty() {
-        out.push(Message::text(crate::message::Role::System, system));
-    }
-    let list = body["messages"]
-        .as_array()
-        .ok_or("expected a `messages` array")?;
-    for message in list {
-        let role = match message["role"].as_str() {
-            Some("user") => crate::message::Role::User,
-            Some("assistant") => crate::message::Role::Assistant,
-            _ => return Err("a message's role must be user or assistant".into()),
-        };
-        let parts = claude_code::content_parts(&message["content"], &mut draft);
-        out.push(Message { role, parts });
-    }
-    Ok(out)
+/// Anthropic content blocks as compactd's parts (what is read of them; images as a note).
+pub(crate) fn anthropic_parts(content: &Value) -> Vec<crate::message::Part> {
+    claude_code::content_parts(content, &mut Draft::default())
 }
 
 /// Anthropic content blocks (a model's answer) as an assistant message.

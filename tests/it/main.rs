@@ -4,6 +4,9 @@
 
 mod common;
 
+mod conversation_tree;
+
+mod agents;
 mod cache_stability;
 mod cli_offline;
 mod clients;
@@ -17,6 +20,7 @@ mod operate;
 mod pinning;
 mod provider_formats;
 mod proxy;
+mod proxy_wire;
 mod spec_conformance;
 mod summarizers;
 mod transcripts;

@@ -5,7 +5,7 @@
 
 use crate::common::TestDaemon;
 use compactd::message::{Message, Part, Role};
-use compactd::provider::{anthropic, openai};
+use compactd::provider::{anthropic, chat as openai};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::PathBuf;

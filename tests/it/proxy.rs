@@ -228,7 +228,8 @@ async fn a_long_conversation_reaches_upstream_compacted_and_comes_back_byte_for_
     let (status, _, bytes) = call(&client, "sk-someone-else", Some(&session), &body).await;
     assert_eq!(status, 404, "{}", String::from_utf8_lossy(&bytes));
 
-    // A rewound history (an edited earlier message) forks a new session.
+    // A rewound history (an edited earlier message) is a branch of the same conversation:
+    // upstream gets that branch's messages and nothing of the other one.
     let mut rewound = history[..4].to_vec();
     rewound[1] = json!({"role": "user", "content": "Only read the first module."});
     let body = json!({"model": "gpt-test", "messages": rewound});
@@ -237,8 +238,13 @@ async fn a_long_conversation_reaches_upstream_compacted_and_comes_back_byte_for_
         status, 500,
         "the mock's script is spent; its error passes through"
     );
-    assert_eq!(headers["x-compactd-forked-from"], session.as_str());
-    assert_ne!(headers["x-compactd-session"], session.as_str());
+    assert_eq!(headers["x-compactd-session"], session.as_str());
+    let sent = mock.requests().last().unwrap().body["messages"].to_string();
+    assert!(sent.contains("Only read the first module."), "{sent}");
+    assert!(
+        !sent.contains("mod_5.py") && !sent.contains("## 1. Primary Request"),
+        "{sent}"
+    );
 
     // The key is in no event, no stored byte and no log line.
     let mut seen = 0;
@@ -397,7 +403,10 @@ async fn the_loopback_listener_serves_the_proxy_and_only_to_the_key_that_owns_a_
         .unwrap()
         .to_string();
     assert!(answer.text().await.unwrap().contains("over tcp"));
-    // Another key, naming the session: 404.
+    // Another key, naming the session: over TCP a name lives in the key's own namespace,
+    // so it gets a session of its own and the owner's is untouched.
+    let client = daemon.client();
+    let before = crate::common::all_messages(&client, &session).await.len();
     let other = http
         .post(&url)
         .bearer_auth("sk-another-user")
@@ -406,9 +415,16 @@ async fn the_loopback_listener_serves_the_proxy_and_only_to_the_key_that_owns_a_
         .send()
         .await
         .unwrap();
-    assert_eq!(other.status(), 404);
+    assert_eq!(other.status(), 200);
+    assert_ne!(
+        other.headers()["x-compactd-session"].to_str().unwrap(),
+        session
+    );
+    assert_eq!(
+        crate::common::all_messages(&client, &session).await.len(),
+        before
+    );
     // A session made through the socket API is not reachable over TCP, whatever the key.
-    let client = daemon.client();
     client
         .post(
             "/session/mine/message",
@@ -424,7 +440,12 @@ async fn the_loopback_listener_serves_the_proxy_and_only_to_the_key_that_owns_a_
         .send()
         .await
         .unwrap();
-    assert_eq!(theirs.status(), 404);
+    assert_eq!(theirs.status(), 200);
+    assert_ne!(
+        theirs.headers()["x-compactd-session"].to_str().unwrap(),
+        "mine"
+    );
+    assert_eq!(crate::common::all_messages(&client, "mine").await.len(), 1);
     // Only the proxy is served there.
     let listing = http
         .get(format!("http://127.0.0.1:{port}/v1/session"))
@@ -432,7 +453,7 @@ async fn the_loopback_listener_serves_the_proxy_and_only_to_the_key_that_owns_a_
         .await
         .unwrap();
     assert_eq!(listing.status(), 404);
-    assert_eq!(mock.requests().len(), 1);
+    assert_eq!(mock.requests().len(), 3);
 }
 
 #[test]
@@ -593,36 +614,31 @@ async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
         assert_eq!(r.header("x-api-key").unwrap(), KEY);
         assert_eq!(r.header("anthropic-version").unwrap(), "2023-06-01");
         assert_eq!(r.body["max_tokens"], 1024);
-        // The client marked cache breakpoints: so does the context sent in its place.
+        // The client's system, cache marks included, goes upstream as it sent it.
         let system = &r.body["system"][0];
-        assert!(
-            system["text"]
-                .as_str()
-                .unwrap()
-                .contains("You are careful.")
-        );
+        assert_eq!(system["text"], "You are careful.");
         assert_eq!(system["cache_control"]["type"], "ephemeral");
-        let last_block = r.body["messages"].as_array().unwrap().last().unwrap()["content"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .clone();
-        assert_eq!(last_block["cache_control"]["type"], "ephemeral");
-        // The Messages API's rules: user first, roles alternating, every tool_result answering
-        // a tool_use of the assistant message right before it.
+        // The Messages API's rules: user first, every tool_result answering a tool_use of the
+        // assistant turn right before it (consecutive messages of one role are one turn).
         let sent = r.body["messages"].as_array().unwrap();
         assert_eq!(sent[0]["role"], "user");
-        for pair in sent.windows(2) {
-            assert_ne!(pair[0]["role"], pair[1]["role"], "roles alternate");
-            let calls: Vec<&str> = pair[0]["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
+        let mut turns: Vec<(String, Vec<Value>)> = Vec::new();
+        for m in sent {
+            let role = m["role"].as_str().unwrap().to_string();
+            let blocks = m["content"].as_array().cloned().unwrap_or_default();
+            match turns.last_mut() {
+                Some((last, content)) if *last == role => content.extend(blocks),
+                _ => turns.push((role, blocks)),
+            }
+        }
+        for pair in turns.windows(2) {
+            let calls: Vec<&str> = pair[0]
+                .1
+                .iter()
                 .filter(|b| b["type"] == "tool_use")
                 .map(|b| b["id"].as_str().unwrap())
                 .collect();
-            for block in pair[1]["content"].as_array().into_iter().flatten() {
+            for block in &pair[1].1 {
                 if block["type"] == "tool_result" {
                     assert!(
                         calls.contains(&block["tool_use_id"].as_str().unwrap()),
@@ -646,8 +662,8 @@ async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
     let stored = crate::common::all_messages(&client, &session).await;
     assert_eq!(
         stored.len(),
-        1 + history.len() - 1,
-        "the system prompt, and all but the last result"
+        history.len() - 1,
+        "all but the last result (the system prompt is the client's, sent with each call)"
     );
 }
 

@@ -100,6 +100,27 @@ const UPGRADES: &[Upgrade] = &[
               ALTER TABLE sessions ADD COLUMN step_calls INTEGER NOT NULL DEFAULT 0;",
         then: None,
     },
+    // 8: conversations as trees of messages (the proxy's), and what a proxied session knows
+    // of its client. Every earlier message is on its session's one branch.
+    Upgrade {
+        sql: "ALTER TABLE messages ADD COLUMN parent_seq INTEGER;
+              ALTER TABLE messages ADD COLUMN hash INTEGER;
+              UPDATE messages SET parent_seq = seq - 1 WHERE seq > 1;
+              ALTER TABLE sessions ADD COLUMN head_seq INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE sessions ADD COLUMN branch_points INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE sessions ADD COLUMN summary_num INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE sessions ADD COLUMN kind TEXT NOT NULL DEFAULT 'api';
+              ALTER TABLE sessions ADD COLUMN conversation TEXT;
+              ALTER TABLE sessions ADD COLUMN root_hash INTEGER;
+              ALTER TABLE sessions ADD COLUMN task_hash INTEGER;
+              ALTER TABLE sessions ADD COLUMN static_seq INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE sessions ADD COLUMN overhead_tokens INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE sessions ADD COLUMN limit_source TEXT;
+              UPDATE sessions SET head_seq = message_count, summary_num = compaction_count,
+                  kind = CASE WHEN owner IS NULL THEN 'api' ELSE 'proxy' END;
+              ALTER TABLE compactions ADD COLUMN summary_tokens INTEGER;",
+        then: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -110,6 +131,7 @@ pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// (Version 6 changed only constraints and triggers, which the rebuild makes anyway: its
 /// dump reads as version 5, and upgrading it from there is the same.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (8, "sessions", "head_seq"),
     (7, "sessions", "step_calls"),
     (5, "sessions", "owner"),
     (4, "sessions", "masked_through_seq"),

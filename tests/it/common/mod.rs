@@ -3,6 +3,7 @@
 //! `READY=1` on a NOTIFY_SOCKET the test owns, so no test sleeps and hopes.
 
 pub mod mock_model;
+pub mod model_api;
 pub mod random_session;
 
 use compactd::client::Client;

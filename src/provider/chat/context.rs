@@ -3,8 +3,8 @@
 //! after the assistant message that called it. DeepSeek and other OpenAI-compatible APIs take
 //! the same shape.
 
-use super::{Turn, Turns, api_id, api_name};
 use crate::message::Message;
+use crate::provider::{Turn, Turns, api_id, api_name};
 use serde_json::{Value, json};
 
 /// `messages` ready for `POST /v1/chat/completions`.
@@ -143,7 +143,7 @@ mod tests {
         ];
         let out = messages(&conversation);
         assert_eq!(out[2]["role"], "tool");
-        assert_eq!(out[2]["content"], super::super::NO_RESULT);
+        assert_eq!(out[2]["content"], crate::provider::NO_RESULT);
         assert_eq!(out[3]["content"], "stop, do something else");
         assert_eq!(out[4]["role"], "user");
         assert!(out[4]["content"].as_str().unwrap().contains("late output"));

@@ -3,8 +3,8 @@
 //! `tool_result` blocks answering them first in the next user message, consecutive
 //! same-role messages merged, no empty text blocks.
 
-use super::{Turn, Turns, api_id, api_name};
 use crate::message::Message;
+use crate::provider::{Turn, Turns, api_id, api_name};
 use serde::Serialize;
 use serde_json::{Value, json};
 

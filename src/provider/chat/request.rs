@@ -1,0 +1,107 @@
+//! A Chat Completions request: `messages` read as compactd's messages (one per entry, system
+//! and developer messages included), and the conversation put back in their place.
+
+use crate::message::{Message, Part, Role};
+use crate::provider::wire::{Outgoing, WireRequest, overhead_tokens, text_of};
+use serde_json::{Value, json};
+
+pub fn parse(body: &Value) -> Result<WireRequest, String> {
+    let list = body["messages"]
+        .as_array()
+        .ok_or("expected a `messages` array")?;
+    let mut messages = Vec::with_capacity(list.len());
+    let mut system = Vec::new();
+    for (i, native) in list.iter().enumerate() {
+        let mut message = crate::transcript::openai_message(native)
+            .ok_or_else(|| format!("messages[{i}]: unknown role {}", native["role"]))?;
+        if message.parts.is_empty() {
+            message.parts.push(Part::Text {
+                text: String::new(),
+            });
+        }
+        if message.role == Role::System && messages.iter().all(|m: &Message| m.role == Role::System)
+        {
+            system.push(message.joined_text());
+        }
+        messages.push(message);
+    }
+    Ok(WireRequest {
+        messages,
+        natives: list.clone(),
+        system: system.join("\n"),
+        overhead_tokens: overhead_tokens(body, "messages"),
+        has_tools: body["tools"].as_array().is_some_and(|t| !t.is_empty())
+            || body["functions"].as_array().is_some_and(|f| !f.is_empty()),
+        model: body["model"].as_str().unwrap_or_default().to_string(),
+    })
+}
+
+pub fn render(body: &mut Value, outgoing: &[Outgoing]) {
+    let messages = outgoing
+        .iter()
+        .map(|o| match o {
+            Outgoing::Native(native) => (*native).clone(),
+            Outgoing::Patched { native, shown } => patched(native, shown),
+            Outgoing::Rendered(value) => value.clone(),
+            Outgoing::Summary(text) => json!({"role": "user", "content": text}),
+        })
+        .collect();
+    body["messages"] = Value::Array(messages);
+}
+
+/// The client's message with the output (a tool message) or text (a user message) the
+/// context shows in place of its own.
+fn patched(native: &Value, shown: &Message) -> Value {
+    let mut out = native.clone();
+    let text = match shown.parts.first() {
+        Some(Part::ToolResult { output, .. }) => output.clone(),
+        _ => shown.joined_text(),
+    };
+    if text_of(&native["content"]) != text {
+        out["content"] = Value::String(text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_go_back_as_sent_and_a_masked_output_replaces_only_the_content() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": "Rules."},
+            {"role": "user", "content": "Fix it.", "name": "me"},
+            {"role": "assistant", "content": null, "reasoning_content": "hmm",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.rs"}]});
+        let request = parse(&body).unwrap();
+        assert_eq!(request.system, "Rules.");
+        assert_eq!(request.messages.len(), 4);
+        let shown = Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: "c1".into(),
+                name: None,
+                output: "[output of bash masked]".into(),
+                is_error: false,
+            }],
+        };
+        let outgoing = vec![
+            Outgoing::Native(&request.natives[1]),
+            Outgoing::Native(&request.natives[2]),
+            Outgoing::Patched {
+                native: &request.natives[3],
+                shown,
+            },
+        ];
+        let mut out = body.clone();
+        render(&mut out, &outgoing);
+        assert_eq!(out["messages"][0], body["messages"][1]);
+        assert_eq!(out["messages"][1]["reasoning_content"], "hmm");
+        assert_eq!(
+            out["messages"][2],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "[output of bash masked]"})
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! The OpenAI Responses API (Codex CLI speaks only this): a proxied call's request
+//! ([`request`]) and answer ([`reply`]).
+//!
+//! Its conversation is a list of items rather than messages. compactd reads it as messages:
+//! the items the model produced in one turn (reasoning, text, function and custom tool calls,
+//! and any other call the API makes) are one assistant message, each call's output a tool
+//! message, each input message a message of its role. Each keeps its items as they were sent:
+//! reasoning items travel with their `encrypted_content`, and never apart from the item they
+//! preceded. A client that sends `previous_response_id` keeps its history upstream; such calls
+//! are passed on unchanged.
+
+pub mod context;
+pub mod reply;
+pub mod request;
+
+use crate::message::{Message, Part, Role};
+use serde_json::Value;
+
+/// Whether an item is one the model produces in its turn (so it belongs to the assistant
+/// message): anything that is not an input message or a tool's output.
+fn from_the_model(item: &Value) -> bool {
+    match item["type"].as_str().unwrap_or("message") {
+        "message" => item["role"] == "assistant",
+        kind => !is_output(kind) && !matches!(kind, "item_reference" | "compaction"),
+    }
+}
+
+fn is_output(kind: &str) -> bool {
+    kind.ends_with("_output")
+}
+
+/// A run of items as compactd's message: `role` from the first, parts from all.
+pub(crate) fn message_of(items: &[Value]) -> Message {
+    let first = &items[0];
+    let kind = first["type"].as_str().unwrap_or("message");
+    let role = if from_the_model(first) {
+        Role::Assistant
+    } else if is_output(kind) {
+        Role::Tool
+    } else {
+        match first["role"].as_str() {
+            Some("system" | "developer") => Role::System,
+            _ => Role::User,
+        }
+    };
+    let mut parts = Vec::new();
+    for item in items {
+        parts.extend(item_parts(item));
+    }
+    if parts.is_empty() {
+        parts.push(Part::Text {
+            text: String::new(),
+        });
+    }
+    Message { role, parts }
+}
+
+fn item_parts(item: &Value) -> Vec<Part> {
+    let text = |v: &Value| crate::provider::wire::text_of(v);
+    match item["type"].as_str().unwrap_or("message") {
+        "message" => vec![Part::Text {
+            text: text(&item["content"]),
+        }],
+        "reasoning" => vec![Part::Reasoning {
+            text: text(&item["summary"]),
+        }],
+        "function_call" => vec![Part::ToolCall {
+            id: call_id(item),
+            name: item["name"].as_str().unwrap_or("function").to_string(),
+            args: crate::transcript::parse_arguments(&item["arguments"]),
+        }],
+        "custom_tool_call" => vec![Part::ToolCall {
+            id: call_id(item),
+            name: item["name"].as_str().unwrap_or("tool").to_string(),
+            args: serde_json::json!({"input": item["input"]}),
+        }],
+        kind if is_output(kind) => vec![Part::ToolResult {
+            call_id: call_id(item),
+            name: None,
+            output: match &item["output"] {
+                Value::String(s) => s.clone(),
+                other => text(other),
+            },
+            is_error: false,
+        }],
+        kind if kind.ends_with("_call") && item["call_id"].is_string() => vec![Part::ToolCall {
+            id: call_id(item),
+            name: kind.to_string(),
+            args: item["action"].clone(),
+        }],
+        other => vec![Part::Text {
+            text: format!("[{other}]"),
+        }],
+    }
+}
+
+fn call_id(item: &Value) -> String {
+    item["call_id"]
+        .as_str()
+        .or_else(|| item["id"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Items grouped into runs that are one message each.
+pub(crate) fn group(items: &[Value]) -> Vec<Vec<Value>> {
+    let mut runs: Vec<Vec<Value>> = Vec::new();
+    for item in items {
+        let joins = from_the_model(item)
+            && runs
+                .last()
+                .is_some_and(|run| run.first().is_some_and(from_the_model));
+        match runs.last_mut() {
+            Some(run) if joins => run.push(item.clone()),
+            _ => runs.push(vec![item.clone()]),
+        }
+    }
+    runs
+}

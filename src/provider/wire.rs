@@ -1,0 +1,289 @@
+//! What the proxy reads from and writes into a model API's requests and answers, whatever the
+//! API: each API's module ([`super::chat`], [`super::anthropic`], [`super::responses`])
+//! implements these for its own wire format.
+//!
+//! A request's messages are read twice over: as compactd's neutral [`Message`]s (what is
+//! stored, estimated, summarized and matched against the conversation), and as the client's
+//! own JSON for each of them (its *native* form: thinking blocks with their signatures,
+//! reasoning items with their encrypted content, cache marks, images, block types compactd
+//! does not know). What goes upstream is built from the natives: the messages the context keeps
+//! are sent exactly as the client sent them, only their outputs changed where the context
+//! masks or shortens them, and the summary stands for the rest. Nothing is forged: reasoning
+//! the context no longer holds lives only in the summary.
+
+use crate::message::Message;
+use serde_json::Value;
+
+/// The model API a proxied call speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
+    Chat,
+    /// Anthropic Messages (`POST /v1/messages`).
+    Anthropic,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
+}
+
+impl Wire {
+    pub fn name(self) -> &'static str {
+        match self {
+            Wire::Chat => "chat",
+            Wire::Anthropic => "messages",
+            Wire::Responses => "responses",
+        }
+    }
+
+    /// Reads a request body.
+    pub fn parse(self, body: &Value) -> Result<WireRequest, String> {
+        match self {
+            Wire::Chat => super::chat::request::parse(body),
+            Wire::Anthropic => super::anthropic::request::parse(body),
+            Wire::Responses => super::responses::request::parse(body),
+        }
+    }
+
+    /// `messages` (compactd's own) in the API's shape, one value per entry it needs.
+    pub fn rendered(self, messages: &[Message]) -> Vec<Value> {
+        match self {
+            Wire::Chat => super::chat::messages(messages),
+            Wire::Anthropic => super::anthropic::conversation(messages).messages,
+            Wire::Responses => super::responses::context::items(messages),
+        }
+    }
+
+    /// Puts `outgoing` in place of the body's conversation.
+    pub fn render(self, body: &mut Value, outgoing: &[Outgoing]) {
+        match self {
+            Wire::Chat => super::chat::request::render(body, outgoing),
+            Wire::Anthropic => super::anthropic::request::render(body, outgoing),
+            Wire::Responses => super::responses::request::render(body, outgoing),
+        }
+    }
+
+    /// The answer of a non-streamed call.
+    pub fn reply(self, body: &[u8]) -> Option<WireReply> {
+        let answer: Value = serde_json::from_slice(body).ok()?;
+        match self {
+            Wire::Chat => super::chat::reply::of(&answer),
+            Wire::Anthropic => super::anthropic::reply::of(&answer),
+            Wire::Responses => super::responses::reply::of(&answer),
+        }
+    }
+
+    /// A recorder of a streamed answer, fed the stream's bytes as they pass.
+    pub fn recorder(self, max_bytes: usize) -> Recorder {
+        Recorder {
+            wire: self,
+            events: super::sse::Splitter::new(max_bytes),
+            assembly: match self {
+                Wire::Chat => Assembly::Chat(Default::default()),
+                Wire::Anthropic => Assembly::Anthropic(Default::default()),
+                Wire::Responses => Assembly::Responses(Default::default()),
+            },
+            max_bytes,
+        }
+    }
+}
+
+/// A model API request as compactd reads it.
+#[derive(Debug, Clone, Default)]
+pub struct WireRequest {
+    /// The conversation, one neutral message per entry of `natives`.
+    pub messages: Vec<Message>,
+    /// Each message as the client sent it (for the Responses API: the list of its items).
+    pub natives: Vec<Value>,
+    /// The request's own instructions outside its messages (system, instructions), as text:
+    /// what tells a side request (a title, a commit message) from the conversation.
+    pub system: String,
+    /// Estimated tokens of everything the upstream counts besides the messages: system,
+    /// instructions, tool definitions, response format.
+    pub overhead_tokens: usize,
+    /// The request offers tools.
+    pub has_tools: bool,
+    pub model: String,
+}
+
+/// One message of what goes upstream.
+#[derive(Debug, Clone)]
+pub enum Outgoing<'a> {
+    /// A message of the request, sent as the client sent it.
+    Native(&'a Value),
+    /// A message of the request whose tool outputs (or, for a user message, text) the context
+    /// shows otherwise: masked, or shortened to head and tail. `shown` has the parts as shown.
+    Patched { native: &'a Value, shown: Message },
+    /// The summary of everything the context no longer holds verbatim.
+    Summary(&'a str),
+    /// A message compactd rendered in the API's shape from its own record.
+    Rendered(Value),
+}
+
+/// What the upstream answered: the assistant message to record, and the context's size as
+/// the upstream counted it (its input, cached parts included, plus the answer), if reported.
+#[derive(Debug, Clone)]
+pub struct WireReply {
+    pub message: Message,
+    pub context_tokens: Option<usize>,
+}
+
+/// Records a streamed answer while it passes to the client, holding at most a bounded amount
+/// of it (text beyond the bound keeps its head and its tail).
+pub struct Recorder {
+    wire: Wire,
+    events: super::sse::Splitter,
+    assembly: Assembly,
+    max_bytes: usize,
+}
+
+enum Assembly {
+    Chat(super::chat::reply::Assembly),
+    Anthropic(super::anthropic::reply::Assembly),
+    Responses(super::responses::reply::Assembly),
+}
+
+impl Recorder {
+    /// Takes the next bytes of the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for event in self.events.feed(bytes) {
+            let Ok(value) = serde_json::from_str::<Value>(&event) else {
+                continue;
+            };
+            match &mut self.assembly {
+                Assembly::Chat(a) => a.event(&value, self.max_bytes),
+                Assembly::Anthropic(a) => a.event(&value, self.max_bytes),
+                Assembly::Responses(a) => a.event(&value, self.max_bytes),
+            }
+        }
+    }
+
+    /// The answer the stream carried, once it ended.
+    pub fn finish(self) -> Option<WireReply> {
+        let _ = self.wire;
+        match self.assembly {
+            Assembly::Chat(a) => a.finish(),
+            Assembly::Anthropic(a) => a.finish(),
+            Assembly::Responses(a) => a.finish(),
+        }
+    }
+}
+
+/// Text kept within `max_bytes`: once longer, its head and tail with a marker between (the
+/// middle is dropped as it arrives, so memory stays bounded whatever the upstream sends).
+#[derive(Debug, Clone, Default)]
+pub struct BoundedText {
+    head: String,
+    tail: std::collections::VecDeque<char>,
+    tail_bytes: usize,
+    dropped: usize,
+}
+
+impl BoundedText {
+    pub fn push(&mut self, piece: &str, max_bytes: usize) {
+        let half = max_bytes / 2;
+        for c in piece.chars() {
+            if self.head.len() + c.len_utf8() <= half {
+                self.head.push(c);
+                continue;
+            }
+            self.tail.push_back(c);
+            self.tail_bytes += c.len_utf8();
+            while self.tail_bytes > half {
+                let Some(old) = self.tail.pop_front() else {
+                    break;
+                };
+                self.tail_bytes -= old.len_utf8();
+                self.dropped += 1;
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty() && self.tail.is_empty()
+    }
+
+    /// The text, with a marker where its middle was dropped.
+    pub fn finish(self) -> String {
+        let tail: String = self.tail.into_iter().collect();
+        if self.dropped == 0 {
+            return self.head + &tail;
+        }
+        format!(
+            "{}\n[… {} characters of this answer were not recorded (over [proxy] max_recorded_bytes) …]\n{tail}",
+            self.head,
+            crate::compaction::microcompact::thousands(self.dropped)
+        )
+    }
+}
+
+/// Estimated tokens of a JSON value as a model server counts it: every string, key and
+/// number in it (a tool's schema is read whole), about four characters a token.
+pub fn json_tokens(value: &Value) -> usize {
+    fn chars(value: &Value) -> usize {
+        match value {
+            Value::String(s) => s.chars().count(),
+            Value::Array(items) => items.iter().map(chars).sum(),
+            Value::Object(map) => map.iter().map(|(k, v)| k.len() + chars(v)).sum(),
+            Value::Number(n) => n.to_string().len(),
+            Value::Bool(_) | Value::Null => 0,
+        }
+    }
+    chars(value).div_ceil(4)
+}
+
+/// Estimated tokens of the body's fields other than `conversation` (`messages` or `input`)
+/// and the generation settings that cost nothing.
+pub(crate) fn overhead_tokens(body: &Value, conversation: &str) -> usize {
+    let Some(fields) = body.as_object() else {
+        return 0;
+    };
+    fields
+        .iter()
+        .filter(|(k, _)| k.as_str() != conversation && COUNTED.contains(&k.as_str()))
+        .map(|(_, v)| json_tokens(v))
+        .sum()
+}
+
+/// Request fields a model reads (and bills) besides the conversation.
+const COUNTED: &[&str] = &[
+    "system",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "functions",
+    "response_format",
+    "text",
+];
+
+/// The text of `value` if it is a string, or the text blocks of a list joined.
+pub(crate) fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_text_keeps_head_and_tail_of_a_huge_answer() {
+        let mut text = BoundedText::default();
+        for i in 0..10_000 {
+            text.push(&format!("line {i}\n"), 1_000);
+        }
+        let kept = text.finish();
+        assert!(kept.len() < 1_200, "{}", kept.len());
+        assert!(kept.starts_with("line 0\n"));
+        assert!(kept.ends_with("line 9999\n"));
+        assert!(kept.contains("were not recorded"));
+        let mut small = BoundedText::default();
+        small.push("héllo", 1_000);
+        assert_eq!(small.finish(), "héllo");
+    }
+}

@@ -1,0 +1,352 @@
+//! Conversations the proxy records: which session a client's call continues, and where in
+//! its tree of messages the call stands.
+//!
+//! A client that cannot be changed sends its whole conversation with every call. The call's
+//! messages are matched against the session's tree by their longest shared prefix (each
+//! message by a fingerprint of what the client sends); only what follows is stored, as a
+//! branch from where they part. A resend stores nothing; an edit in the middle starts a branch
+//! there, sharing everything before it; the session's counters then describe that branch
+//! ([`super::counters::switch_to`]), and a compaction of the shared part serves it too. It all
+//! happens in one write of the writer thread, so two calls of one conversation arriving at once
+//! store its new messages once.
+//!
+//! Which session: the one the client names, or the one its conversation header names
+//! (Claude Code's, Codex's, opencode's), or else the one of the caller's that the call
+//! continues: whose first message it shares and whose prefix it shares past the client's own
+//! preamble, or whose task it carries (a client restoring its history into a freshly built
+//! request). A one-off call (instructions and one user message, continuing nothing) goes to the
+//! caller's side session for those instructions; anything else starts a new conversation.
+
+use super::counters::switch_to;
+use super::messages::{AppendRules, NewMessage, append_to};
+use super::path::Branch;
+use super::rows::{SessionKind, SessionRow};
+use super::sessions::{NewSession, get_live, insert};
+use super::{Result, Store, StoreError};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// One proxied call, as the store needs it.
+#[derive(Debug, Clone)]
+pub struct ProxyCall {
+    /// Who calls: the hash of the client's key.
+    pub owner: String,
+    /// The session the client named (already in the caller's namespace), if it did.
+    pub named: Option<String>,
+    /// A hash of the conversation header the client sent, if it did.
+    pub conversation: Option<String>,
+    /// A fingerprint of the call's own instructions (system, instructions) and first message.
+    pub root_hash: i64,
+    /// The call's messages, each with its fingerprint.
+    pub messages: Vec<NewMessage>,
+    pub has_tools: bool,
+    pub overhead_tokens: usize,
+    /// How a new session would be made.
+    pub new_session: NewSession,
+}
+
+/// Where a call landed.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub session: SessionRow,
+    /// The call's messages already stored (the rest were appended).
+    pub matched: usize,
+    pub created: bool,
+}
+
+/// How many of the caller's conversations sharing a first message are compared with a call.
+const CANDIDATES: usize = 32;
+
+impl Store {
+    /// The session's current branch.
+    pub async fn branch(&self, id: &str) -> Result<Branch> {
+        let id = id.to_string();
+        self.read(move |conn| Branch::current(conn, &get_live(conn, &id)?))
+            .await
+    }
+
+    /// Where a call would land, without storing anything: its session and how many of its
+    /// messages the session's current branch already holds, when the call extends that branch
+    /// (a call that branches elsewhere, or starts a session, gets `None`).
+    pub async fn preview_call(&self, call: ProxyCall) -> Result<Option<(SessionRow, usize)>> {
+        self.read(move |conn| {
+            let hashes: Vec<i64> = call
+                .messages
+                .iter()
+                .map(|m| m.hash().unwrap_or(0))
+                .collect();
+            let Some(session) = find(conn, &call, &hashes)? else {
+                return Ok(None);
+            };
+            let (matched, node) = walk(conn, &session.id, &hashes)?;
+            Ok((node.unwrap_or(0) == session.head_seq).then_some((session, matched)))
+        })
+        .await
+    }
+
+    /// Records a proxied call's answer after `after_seq`, the call's last message. When that is
+    /// still the head of the session's current branch, the answer extends it (with the usage
+    /// the upstream reported) and the session after it is returned; when another call moved
+    /// the branch on meanwhile, the answer is kept as a leaf of its own call's branch and the
+    /// current one is left as it is.
+    pub async fn append_reply(
+        &self,
+        id: &str,
+        after_seq: u64,
+        reply: NewMessage,
+        context_tokens: Option<usize>,
+        rules: impl Fn(&SessionRow) -> AppendRules + Send + 'static,
+    ) -> Result<Option<SessionRow>> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            let session = get_live(conn, &id)?;
+            let (matched, _) = walk_from(conn, &id, Some(after_seq), &[reply.hash().unwrap_or(0)])?;
+            if matched == 1 {
+                // The client sent this answer back already (a retried call): nothing new.
+                return Ok(None);
+            }
+            if session.head_seq == after_seq {
+                let rules = rules(&session);
+                return Ok(Some(
+                    append_to(conn, &session, &[reply], context_tokens, rules)?.session,
+                ));
+            }
+            super::messages::append_leaf(conn, &session, after_seq, &reply)?;
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Finds (or makes) the call's session, places the call in its tree, appends what is new
+    /// and makes the call's branch the current one: one write, so concurrent calls of one
+    /// conversation store its messages once.
+    pub async fn place_call(
+        &self,
+        call: ProxyCall,
+        rules: impl Fn(&SessionRow) -> AppendRules + Send + 'static,
+    ) -> Result<Placed> {
+        self.write(move |conn| place(conn, &call, &rules)).await
+    }
+}
+
+fn place(
+    conn: &Connection,
+    call: &ProxyCall,
+    rules: &dyn Fn(&SessionRow) -> AppendRules,
+) -> Result<Placed> {
+    let hashes: Vec<i64> = call
+        .messages
+        .iter()
+        .map(|m| m.hash().unwrap_or(0))
+        .collect();
+    let (session, created) = match find(conn, call, &hashes)? {
+        Some(session) => (session, false),
+        None => (create(conn, call, &hashes)?, true),
+    };
+    let (matched, node) = walk(conn, &session.id, &hashes)?;
+    let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
+    if matched < call.messages.len() {
+        session = append_to(
+            conn,
+            &session,
+            &call.messages[matched..],
+            None,
+            rules(&session),
+        )?
+        .session;
+        if session.kind == SessionKind::Side && call.conversation.is_none() && !one_off(call) {
+            // A headerless side session's call that goes on from an earlier one is a
+            // conversation.
+            conn.prepare_cached("UPDATE sessions SET kind = 'proxy' WHERE id = ?1")?
+                .execute([&session.id])?;
+        }
+    }
+    conn.prepare_cached("UPDATE sessions SET overhead_tokens = ?2 WHERE id = ?1")?
+        .execute(params![session.id, call.overhead_tokens])?;
+    Ok(Placed {
+        session: get_live(conn, &session.id)?,
+        matched,
+        created,
+    })
+}
+
+/// The longest prefix of `hashes` the session's tree holds, and the node it ends at.
+fn walk(conn: &Connection, id: &str, hashes: &[i64]) -> Result<(usize, Option<u64>)> {
+    walk_from(conn, id, None, hashes)
+}
+
+/// The same, from below `start` (`None`: from the roots).
+fn walk_from(
+    conn: &Connection,
+    id: &str,
+    start: Option<u64>,
+    hashes: &[i64],
+) -> Result<(usize, Option<u64>)> {
+    let mut child = conn.prepare_cached(
+        "SELECT seq FROM messages WHERE session_id = ?1 AND parent_seq IS ?2 AND hash = ?3
+         ORDER BY seq DESC LIMIT 1",
+    )?;
+    let mut node: Option<u64> = start;
+    for (k, hash) in hashes.iter().enumerate() {
+        match child
+            .query_row(params![id, node, hash], |r| r.get(0))
+            .optional()?
+        {
+            Some(seq) => node = Some(seq),
+            None => return Ok((k, node)),
+        }
+    }
+    Ok((hashes.len(), node))
+}
+
+/// The call's session, if it continues one.
+fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<SessionRow>> {
+    if let Some(named) = &call.named {
+        return match get_live(conn, named) {
+            Ok(session) if session.owner.as_deref() == Some(call.owner.as_str()) => {
+                Ok(Some(session))
+            }
+            // Another key's, or the socket API's: neither is this caller's to continue.
+            Ok(_) => Err(StoreError::NotFound(named.clone())),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+    }
+    if let Some(conversation) = &call.conversation {
+        let id: Option<String> = conn
+            .prepare_cached(
+                "SELECT id FROM sessions WHERE conversation = ?1 AND owner = ?2 AND root_hash = ?3
+                 AND deleted_at IS NULL",
+            )?
+            .query_row(params![conversation, call.owner, call.root_hash], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        return id.map(|id| get_live(conn, &id)).transpose();
+    }
+    if one_off(call)
+        && let Some(side) = side_session(conn, call)?
+    {
+        // A one-off call that a conversation of the caller's does not continue (checked
+        // below) goes to the caller's side session.
+        let continued = continued_by(conn, call, hashes)?;
+        return Ok(Some(continued.unwrap_or(side)));
+    }
+    continued_by(conn, call, hashes)
+}
+
+/// The caller's side session, if it has one.
+fn side_session(conn: &Connection, call: &ProxyCall) -> Result<Option<SessionRow>> {
+    let id: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE owner = ?1 AND kind = 'side' AND conversation IS NULL
+             AND deleted_at IS NULL ORDER BY updated_at DESC LIMIT 1",
+        )?
+        .query_row([&call.owner], |r| r.get(0))
+        .optional()?;
+    id.map(|id| get_live(conn, &id)).transpose()
+}
+
+/// The caller's conversation the call continues: it shares the conversation's first message
+/// and either its prefix past the client's preamble or its task.
+fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<SessionRow>> {
+    let candidates: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 AND conversation IS NULL
+             AND deleted_at IS NULL ORDER BY updated_at DESC LIMIT ?3",
+        )?
+        .query_map(params![call.owner, call.root_hash, CANDIDATES], |r| {
+            r.get(0)
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut best: Option<(usize, SessionRow)> = None;
+    for id in candidates {
+        let session = get_live(conn, &id)?;
+        if session.kind == SessionKind::Side {
+            continue;
+        }
+        let (matched, _) = walk(conn, &id, hashes)?;
+        let past_preamble = matched > session.static_seq as usize;
+        let carries_task = session
+            .task_hash
+            .is_some_and(|task| call.messages.iter().any(|m| m.opening() == Some(task)));
+        if (past_preamble || carries_task) && best.as_ref().is_none_or(|(m, _)| matched > *m) {
+            best = Some((matched, session));
+        }
+    }
+    Ok(best.map(|(_, session)| session))
+}
+
+/// A one-off call: instructions (system messages) and one user message.
+fn one_off(call: &ProxyCall) -> bool {
+    let (last, before) = match call.messages.split_last() {
+        Some(split) => split,
+        None => return false,
+    };
+    last.is_user() && before.iter().all(NewMessage::is_system)
+}
+
+/// A new session for the call. Its task is the last user message of this first call; the
+/// client's preamble (its system prompt, few-shot examples, the files it shows) is what comes
+/// before, or only what the call shares with the caller's other conversations of the same
+/// beginning when there are any. The preamble is pinned, but never a tool call or result, and
+/// only as far as the pin cap allows (a first call that carries a long restored history pins
+/// no more than that).
+fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<SessionRow> {
+    let task = call.messages.iter().rposition(NewMessage::is_user);
+    let preamble = shared_preamble(conn, call, hashes)?
+        .unwrap_or(usize::MAX)
+        .min(task.unwrap_or(0));
+    // Side calls: under a conversation header, those without tools (a title); without one,
+    // one-off calls of a caller who has a conversation going.
+    let side = match &call.conversation {
+        Some(_) => !call.has_tools,
+        None => one_off(call) && others(conn, &call.owner)?,
+    };
+    let kind = if side {
+        SessionKind::Side
+    } else {
+        SessionKind::Proxy
+    };
+    let session = insert(conn, &call.new_session)?;
+    conn.prepare_cached(
+        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        session.id,
+        kind.as_str(),
+        call.conversation,
+        call.root_hash,
+        task.and_then(|t| call.messages[t].opening()),
+        preamble as u64
+    ])?;
+    get_live(conn, &session.id)
+}
+
+/// How many leading messages the call shares with another conversation of the caller's that
+/// begins the same way (`None` when there is none): the client's own preamble.
+fn shared_preamble(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<usize>> {
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 ORDER BY updated_at DESC LIMIT ?3",
+        )?
+        .query_map(params![call.owner, call.root_hash, CANDIDATES], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut longest = None;
+    for id in ids {
+        let (matched, _) = walk(conn, &id, hashes)?;
+        if matched > 0 && longest.is_none_or(|l| matched > l) {
+            longest = Some(matched);
+        }
+    }
+    Ok(longest)
+}
+
+/// Whether the caller has any conversation yet.
+fn others(conn: &Connection, owner: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE owner = ?1 AND kind = 'proxy')",
+        )?
+        .query_row([owner], |r| r.get(0))?)
+}

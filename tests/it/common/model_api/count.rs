@@ -1,0 +1,36 @@
+//! How the model API counts a request: every character of text it holds (messages, system,
+//! instructions, tool definitions), about four to a token, with a few tokens per message for
+//! its framing. A model server counts everything it is sent, not only the conversation.
+
+use serde_json::Value;
+
+/// Tokens of a request body.
+pub fn request_tokens(body: &Value) -> usize {
+    let mut chars = 0;
+    let mut items = 0;
+    for key in [
+        "system",
+        "messages",
+        "tools",
+        "input",
+        "instructions",
+        "tool_choice",
+        "response_format",
+        "text",
+    ] {
+        chars += text_chars(&body[key]);
+        items += body[key].as_array().map_or(0, Vec::len);
+    }
+    chars.div_ceil(4) + 4 * items
+}
+
+/// Characters of every string in `value` (keys included for objects: schemas are read whole).
+fn text_chars(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.chars().count(),
+        Value::Array(items) => items.iter().map(text_chars).sum(),
+        Value::Object(map) => map.iter().map(|(k, v)| k.len() + text_chars(v)).sum(),
+        Value::Number(n) => n.to_string().len(),
+        _ => 0,
+    }
+}

@@ -1,0 +1,302 @@
+//! Anthropic Messages (`POST /v1/messages`), as its documentation states the rules:
+//! - `messages` is a non-empty list of `user`, `assistant` and (mid-conversation) `system`
+//!   messages; the first that is not `system` is a `user` message; consecutive messages of
+//!   one role are combined;
+//! - content is a non-empty string or a non-empty list of blocks; text blocks are not empty;
+//! - every `tool_use` is answered by a `tool_result` in the next user message, and every
+//!   `tool_result` answers a `tool_use` of the assistant message right before it; ids unique;
+//! - with thinking on, the final assistant message of a tool loop starts with a `thinking` or
+//!   `redacted_thinking` block, and every thinking block carries the signature the API gave it;
+//! - the prompt fits the model's window.
+
+use super::{Action, Shared, Task, decide, sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+
+/// A message's content as blocks (a string is one text block).
+fn blocks(message: &Value) -> Vec<Value> {
+    match &message["content"] {
+        Value::String(s) => vec![json!({"type": "text", "text": s})],
+        Value::Array(items) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// Messages with consecutive same-role ones combined, system messages apart.
+fn turns(messages: &[Value]) -> Vec<(String, Vec<Value>)> {
+    let mut out: Vec<(String, Vec<Value>)> = Vec::new();
+    for m in messages {
+        let role = m["role"].as_str().unwrap_or("").to_string();
+        if role == "system" {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last, content)) if *last == role => content.extend(blocks(m)),
+            _ => out.push((role, blocks(m))),
+        }
+    }
+    out
+}
+
+fn thinking_on(body: &Value) -> bool {
+    matches!(
+        body["thinking"]["type"].as_str(),
+        Some("enabled" | "adaptive")
+    )
+}
+
+/// The request's rule breaks, as the API words them.
+pub fn validate(shared: &Shared, body: &Value) -> Result<(), String> {
+    let Some(messages) = body["messages"].as_array().filter(|m| !m.is_empty()) else {
+        return Err("messages: at least one message is required".into());
+    };
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        if !matches!(role, "user" | "assistant" | "system") {
+            return Err(format!(
+                "messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
+            ));
+        }
+        let content = blocks(m);
+        let last = i + 1 == messages.len();
+        if content.is_empty() && !(last && role == "assistant") {
+            return Err(format!(
+                "messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+            ));
+        }
+        for b in &content {
+            if b["type"] == "text" && b["text"].as_str().is_none_or(|t| t.trim().is_empty()) {
+                return Err(format!(
+                    "messages.{i}: text content blocks must contain non-whitespace text"
+                ));
+            }
+            if b["type"] == "thinking" && !b["signature"].as_str().is_some_and(|s| shared.issued(s))
+            {
+                return Err(format!(
+                    "messages.{i}.content: Invalid `signature` in `thinking` block"
+                ));
+            }
+            if b["type"] == "redacted_thinking"
+                && !b["data"].as_str().is_some_and(|s| shared.issued(s))
+            {
+                return Err(format!(
+                    "messages.{i}.content: Invalid `data` in `redacted_thinking` block"
+                ));
+            }
+        }
+    }
+    let turns = turns(messages);
+    if turns.first().is_some_and(|(role, _)| role != "user") {
+        return Err("messages: the first message must use the \"user\" role".into());
+    }
+    let mut ids = HashSet::new();
+    for (t, (role, content)) in turns.iter().enumerate() {
+        let uses: Vec<&str> = content
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .filter_map(|b| b["id"].as_str())
+            .collect();
+        for id in &uses {
+            if !ids.insert(id.to_string()) {
+                return Err(format!("messages: `tool_use` ids must be unique: {id}"));
+            }
+        }
+        if role == "user" {
+            let previous: HashSet<&str> = t
+                .checked_sub(1)
+                .map(|p| {
+                    turns[p]
+                        .1
+                        .iter()
+                        .filter(|b| b["type"] == "tool_use")
+                        .filter_map(|b| b["id"].as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for b in content.iter().filter(|b| b["type"] == "tool_result") {
+                let id = b["tool_use_id"].as_str().unwrap_or("");
+                if !previous.contains(id) {
+                    return Err(format!(
+                        "messages.{t}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                    ));
+                }
+            }
+        }
+        if role == "assistant" && !uses.is_empty() {
+            let answered: HashSet<&str> = turns
+                .get(t + 1)
+                .map(|(_, next)| {
+                    next.iter()
+                        .filter(|b| b["type"] == "tool_result")
+                        .filter_map(|b| b["tool_use_id"].as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let last = t + 1 == turns.len();
+            let missing: Vec<&&str> = uses.iter().filter(|u| !answered.contains(**u)).collect();
+            if !missing.is_empty() && !last {
+                return Err(format!(
+                    "messages.{t}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                    missing
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    if thinking_on(body)
+        && let Some(((_, last), (_, before))) = turns
+            .last()
+            .zip(turns.len().checked_sub(2).map(|i| &turns[i]))
+        && last.iter().any(|b| b["type"] == "tool_result")
+        && !before
+            .first()
+            .is_some_and(|b| matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")))
+    {
+        let found = before
+            .first()
+            .and_then(|b| b["type"].as_str())
+            .unwrap_or("nothing");
+        return Err(format!(
+            "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks).",
+            turns.len() - 2
+        ));
+    }
+    if body["system"].as_array().is_some_and(|s| {
+        s.iter()
+            .any(|b| b["text"].as_str().is_some_and(|t| t.is_empty()))
+    }) {
+        return Err("system: text content blocks must be non-empty".into());
+    }
+    Ok(())
+}
+
+/// The newest tool output of the request, as text.
+fn newest_output(messages: &[Value]) -> Option<String> {
+    messages
+        .iter()
+        .rev()
+        .flat_map(|m| blocks(m).into_iter().rev())
+        .find_map(|b| {
+            (b["type"] == "tool_result").then(|| match &b["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => String::new(),
+            })
+        })
+}
+
+pub fn answer(
+    shared: &Shared,
+    task: &Task,
+    body: &Value,
+    tokens: usize,
+    window: usize,
+) -> Result<Response, String> {
+    validate(shared, body)?;
+    if tokens > window {
+        return Err(format!(
+            "prompt is too long: {tokens} tokens > {window} maximum"
+        ));
+    }
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let shell = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["name"] == "Bash");
+    let action = decide(task, newest_output(&messages).as_deref(), shell);
+    let mut content = Vec::new();
+    if thinking_on(body) {
+        let thought = match &action {
+            Action::Run { step, .. } => format!("Step {step} next."),
+            _ => "Done.".into(),
+        };
+        let shown = if body["thinking"]["display"] == "omitted" {
+            String::new()
+        } else {
+            thought.clone()
+        };
+        content.push(
+            json!({"type": "thinking", "thinking": shown, "signature": shared.sign(&thought)}),
+        );
+    }
+    let stop = match &action {
+        Action::Run { step, command } => {
+            content.push(json!({"type": "text", "text": format!("Running step {step}.")}));
+            content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Bash",
+                "input": {"command": command, "description": format!("Run step {step}")}}));
+            "tool_use"
+        }
+        Action::Finish(text) | Action::Text(text) => {
+            content.push(json!({"type": "text", "text": text}));
+            "end_turn"
+        }
+    };
+    let id = format!("msg_{:08}", shared.next_id());
+    let model = body["model"].clone();
+    let usage = json!({"input_tokens": tokens, "output_tokens": 20, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0});
+    if body["stream"] != true {
+        return Ok(axum::Json(
+            json!({"id": id, "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage}),
+        )
+        .into_response());
+    }
+    let mut events = vec![(
+        Some("message_start".to_string()),
+        json!({"type": "message_start", "message": {
+        "id": id, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": null,
+        "stop_sequence": null, "usage": {"input_tokens": tokens, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}}),
+    )];
+    for (index, block) in content.iter().enumerate() {
+        let (start, deltas): (Value, Vec<Value>) = match block["type"].as_str() {
+            Some("thinking") => (
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                vec![
+                    json!({"type": "thinking_delta", "thinking": block["thinking"]}),
+                    json!({"type": "signature_delta", "signature": block["signature"]}),
+                ],
+            ),
+            Some("tool_use") => {
+                let input = block["input"].to_string();
+                let (a, b) = input.split_at(input.len() / 2);
+                (
+                    json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                    vec![
+                        json!({"type": "input_json_delta", "partial_json": a}),
+                        json!({"type": "input_json_delta", "partial_json": b}),
+                    ],
+                )
+            }
+            _ => (
+                json!({"type": "text", "text": ""}),
+                vec![json!({"type": "text_delta", "text": block["text"]})],
+            ),
+        };
+        events.push((
+            Some("content_block_start".into()),
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        for delta in deltas {
+            events.push((
+                Some("content_block_delta".into()),
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        events.push((
+            Some("content_block_stop".into()),
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    events.push((Some("message_delta".into()), json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 20}})));
+    events.push((Some("message_stop".into()), json!({"type": "message_stop"})));
+    Ok(sse(events, false))
+}

@@ -1,0 +1,167 @@
+//! A proxied conversation is a tree of messages: whatever a client sends (a longer history,
+//! the same request again, an edit in the middle, a rewound history, an older request), the
+//! context that goes upstream holds that request's own messages, verbatim or compacted, and
+//! nothing of another branch. Checked through the service with random request sequences,
+//! small enough windows that they compact, and the request itself as ground truth.
+
+use compactd::config::{Config, Synchronous};
+use compactd::message::{Message, Part, Role};
+use compactd::protocol::ContextMessage;
+use compactd::provider::wire::Wire;
+use compactd::service::Service;
+use compactd::service::proxy::{Caller, Identity, fingerprint};
+use compactd::store::Store;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// The client gets an answer and says more: two more messages.
+    Extend(usize),
+    /// The same request again (a retry, a regenerate).
+    Resend,
+    /// A message in the middle changes (a reminder rewritten, a file block rebuilt).
+    Edit(usize),
+    /// The history is rewound by some messages.
+    Rewind(usize),
+    /// An older request comes back.
+    Older(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (1usize..1_200).prop_map(Op::Extend),
+        1 => Just(Op::Resend),
+        2 => any::<usize>().prop_map(Op::Edit),
+        1 => (1usize..6).prop_map(Op::Rewind),
+        1 => any::<usize>().prop_map(Op::Older),
+    ]
+}
+
+fn chat_body(messages: &[Value]) -> Value {
+    json!({"model": "tree-test", "messages": messages})
+}
+
+/// What the context sends for `request`: every stored message must stand, at its place on the
+/// branch, for the request's own message there.
+fn check(
+    request: &[Message],
+    context: &[ContextMessage],
+    branch: &compactd::store::Branch,
+) -> Result<(), TestCaseError> {
+    let mut last = None;
+    for message in context {
+        let ContextMessage::Stored(stored) = message else {
+            continue;
+        };
+        let position = branch.position(stored.seq);
+        prop_assert!(
+            position.is_some(),
+            "seq {} is not on the request's branch",
+            stored.seq
+        );
+        let position = position.unwrap();
+        prop_assert!(
+            position < request.len(),
+            "seq {} stands past the request",
+            stored.seq
+        );
+        prop_assert!(
+            last.is_none_or(|l| position > l),
+            "the context's order is the request's"
+        );
+        last = Some(position);
+        let shown = stored.to_message().unwrap();
+        prop_assert_eq!(shown.role, request[position].role);
+        if !stored.masked && !stored.shortened {
+            prop_assert_eq!(
+                fingerprint(&shown),
+                fingerprint(&request[position]),
+                "seq {} is another message",
+                stored.seq
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+    let mut config = Config::default();
+    config.proxy.models.insert("tree-test".into(), 8_000);
+    config.compaction.max_messages = 16;
+    let service = Service::new(store.clone(), config).unwrap();
+    let caller = Caller::new("Bearer sk-tree", true);
+    let mut conversation = vec![
+        json!({"role": "system", "content": "You are a test agent."}),
+        json!({"role": "user", "content": "Do the task."}),
+    ];
+    let mut sent: Vec<Vec<Value>> = Vec::new();
+    let mut session: Option<String> = None;
+    // The conversation's first call is its system prompt and task, as agents start; every
+    // later one keeps those two (an edit of the task itself starts another conversation).
+    for (n, op) in std::iter::once(Op::Resend).chain(ops).enumerate() {
+        match op {
+            Op::Extend(size) => {
+                conversation.push(json!({"role": "assistant", "content": format!("answer {n}: {}", "a".repeat(size))}));
+                conversation.push(json!({"role": "user", "content": format!("more {n}")}));
+            }
+            Op::Resend => {}
+            Op::Edit(at) if conversation.len() > 3 => {
+                let at = 2 + at % (conversation.len() - 2);
+                let role = conversation[at]["role"].clone();
+                conversation[at] = json!({"role": role, "content": format!("edited at {n}")});
+            }
+            Op::Rewind(k) => {
+                let keep = conversation.len().saturating_sub(2 * k).max(2);
+                conversation.truncate(keep);
+            }
+            Op::Older(i) if !sent.is_empty() => conversation = sent[i % sent.len()].clone(),
+            _ => {}
+        }
+        let request = Wire::Chat.parse(&chat_body(&conversation)).unwrap();
+        let turn = service
+            .proxy_turn(&caller, Identity::default(), &request)
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if let Some(id) = &session {
+            prop_assert_eq!(&turn.id.to_string(), id, "one conversation");
+        }
+        session = Some(turn.id.to_string());
+        check(&request.messages, &turn.context.messages, &turn.branch)?;
+        prop_assert!(
+            turn.context.tokens <= 8_000,
+            "{} tokens",
+            turn.context.tokens
+        );
+        sent.push(conversation.clone());
+    }
+    service.shutdown().await;
+    store.close();
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn every_request_gets_a_context_of_its_own_messages(ops in prop::collection::vec(op(), 1..30)) {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        runtime.block_on(run(ops))?;
+    }
+}
+
+#[test]
+fn a_message_of_text_and_a_call_is_one_fingerprint_whatever_the_whitespace() {
+    let a = Message {
+        role: Role::Assistant,
+        parts: vec![Part::Text {
+            text: " ok \n".into(),
+        }],
+    };
+    assert_eq!(
+        fingerprint(&a),
+        fingerprint(&Message::text(Role::Assistant, "ok"))
+    );
+}
