@@ -332,6 +332,8 @@ fn raw_sqlite_rate(path: &Path, synchronous: Synchronous, rows: usize) -> Result
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
         synchronous.pragma()
     ))?;
+    // Writing as compactd's writer does: the schema's triggers refuse any other connection.
+    crate::store::declare_writer(&conn)?;
     conn.execute_batch(include_str!("../schema.sql"))?;
     conn.execute(
         "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('raw', 1000000, 'now', 'now')",
@@ -448,4 +450,29 @@ pub fn render(r: &BenchReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The baseline writes real rows through the daemon's own schema (its triggers refuse any
+    /// connection that does not declare itself compactd's writer, which once made `compactd
+    /// bench` fail before printing a figure).
+    #[test]
+    fn raw_sqlite_baseline_writes_into_the_daemons_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw.db");
+        let rate = raw_sqlite_rate(&path, Synchronous::Normal, 25).unwrap();
+        assert!(rate > 0.0);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let rows: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM messages WHERE session_id = 'raw'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 25);
+    }
 }

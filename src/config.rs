@@ -42,6 +42,10 @@ pub struct ProxyConfig {
     /// What is recorded of one upstream answer at most, in bytes: a longer one keeps its
     /// head and tail with a marker (the client still gets all of it).
     pub max_recorded_bytes: usize,
+    /// The largest request body the proxy takes, in bytes: a whole conversation comes with
+    /// every call, answers it recorded shortened included, so it is larger than the API's
+    /// `[server] max_body_bytes`.
+    pub max_body_bytes: usize,
     /// Context windows by model name, over the built-in table (`[proxy.models]`); a call's
     /// `x-compactd-context-limit` header goes over both.
     pub models: std::collections::BTreeMap<String, usize>,
@@ -84,6 +88,7 @@ impl Default for ProxyConfig {
             anthropic_upstream: "https://api.anthropic.com".into(),
             timeout_s: 600,
             max_recorded_bytes: 4 * 1024 * 1024,
+            max_body_bytes: 32 * 1024 * 1024,
             models: Default::default(),
         }
     }
@@ -287,6 +292,9 @@ impl Config {
         }
         if self.server.max_body_bytes < 1024 {
             return Err("[server] max_body_bytes must be at least 1024".into());
+        }
+        if self.proxy.max_body_bytes < 1024 {
+            return Err("[proxy] max_body_bytes must be at least 1024".into());
         }
         if self.server.request_timeout_s == 0 {
             return Err("[server] request_timeout_s must be at least 1".into());

@@ -31,16 +31,16 @@ pub fn current_step_start(messages: &[Message]) -> usize {
 /// How many tokens `message` may take in the context, or `None` if it is never shortened. A
 /// message with tool results takes the share of `step_budget` its results have among the
 /// `step_calls` calls of the step (parallel results split the budget); a user message may
-/// take the whole budget; anything else (an assistant's own words, a system message) is shown
-/// as it is.
+/// take the whole budget; an assistant's answer twice that (half the usable context: only an
+/// answer of megabytes, which a model server can send, is ever shortened); a system message
+/// is shown as it is. The floor of a step so bounded fits the usable context.
 pub fn message_budget(message: &Message, step_budget: usize, step_calls: usize) -> Option<usize> {
     let results = message.tool_result_ids().count();
-    if results > 0 {
-        Some(step_budget * results / results.max(step_calls))
-    } else if message.role == Role::User {
-        Some(step_budget)
-    } else {
-        None
+    match message.role {
+        _ if results > 0 => Some(step_budget * results / results.max(step_calls)),
+        Role::User => Some(step_budget),
+        Role::Assistant => Some(step_budget.saturating_mul(2)),
+        _ => None,
     }
 }
 
@@ -85,8 +85,9 @@ fn byte_at(text: &str, n: usize) -> usize {
 }
 
 /// The parts of message `seq` shortened so the message takes at most `max_tokens`, or `None`
-/// when it fits already. What is shortened: tool outputs, and the text of a user message;
-/// the rest (tool calls, an assistant's text) is kept as it is. The room left is shared
+/// when it fits already. What is shortened: tool outputs and text (a user's instruction, or
+/// an answer so long that it alone would not fit: a model server can send megabytes); tool
+/// calls and reasoning are kept as they are. The room left is shared
 /// fairly: outputs smaller than an even share stay whole and leave the rest to the larger ones.
 pub fn shorten_message(
     message: &Message,
@@ -97,11 +98,7 @@ pub fn shorten_message(
     if estimator.message(message) <= max_tokens {
         return None;
     }
-    let shortenable = |part: &Part| match part {
-        Part::ToolResult { .. } => true,
-        Part::Text { .. } => message.role == Role::User,
-        _ => false,
-    };
+    let shortenable = |part: &Part| matches!(part, Part::ToolResult { .. } | Part::Text { .. });
     let sizes: Vec<Option<usize>> = message
         .parts
         .iter()
@@ -314,14 +311,36 @@ mod tests {
             message_budget(&Message::text(Role::User, "u"), 3_000, 3),
             Some(3_000)
         );
-        assert_eq!(message_budget(&call("a"), 3_000, 1), None);
+        assert_eq!(
+            message_budget(&call("a"), 3_000, 1),
+            Some(6_000),
+            "an answer may take twice a user's room"
+        );
+        assert_eq!(
+            message_budget(&Message::text(Role::System, "s"), 3_000, 1),
+            None
+        );
     }
 
     #[test]
-    fn an_assistant_message_is_not_shortened_beyond_its_text() {
+    fn an_answer_of_megabytes_is_shortened_but_its_calls_are_kept() {
         let e = LazyEstimator::default();
-        let m = Message::text(Role::Assistant, "x".repeat(10_000));
-        let parts = shorten_message(&m, 1, 100, &e).unwrap();
-        assert_eq!(parts, m.parts, "an assistant's words are its own");
+        let m = Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Text {
+                    text: format!("{}{}", "head ".repeat(2_000), "tail ".repeat(2_000)),
+                },
+                call("a").parts[0].clone(),
+            ],
+        };
+        let parts = shorten_message(&m, 1, 300, &e).unwrap();
+        let Part::Text { text } = &parts[0] else {
+            panic!()
+        };
+        assert!(text.starts_with("head ") && text.ends_with("tail "));
+        assert!(text.contains("seq 1"), "the marker names the seq: {text}");
+        assert!(text.len() < 2_000);
+        assert_eq!(parts[1], m.parts[1], "a tool call is never cut");
     }
 }

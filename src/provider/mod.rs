@@ -18,6 +18,7 @@
 //! Pure functions: no I/O.
 
 pub mod anthropic;
+pub mod bounded_json;
 pub mod chat;
 pub mod models;
 pub mod responses;

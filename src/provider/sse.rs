@@ -23,6 +23,11 @@ impl Splitter {
         }
     }
 
+    /// The bytes held: the event being read.
+    pub fn held(&self) -> usize {
+        self.data.len() + self.line.len()
+    }
+
     /// The `data` of every event `bytes` completed (`[DONE]` left out).
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
         let mut done = Vec::new();

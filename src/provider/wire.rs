@@ -34,8 +34,9 @@ impl Wire {
         }
     }
 
-    /// Reads a request body.
-    pub fn parse(self, body: &Value) -> Result<WireRequest, String> {
+    /// Reads a request body, taking its conversation (`messages` or `input`) out of it: the
+    /// messages become the request's natives, held once ([`Wire::render`] borrows them back).
+    pub fn parse(self, body: &mut Value) -> Result<WireRequest, String> {
         match self {
             Wire::Chat => super::chat::request::parse(body),
             Wire::Anthropic => super::anthropic::request::parse(body),
@@ -52,13 +53,28 @@ impl Wire {
         }
     }
 
-    /// Puts `outgoing` in place of the body's conversation.
-    pub fn render(self, body: &mut Value, outgoing: &[Outgoing]) {
-        match self {
-            Wire::Chat => super::chat::request::render(body, outgoing),
-            Wire::Anthropic => super::anthropic::request::render(body, outgoing),
-            Wire::Responses => super::responses::request::render(body, outgoing),
-        }
+    /// The body that goes upstream: `body` (as [`Wire::parse`] left it) with `outgoing` as its
+    /// conversation, serialized without copying the client's messages once more.
+    pub fn render(self, body: &Value, outgoing: &[Outgoing]) -> serde_json::Result<Vec<u8>> {
+        let (field, conversation) = match self {
+            Wire::Chat => ("messages", super::chat::request::conversation(outgoing)),
+            Wire::Anthropic => (
+                "messages",
+                super::anthropic::request::conversation(outgoing),
+            ),
+            Wire::Responses => ("input", super::responses::request::conversation(outgoing)),
+        };
+        serde_json::to_vec(&WithField {
+            body,
+            field,
+            value: &conversation,
+        })
+    }
+
+    /// [`Wire::render`] read back, for tests.
+    #[cfg(test)]
+    pub fn render_value(self, body: &Value, outgoing: &[Outgoing]) -> Value {
+        serde_json::from_slice(&self.render(body, outgoing).unwrap()).unwrap()
     }
 
     /// The answer of a non-streamed call.
@@ -104,6 +120,27 @@ pub struct WireRequest {
     pub model: String,
 }
 
+/// A JSON object serialized with one field set to `value` (in place of what it held).
+struct WithField<'a, T> {
+    body: &'a Value,
+    field: &'a str,
+    value: &'a T,
+}
+
+impl<T: serde::Serialize> serde::Serialize for WithField<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(fields) = self.body.as_object() {
+            for (key, value) in fields.iter().filter(|(k, _)| k.as_str() != self.field) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.serialize_entry(self.field, self.value)?;
+        map.end()
+    }
+}
+
 /// One message of what goes upstream.
 #[derive(Debug, Clone)]
 pub enum Outgoing<'a> {
@@ -124,6 +161,9 @@ pub enum Outgoing<'a> {
 pub struct WireReply {
     pub message: Message,
     pub context_tokens: Option<usize>,
+    /// Characters of the answer not recorded (over `[proxy] max_recorded_bytes`): they
+    /// count in its tokens all the same, since the client sends the whole answer back.
+    pub unrecorded_chars: usize,
 }
 
 /// Records a streamed answer while it passes to the client, holding at most a bounded amount
@@ -156,19 +196,33 @@ impl Recorder {
         }
     }
 
+    /// The bytes held: what the events assembled so far keep, and the event being read.
+    pub fn held(&self) -> usize {
+        self.events.held()
+            + match &self.assembly {
+                Assembly::Chat(a) => a.held(),
+                Assembly::Anthropic(a) => a.held(),
+                Assembly::Responses(a) => a.held(),
+            }
+    }
+
     /// The answer the stream carried, once it ended.
     pub fn finish(self) -> Option<WireReply> {
         let _ = self.wire;
         match self.assembly {
-            Assembly::Chat(a) => a.finish(),
-            Assembly::Anthropic(a) => a.finish(),
-            Assembly::Responses(a) => a.finish(),
+            Assembly::Chat(a) => a.finish(self.max_bytes),
+            Assembly::Anthropic(a) => a.finish(self.max_bytes),
+            Assembly::Responses(a) => a.finish(self.max_bytes),
         }
     }
 }
 
 /// Text kept within `max_bytes`: once longer, its head and tail with a marker between (the
 /// middle is dropped as it arrives, so memory stays bounded whatever the upstream sends).
+///
+/// Text up to [`BOUND_SLACK`] bytes over the bound is kept whole, so a text cut once is never
+/// cut again: [`bounded`] of a recorded answer is the answer, and [`bounded`] of the whole
+/// answer a client sends back is what was recorded of it (the two fingerprint the same).
 #[derive(Debug, Clone, Default)]
 pub struct BoundedText {
     head: String,
@@ -176,6 +230,9 @@ pub struct BoundedText {
     tail_bytes: usize,
     dropped: usize,
 }
+
+/// How far past its bound a text may go before it is cut (more than the marker takes).
+pub const BOUND_SLACK: usize = 256;
 
 impl BoundedText {
     pub fn push(&mut self, piece: &str, max_bytes: usize) {
@@ -187,7 +244,7 @@ impl BoundedText {
             }
             self.tail.push_back(c);
             self.tail_bytes += c.len_utf8();
-            while self.tail_bytes > half {
+            while self.tail_bytes > half + BOUND_SLACK {
                 let Some(old) = self.tail.pop_front() else {
                     break;
                 };
@@ -201,17 +258,52 @@ impl BoundedText {
         self.head.is_empty() && self.tail.is_empty()
     }
 
-    /// The text, with a marker where its middle was dropped.
-    pub fn finish(self) -> String {
+    /// The bytes held.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail_bytes
+    }
+
+    /// The text, with a marker where its middle was dropped; and how many characters were.
+    pub fn finish_counted(mut self, max_bytes: usize) -> (String, usize) {
+        if self.dropped > 0 {
+            // Cut: the tail keeps half the bound, like the head.
+            while self.tail_bytes > max_bytes / 2 {
+                let Some(old) = self.tail.pop_front() else {
+                    break;
+                };
+                self.tail_bytes -= old.len_utf8();
+                self.dropped += 1;
+            }
+        }
         let tail: String = self.tail.into_iter().collect();
         if self.dropped == 0 {
-            return self.head + &tail;
+            return (self.head + &tail, 0);
         }
-        format!(
+        let text = format!(
             "{}\n[… {} characters of this answer were not recorded (over [proxy] max_recorded_bytes) …]\n{tail}",
             self.head,
             crate::compaction::microcompact::thousands(self.dropped)
-        )
+        );
+        (text, self.dropped)
+    }
+
+    /// The text, with a marker where its middle was dropped.
+    pub fn finish(self, max_bytes: usize) -> String {
+        self.finish_counted(max_bytes).0
+    }
+}
+
+/// `text` as a recording within `max_bytes` keeps it: whole up to [`BOUND_SLACK`] past the
+/// bound, else its head and tail around a marker.
+pub fn bounded(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut kept = BoundedText::default();
+    kept.push(text, max_bytes);
+    match kept.dropped {
+        0 => std::borrow::Cow::Borrowed(text),
+        _ => std::borrow::Cow::Owned(kept.finish(max_bytes)),
     }
 }
 
@@ -277,13 +369,37 @@ mod tests {
         for i in 0..10_000 {
             text.push(&format!("line {i}\n"), 1_000);
         }
-        let kept = text.finish();
+        let kept = text.finish(1_000);
         assert!(kept.len() < 1_200, "{}", kept.len());
         assert!(kept.starts_with("line 0\n"));
         assert!(kept.ends_with("line 9999\n"));
         assert!(kept.contains("were not recorded"));
         let mut small = BoundedText::default();
         small.push("héllo", 1_000);
-        assert_eq!(small.finish(), "héllo");
+        assert_eq!(small.finish(1_000), "héllo");
+    }
+
+    #[test]
+    fn a_text_is_cut_once_and_the_whole_text_bounds_to_what_was_recorded() {
+        let whole: String = (0..5_000).map(|i| format!("{i} é ")).collect();
+        let mut streamed = BoundedText::default();
+        for piece in whole
+            .as_bytes()
+            .chunks(7)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+        {
+            streamed.push(&piece, 1_000);
+        }
+        // (chunks(7) may split a character; the same lossy pieces are what both see.)
+        let pieces: String = whole
+            .as_bytes()
+            .chunks(7)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect();
+        let recorded = streamed.finish(1_000);
+        assert_eq!(bounded(&pieces, 1_000), recorded);
+        assert_eq!(bounded(&recorded, 1_000), recorded, "never cut twice");
+        let near = "x".repeat(1_000 + BOUND_SLACK);
+        assert_eq!(bounded(&near, 1_000), near, "kept whole within the slack");
     }
 }

@@ -1,77 +1,168 @@
-//! Reading request bodies within bounds, whatever the client does.
+//! Reading request bodies within bounds, whatever the client does, and charging each for what
+//! it costs once parsed.
 //!
-//! A body is read into one buffer sized by its `Content-Length` (never more than
-//! `[server] max_body_bytes`), within `[server] request_timeout_s`, after taking its size from a budget
-//! that all bodies in flight share ([`BodyBudget`], 4 × max_body_bytes): a client that
-//! trickles a body one byte at a time, or many clients sending large ones at once, cannot
-//! grow the daemon's memory beyond that budget and the parsing it bounds.
+//! Every request with a body passes [`api_bodies`] or [`proxy_bodies`] before its handler: the
+//! body is read into one buffer (at most `[server] max_body_bytes`, or `[proxy]
+//! max_body_bytes` for the proxy's routes) within `[server] request_timeout_s`, after taking
+//! its size from the request budget every listener shares ([`crate::service::memory`]). Once
+//! read, it is scanned (not parsed) for how many JSON objects and arrays it holds and how deep
+//! they nest: a parsed message costs far more than its bytes (220,000 tiny messages are 7.5 MB
+//! of JSON and over 200 MB parsed), so the charge grows to what parsing and handling it will
+//! hold, and the charge is kept until the handler has answered. A body that holds more than
+//! [`MAX_CONTAINERS`] or nests deeper than [`MAX_DEPTH`] is refused before it is parsed. A
+//! client that trickles a body, or many clients sending large ones at once on both doors,
+//! cannot grow the daemon's memory beyond the budget.
 
 use super::error::ApiError;
+use crate::compaction::microcompact::thousands;
 use crate::protocol::ErrorCode;
-use axum::body::Body;
+use crate::service::Service;
+use crate::service::memory::{BYTE_COST, CONTAINER_COST, Charge};
+use axum::body::{Body, HttpBody as _};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long a request waits for room in the budget before it is told to retry.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
-/// Bodies in flight may take this many times `max_body_bytes`, in all.
-pub const BUDGET_BODIES: usize = 4;
+/// JSON objects and arrays one request may hold (a message is one, each of its parts one).
+pub const MAX_CONTAINERS: usize = 50_000;
+/// How deep JSON objects and arrays may nest in one request.
+pub const MAX_DEPTH: usize = 64;
 
-/// The bytes all bodies in flight may hold together, in KiB permits.
-#[derive(Debug, Clone)]
-pub struct BodyBudget {
-    permits: Arc<Semaphore>,
-    kib: usize,
-    /// How long a whole body may take to arrive.
-    timeout: Duration,
+/// The API's routes: bodies up to `[server] max_body_bytes`.
+pub async fn api_bodies(State(service): State<Arc<Service>>, req: Request, next: Next) -> Response {
+    let limit = service.settings().config.server.max_body_bytes;
+    bounded(
+        &service,
+        Limit::new(limit, "[server] max_body_bytes"),
+        req,
+        next,
+    )
+    .await
 }
 
-impl BodyBudget {
-    pub fn new(bytes: usize, timeout: Duration) -> BodyBudget {
-        let kib = bytes.div_ceil(1024).min(Semaphore::MAX_PERMITS);
-        BodyBudget {
-            permits: Arc::new(Semaphore::new(kib)),
-            kib,
-            timeout,
-        }
+/// The proxy's routes: a whole conversation comes with every call, up to `[proxy]
+/// max_body_bytes`.
+pub async fn proxy_bodies(
+    State(service): State<Arc<Service>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let limit = service.settings().config.proxy.max_body_bytes;
+    bounded(
+        &service,
+        Limit::new(limit, "[proxy] max_body_bytes"),
+        req,
+        next,
+    )
+    .await
+}
+
+/// A body limit and the setting it comes from.
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    bytes: usize,
+    setting: &'static str,
+}
+
+impl Limit {
+    fn new(bytes: usize, setting: &'static str) -> Limit {
+        Limit { bytes, setting }
     }
 
-    async fn take(&self, bytes: usize) -> Result<OwnedSemaphorePermit, ApiError> {
-        let kib = bytes.div_ceil(1024).clamp(1, self.kib) as u32;
-        let wait = self.permits.clone().acquire_many_owned(kib);
-        match tokio::time::timeout(BUDGET_WAIT, wait).await {
-            Ok(Ok(permit)) => Ok(permit),
-            _ => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::Busy,
-                "too many large requests in flight; retry shortly",
-            )
-            .retry_after(1)),
-        }
+    fn exceeded(self) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::TooLarge,
+            format!(
+                "request body is larger than the limit of {} bytes ({})",
+                self.bytes, self.setting
+            ),
+        )
     }
 }
 
-/// A body read whole, holding its share of the budget until dropped.
-pub struct BoundedBody {
-    pub bytes: Vec<u8>,
-    _permit: OwnedSemaphorePermit,
+async fn bounded(service: &Arc<Service>, limit: Limit, req: Request, next: Next) -> Response {
+    if req.body().size_hint().exact() == Some(0) {
+        return next.run(req).await;
+    }
+    match read_charged(service, limit, req).await {
+        Ok((req, charge)) => {
+            let response = next.run(req).await;
+            // The parsed body and everything made of it are gone once the handler answered
+            // (a streamed answer's recording is charged on its own as it grows).
+            drop(charge);
+            response
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
-/// Reads `body`, declared `declared` bytes long (if known), refusing more than `limit`.
-pub async fn read_body(
+/// Reads the body within its limit and deadline, charged first for its bytes, then for what
+/// its parsed form will hold; gives the request back with the body in memory.
+async fn read_charged(
+    service: &Arc<Service>,
+    limit: Limit,
+    req: Request,
+) -> Result<(Request, Charge), ApiError> {
+    let declared = req.body().size_hint().exact().map(|n| n as usize);
+    if declared.is_some_and(|n| n > limit.bytes) {
+        return Err(limit.exceeded());
+    }
+    let budget = &service.memory().requests;
+    let mut charge = budget
+        .take(declared.unwrap_or(limit.bytes), Some(BUDGET_WAIT))
+        .await
+        .ok_or_else(busy)?;
+    let timeout = Duration::from_secs(service.settings().config.server.request_timeout_s);
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(body, declared, limit, timeout).await?;
+    let shape = Shape::of(&bytes);
+    if shape.depth > MAX_DEPTH {
+        return Err(ApiError::bad_request(format!(
+            "the body nests JSON objects and arrays deeper than {MAX_DEPTH} levels"
+        )));
+    }
+    if shape.containers > MAX_CONTAINERS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::TooLarge,
+            format!(
+                "the body holds {} JSON objects and arrays, more than the {} one request may hold (each message is one, each of its parts one): send the messages in several requests",
+                thousands(shape.containers),
+                thousands(MAX_CONTAINERS)
+            ),
+        ));
+    }
+    let cost = bytes.len() * BYTE_COST + shape.containers * CONTAINER_COST;
+    let more = cost.saturating_sub(charge.bytes());
+    if !budget.extend(&mut charge, more, BUDGET_WAIT).await {
+        return Err(busy());
+    }
+    Ok((Request::from_parts(parts, Body::from(bytes)), charge))
+}
+
+fn busy() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Busy,
+        "too many large requests in flight; retry shortly",
+    )
+    .retry_after(1)
+}
+
+/// Reads `body`, declared `declared` bytes long (if known), refusing more than the limit.
+async fn read_body(
     body: Body,
     declared: Option<usize>,
-    limit: usize,
-    budget: &BodyBudget,
-) -> Result<BoundedBody, ApiError> {
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::too_large(limit));
-    }
-    let expected = declared.unwrap_or(limit);
-    let permit = budget.take(expected).await?;
+    limit: Limit,
+    timeout: Duration,
+) -> Result<Vec<u8>, ApiError> {
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
     let read = async {
         let mut body = body;
@@ -79,15 +170,15 @@ pub async fn read_body(
             let frame = frame
                 .map_err(|e| ApiError::bad_request(format!("cannot read request body: {e}")))?;
             if let Some(data) = frame.data_ref() {
-                if bytes.len() + data.len() > limit {
-                    return Err(ApiError::too_large(limit));
+                if bytes.len() + data.len() > limit.bytes {
+                    return Err(limit.exceeded());
                 }
                 bytes.extend_from_slice(data);
             }
         }
         Ok(())
     };
-    match tokio::time::timeout(budget.timeout, read).await {
+    match tokio::time::timeout(timeout, read).await {
         Ok(result) => result?,
         Err(_) => {
             return Err(ApiError::new(
@@ -95,13 +186,66 @@ pub async fn read_body(
                 ErrorCode::Timeout,
                 format!(
                     "the request body did not arrive within {} s",
-                    budget.timeout.as_secs()
+                    timeout.as_secs()
                 ),
             ));
         }
     }
-    Ok(BoundedBody {
-        bytes,
-        _permit: permit,
-    })
+    Ok(bytes)
+}
+
+/// How many JSON objects and arrays a body holds and how deep they nest, read without
+/// parsing it (brackets inside strings do not count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Shape {
+    containers: usize,
+    depth: usize,
+}
+
+impl Shape {
+    fn of(bytes: &[u8]) -> Shape {
+        let mut shape = Shape::default();
+        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+        for &b in bytes {
+            if in_string {
+                match b {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    shape.containers += 1;
+                    depth += 1;
+                    shape.depth = shape.depth.max(depth);
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        shape
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shape_counts_containers_outside_strings() {
+        let body = br#"{"messages": [{"role": "user", "content": "a {[\"]} b"}, {"x": [1, [2]]}]}"#;
+        assert_eq!(
+            Shape::of(body),
+            Shape {
+                containers: 6,
+                depth: 5
+            }
+        );
+        let deep = "[".repeat(5_000);
+        assert_eq!(Shape::of(deep.as_bytes()).depth, 5_000);
+    }
 }

@@ -1,49 +1,33 @@
 //! Request extractors whose every rejection is a JSON [`ApiError`].
 
-use super::body::{BodyBudget, BoundedBody, read_body};
 use super::error::ApiError;
-use crate::protocol::{ErrorCode, SessionId};
+use crate::protocol::SessionId;
 use crate::service::Service;
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
-use axum::http::StatusCode;
-use axum::http::header::CONTENT_LENGTH;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
-/// A request body read within bounds ([`super::body`]): at most `[server] max_body_bytes`
-/// (read per request, so a config reload applies at once), valid UTF-8.
-pub struct Utf8Body(pub BoundedBody);
+/// A request body, valid UTF-8. It was read within bounds and charged to the memory budget
+/// before the handler ran ([`super::body`]).
+pub struct Utf8Body(pub Bytes);
 
 impl FromRequest<Arc<Service>> for Utf8Body {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, service: &Arc<Service>) -> Result<Self, ApiError> {
-        let limit = service.settings().config.server.max_body_bytes;
-        let declared = req
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        let budget = req
-            .extensions()
-            .get::<BodyBudget>()
-            .cloned()
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::Internal,
-                    "no body budget",
-                )
-            })?;
-        let body = read_body(req.into_body(), declared, limit, &budget).await?;
-        if let Err(e) = std::str::from_utf8(&body.bytes) {
+    async fn from_request(req: Request, _: &Arc<Service>) -> Result<Self, ApiError> {
+        // The body is in memory already: this takes it, it does not read or copy it.
+        let bytes = axum::body::to_bytes(req.into_body(), usize::MAX)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("cannot read request body: {e}")))?;
+        if let Err(e) = std::str::from_utf8(&bytes) {
             return Err(ApiError::bad_request(format!(
                 "request body is not valid UTF-8 (byte {})",
                 e.valid_up_to()
             )));
         }
-        Ok(Utf8Body(body))
+        Ok(Utf8Body(bytes))
     }
 }
 
@@ -55,10 +39,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<Service>> for JsonBody<T> {
 
     async fn from_request(req: Request, service: &Arc<Service>) -> Result<Self, ApiError> {
         let Utf8Body(body) = Utf8Body::from_request(req, service).await?;
-        let bytes: &[u8] = if body.bytes.iter().all(u8::is_ascii_whitespace) {
+        let bytes: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
-            &body.bytes
+            &body
         };
         serde_json::from_slice(bytes)
             .map(JsonBody)

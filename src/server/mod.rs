@@ -56,38 +56,42 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/compaction", get(routes::compactions))
         .route("/events", get(events::events))
         .route("/openapi.json", get(routes::openapi));
-    versioned(api.merge(proxy_routes()), service)
+    let api = api.route_layer(axum::middleware::from_fn_with_state(
+        service.clone(),
+        body::api_bodies,
+    ));
+    versioned(api.merge(proxy_routes(&service)), service)
 }
 
 /// The proxy's routes alone, as the loopback TCP listener serves them: calls there are marked
 /// [`proxy::Network`], so only sessions of the key they carry are theirs.
 fn proxy_router(service: Arc<Service>) -> Router {
-    versioned(proxy_routes(), service).layer(Extension(proxy::Network))
+    versioned(proxy_routes(&service), service).layer(Extension(proxy::Network))
 }
 
-fn proxy_routes() -> Router<Arc<Service>> {
+/// The proxy's routes, their bodies bounded by `[proxy] max_body_bytes`.
+fn proxy_routes(service: &Arc<Service>) -> Router<Arc<Service>> {
     Router::new()
         .route("/chat/completions", post(proxy::chat_completions))
         .route("/messages", post(proxy::messages))
         .route("/messages/count_tokens", post(proxy::count_tokens))
         .route("/responses", post(proxy::responses))
         .route("/models", get(proxy::models))
+        .route_layer(axum::middleware::from_fn_with_state(
+            service.clone(),
+            body::proxy_bodies,
+        ))
 }
 
 /// `api` at versioned paths (`/v1/...`) and at today's unversioned ones as aliases, with JSON
-/// answers for unknown paths and methods, and the body budget the extractors draw on.
+/// answers for unknown paths and methods. Bodies on every listener draw on the service's one
+/// memory budget.
 fn versioned(api: Router<Arc<Service>>, service: Arc<Service>) -> Router {
-    let server = service.settings().config.server.clone();
-    let budget = body::BodyBudget::new(
-        server.max_body_bytes * body::BUDGET_BODIES,
-        Duration::from_secs(server.request_timeout_s),
-    );
     Router::new()
         .nest(crate::protocol::API_PREFIX, api.clone())
         .merge(api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(Extension(budget))
         .with_state(service)
 }
 

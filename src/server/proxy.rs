@@ -13,8 +13,10 @@
 use super::error::ApiError;
 use super::extract::JsonBody;
 use crate::protocol::{ErrorCode, SessionId};
+use crate::provider::bounded_json::BoundedJson;
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
 use crate::service::Service;
+use crate::service::memory::Charge;
 use crate::service::proxy::{Caller, Identity, ProxyTurn};
 use axum::Extension;
 use axum::body::{Body, Bytes};
@@ -56,8 +58,8 @@ pub async fn chat_completions(
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Chat, network.is_none(), query, headers);
-    logged(&call, &body, proxied(&call, &service, body.clone()).await)
+    let call = Call::new(Wire::Chat, network.is_none(), query, headers, &body);
+    logged(&call, proxied(&call, &service, body).await)
 }
 
 pub async fn messages(
@@ -67,8 +69,8 @@ pub async fn messages(
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers);
-    logged(&call, &body, proxied(&call, &service, body.clone()).await)
+    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers, &body);
+    logged(&call, proxied(&call, &service, body).await)
 }
 
 pub async fn responses(
@@ -78,23 +80,24 @@ pub async fn responses(
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Responses, network.is_none(), query, headers);
+    let call = Call::new(Wire::Responses, network.is_none(), query, headers, &body);
     // The history of a call that continues a stored response is upstream's: pass it on.
     let result = match body["previous_response_id"].is_string() {
         true => {
+            let bytes = serialized(&body)?;
             forward(
                 &call,
                 &service,
                 Method::POST,
                 "/responses",
-                Some(&body),
+                Some(bytes),
                 None,
             )
             .await
         }
-        false => proxied(&call, &service, body.clone()).await,
+        false => proxied(&call, &service, body).await,
     };
-    logged(&call, &body, result)
+    logged(&call, result)
 }
 
 /// `POST /v1/messages/count_tokens`, answered for the compacted request: what the agent
@@ -106,37 +109,36 @@ pub async fn count_tokens(
     headers: HeaderMap,
     JsonBody(mut body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers);
+    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers, &body);
     let result = async {
         let caller = call.caller()?;
         let request = Wire::Anthropic
-            .parse(&body)
+            .parse(&mut body)
             .map_err(|e| ApiError::bad_request(format!("messages: {e}")))?;
-        if let Some(preview) = service
+        let preview = service
             .proxy_preview(&caller, call.identity()?, &request)
-            .await?
-        {
-            let mut outgoing = outgoing(Wire::Anthropic, &preview.turn, &request);
-            outgoing.extend(
-                request.natives[preview.matched..]
-                    .iter()
-                    .map(Outgoing::Native),
-            );
-
-            Wire::Anthropic.render(&mut body, &outgoing);
-        }
+            .await?;
+        let (mut outgoing, rest) = match &preview {
+            Some(preview) => (
+                outgoing(Wire::Anthropic, &preview.turn, &request),
+                preview.matched,
+            ),
+            None => (Vec::new(), 0),
+        };
+        outgoing.extend(request.natives[rest..].iter().map(Outgoing::Native));
+        let bytes = Wire::Anthropic.render(&body, &outgoing).map_err(internal)?;
         forward(
             &call,
             &service,
             Method::POST,
             "/messages/count_tokens",
-            Some(&body),
+            Some(bytes),
             None,
         )
         .await
     }
     .await;
-    logged(&call, &body, result)
+    logged(&call, result)
 }
 
 /// `GET /v1/models`, passed on to the upstream the client's headers point to.
@@ -151,12 +153,23 @@ pub async fn models(
     } else {
         Wire::Chat
     };
-    let call = Call::new(wire, network.is_none(), query, headers);
+    let call = Call::new(wire, network.is_none(), query, headers, &Value::Null);
     call.caller()?;
     logged(
         &call,
-        &Value::Null,
         forward(&call, &service, Method::GET, "/models", None, None).await,
+    )
+}
+
+fn serialized(body: &Value) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(body).map_err(internal)
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::Internal,
+        e.to_string(),
     )
 }
 
@@ -166,15 +179,32 @@ struct Call {
     local: bool,
     query: Option<String>,
     headers: HeaderMap,
+    /// The model the body names (for the log).
+    model: String,
+    /// The body asks for a streamed answer.
+    streamed: bool,
 }
 
 impl Call {
-    fn new(wire: Wire, local: bool, query: Option<String>, headers: HeaderMap) -> Call {
+    fn new(
+        wire: Wire,
+        local: bool,
+        query: Option<String>,
+        headers: HeaderMap,
+        body: &Value,
+    ) -> Call {
         Call {
             wire,
             local,
             query,
             headers,
+            model: body["model"]
+                .as_str()
+                .unwrap_or_default()
+                .chars()
+                .take(128)
+                .collect(),
+            streamed: body["stream"] == true,
         }
     }
 
@@ -233,12 +263,8 @@ impl Call {
 
 /// Logs every refusal and every upstream failure (status, code, session, model; never a
 /// body or a key), then answers.
-fn logged(
-    call: &Call,
-    body: &Value,
-    result: Result<Response, ApiError>,
-) -> Result<Response, ApiError> {
-    let model = body["model"].as_str().unwrap_or_default();
+fn logged(call: &Call, result: Result<Response, ApiError>) -> Result<Response, ApiError> {
+    let model = call.model.as_str();
     match &result {
         Err(e) => {
             tracing::warn!(api = call.wire.name(), status = e.status.as_u16(), code = e.code.as_str(), model, reason = %e.message, "proxy refused a call")
@@ -270,19 +296,23 @@ async fn proxied(
     let caller = call.caller()?;
     let request = call
         .wire
-        .parse(&body)
+        .parse(&mut body)
         .map_err(|e| ApiError::bad_request(format!("the request's conversation: {e}")))?;
     let turn = service
         .proxy_turn(&caller, call.identity()?, &request)
         .await?;
-    let outgoing = outgoing(call.wire, &turn, &request);
-    call.wire.render(&mut body, &outgoing);
+    // The body goes upstream as bytes; its parsed form is freed before the answer comes.
+    let bytes = {
+        let outgoing = outgoing(call.wire, &turn, &request);
+        call.wire.render(&body, &outgoing).map_err(internal)?
+    };
+    drop((request, body));
     let path = match call.wire {
         Wire::Chat => "/chat/completions",
         Wire::Anthropic => "/messages",
         Wire::Responses => "/responses",
     };
-    forward(call, service, Method::POST, path, Some(&body), Some(&turn)).await
+    forward(call, service, Method::POST, path, Some(bytes), Some(&turn)).await
 }
 
 /// What goes upstream for a call: the context's messages as the request has them (patched
@@ -350,7 +380,7 @@ async fn forward(
     service: &Arc<Service>,
     method: Method,
     path: &str,
-    body: Option<&Value>,
+    body: Option<Vec<u8>>,
     turn: Option<&ProxyTurn>,
 ) -> Result<Response, ApiError> {
     let proxy = service.settings().config.proxy.clone();
@@ -366,7 +396,7 @@ async fn forward(
     if let Some(body) = body {
         request = request
             .header("content-type", "application/json")
-            .body(body.to_string());
+            .body(body);
     }
     let upstream = request.send().await.map_err(unreachable)?;
     let status = upstream.status();
@@ -382,25 +412,20 @@ async fn forward(
     if let Some(turn) = turn {
         response = compactd_headers(response, turn);
     }
-    let streamed = body.is_some_and(|b| b["stream"] == true);
     let recording = turn.filter(|_| status.is_success()).map(|turn| Recording {
         service: service.clone(),
         id: turn.id.clone(),
         after_seq: turn.last_seq,
-        recorder: match streamed {
+        recorder: match call.streamed {
             true => Captured::Stream(Box::new(call.wire.recorder(proxy.max_recorded_bytes))),
-            false => Captured::Whole(Vec::new(), proxy.max_recorded_bytes),
+            false => Captured::Whole(BoundedJson::new(proxy.max_recorded_bytes)),
         },
         wire: call.wire,
+        max_bytes: proxy.max_recorded_bytes,
+        charge: None,
     });
     let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
-    response.body(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::Internal,
-            e.to_string(),
-        )
-    })
+    response.body(body).map_err(internal)
 }
 
 fn unreachable(e: reqwest::Error) -> ApiError {
@@ -436,51 +461,83 @@ fn compactd_headers(
     response
 }
 
-/// An answer being recorded as it passes.
+/// An answer being recorded as it passes, what it holds charged to the request budget.
 struct Recording {
     service: Arc<Service>,
     id: SessionId,
     after_seq: u64,
     recorder: Captured,
     wire: Wire,
+    max_bytes: usize,
+    charge: Option<Charge>,
 }
 
 enum Captured {
     Stream(Box<crate::provider::wire::Recorder>),
-    /// A whole JSON answer, up to a bound (past it, nothing is recorded: the client's next
-    /// call carries the answer).
-    Whole(Vec<u8>, usize),
+    /// A whole JSON answer, its strings bounded as they pass.
+    Whole(BoundedJson),
+    /// Given up: the budget had no room, or the answer holds more than its bound. Nothing
+    /// is recorded (the client's next call carries the answer).
+    Abandoned,
 }
+
+/// A recording's charge grows in steps of this many bytes.
+const RECORDING_STEP: usize = 256 * 1024;
 
 impl Recording {
     fn feed(&mut self, chunk: &[u8]) {
-        match &mut self.recorder {
-            Captured::Stream(recorder) => recorder.feed(chunk),
-            Captured::Whole(bytes, max) => {
-                if bytes.len() + chunk.len() <= *max {
-                    bytes.extend_from_slice(chunk);
-                } else {
-                    *max = 0;
-                    bytes.clear();
-                }
+        let held = match &mut self.recorder {
+            Captured::Stream(recorder) => {
+                recorder.feed(chunk);
+                recorder.held()
             }
+            Captured::Whole(capture) => {
+                capture.feed(chunk);
+                capture.held()
+            }
+            Captured::Abandoned => return,
+        };
+        if held > 3 * self.max_bytes + RECORDING_STEP {
+            return self.abandon("it holds more than its bound");
         }
+        let charged = self.charge.as_ref().map_or(0, Charge::bytes);
+        if held <= charged {
+            return;
+        }
+        let budget = &self.service.memory().requests;
+        let more = held - charged + RECORDING_STEP;
+        let room = match self.charge.as_mut() {
+            Some(charge) => budget.try_extend(charge, more),
+            None => {
+                self.charge = budget.try_take(more);
+                self.charge.is_some()
+            }
+        };
+        if !room {
+            self.abandon("the memory budget is spent");
+        }
+    }
+
+    fn abandon(&mut self, why: &str) {
+        tracing::warn!(session = %self.id, reason = why, "not recording an upstream answer; the client's next call carries it");
+        self.recorder = Captured::Abandoned;
+        self.charge = None;
     }
 
     async fn finish(self) {
         let reply = match self.recorder {
             Captured::Stream(recorder) => recorder.finish(),
-            Captured::Whole(bytes, _) => self.wire.reply(&bytes),
+            Captured::Whole(capture) => capture.finish().and_then(|(bytes, dropped)| {
+                let mut reply = self.wire.reply(&bytes)?;
+                reply.unrecorded_chars = dropped;
+                Some(reply)
+            }),
+            Captured::Abandoned => None,
         };
         let Some(reply) = reply else { return };
         if let Err(e) = self
             .service
-            .proxy_reply(
-                &self.id,
-                self.after_seq,
-                reply.message,
-                reply.context_tokens,
-            )
+            .proxy_reply(&self.id, self.after_seq, reply)
             .await
         {
             tracing::warn!(session = %self.id, error = %e, "could not record a proxied answer");

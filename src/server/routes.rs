@@ -128,7 +128,7 @@ pub async fn append(
     headers: HeaderMap,
     Utf8Body(body): Utf8Body,
 ) -> ApiResult {
-    let batch = parse_message_batch(&body.bytes).map_err(|e| match e {
+    let batch = parse_message_batch(&body).map_err(|e| match e {
         BatchError::Message { .. } => ApiError::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidMessage,

@@ -14,7 +14,7 @@
 //! `/summarize` or a `/context` waiting for it is served in between.
 
 use super::locks::SessionGuard;
-use super::{Service, ServiceError};
+use super::{Service, ServiceError, memory};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::microcompact::masking_thresholds;
 use crate::compaction::{CompactionConfig, CompactionPlan, FileLists, PlanInput, Trigger};
@@ -282,6 +282,7 @@ impl Service {
         trigger: Trigger,
         focus: Option<String>,
     ) -> Result<Attempt, ServiceError> {
+        let _charge = self.compaction_charge(id).await?;
         let loaded = self.load(id).await?;
         let session = &loaded.snapshot.session;
         let config = self.compaction_config(session);
@@ -353,6 +354,18 @@ impl Service {
 
     /// What a compaction of the session starts from. The caller holds the session's lock, so
     /// no compaction can commit between these reads.
+    /// What compacting the session will hold, from the compaction budget: a compaction waits
+    /// until others leave room (one larger than the whole budget runs alone).
+    async fn compaction_charge(&self, id: &str) -> Result<memory::Charge, ServiceError> {
+        let session = self.store.session(id).await?;
+        let bytes = session.active_messages * memory::COMPACTION_MESSAGE_COST
+            + (session.active_tokens + session.summary_tokens) * memory::COMPACTION_TOKEN_COST;
+        tokio::select! {
+            charge = self.memory().compactions.take(bytes, None) => charge.ok_or(ServiceError::ShuttingDown),
+            _ = self.shutdown.cancelled() => Err(ServiceError::ShuttingDown),
+        }
+    }
+
     async fn load(&self, id: &str) -> Result<Loaded, ServiceError> {
         let snapshot = self.store.compaction_input(id).await?;
         let messages = snapshot

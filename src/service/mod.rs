@@ -6,6 +6,7 @@
 
 mod compact;
 mod locks;
+pub mod memory;
 pub mod proxy;
 pub mod views;
 
@@ -89,6 +90,7 @@ pub struct Service {
     tasks: TaskTracker,
     started: Instant,
     config_status: RwLock<ConfigStatus>,
+    memory: memory::Memory,
 }
 
 impl Service {
@@ -116,7 +118,13 @@ impl Service {
             tasks: TaskTracker::new(),
             started: Instant::now(),
             config_status: RwLock::new(ConfigStatus::default()),
+            memory: memory::Memory::default(),
         })
+    }
+
+    /// The memory budgets every listener and compaction draws on ([`memory`]).
+    pub fn memory(&self) -> &memory::Memory {
+        &self.memory
     }
 
     pub fn settings(&self) -> Arc<Settings> {

@@ -12,7 +12,7 @@
 use super::{Service, ServiceError};
 use crate::message::{Message, Part};
 use crate::protocol::{ContextView, SessionId};
-use crate::provider::wire::WireRequest;
+use crate::provider::wire::{WireReply, WireRequest, bounded};
 use crate::store::{AppendRules, Branch, NewMessage, NewSession, ProxyCall, SessionKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -150,14 +150,21 @@ impl Service {
         self: &Arc<Self>,
         id: &SessionId,
         after_seq: u64,
-        reply: Message,
-        context_tokens: Option<usize>,
+        reply: WireReply,
     ) -> Result<(), ServiceError> {
+        let WireReply {
+            message: reply,
+            context_tokens,
+            unrecorded_chars,
+        } = reply;
         reply
             .validate()
             .map_err(|error| ServiceError::InvalidMessage { index: 0, error })?;
-        let message = NewMessage::new(&reply, self.estimator.message(&reply))
-            .with_hash(fingerprint(&reply), opening(&reply));
+        // What was not recorded of a huge answer still counts: the client sends it back whole.
+        let tokens = self.estimator.message(&reply) + unrecorded_chars.div_ceil(4);
+        let bound = self.settings().config.proxy.max_recorded_bytes;
+        let message =
+            NewMessage::new(&reply, tokens).with_hash(fingerprint(&reply, bound), opening(&reply));
         let session = self
             .store
             .append_reply(
@@ -183,6 +190,7 @@ impl Service {
         request: &WireRequest,
     ) -> Result<ProxyCall, ServiceError> {
         let settings = self.settings();
+        let bound = settings.config.proxy.max_recorded_bytes;
         let mut messages = Vec::with_capacity(request.messages.len());
         for (index, message) in request.messages.iter().enumerate() {
             message
@@ -190,7 +198,7 @@ impl Service {
                 .map_err(|error| ServiceError::InvalidMessage { index, error })?;
             messages.push(
                 NewMessage::new(message, self.estimator.message(message))
-                    .with_hash(fingerprint(message), opening(message)),
+                    .with_hash(fingerprint(message, bound), opening(message)),
             );
         }
         let system_hash = fnv(request.system.trim().as_bytes());
@@ -202,7 +210,7 @@ impl Service {
         // instructions; one without, by its first message too.
         let root_hash = match &conversation {
             Some(_) => system_hash,
-            None => system_hash ^ fingerprint(&request.messages[0]).rotate_left(1),
+            None => system_hash ^ fingerprint(&request.messages[0], bound).rotate_left(1),
         };
         let named = identity
             .named
@@ -278,8 +286,10 @@ impl Service {
 
 /// The fingerprint a proxied message is matched by: its role and what the client re-sends
 /// the same whatever its SDK (text without surrounding whitespace, calls, results' outputs),
-/// not what SDKs drop or re-encode (reasoning, empty text, a result's tool name).
-pub fn fingerprint(message: &Message) -> i64 {
+/// not what SDKs drop or re-encode (reasoning, empty text, a result's tool name). Text is
+/// taken as a recording within `bound` keeps it ([`bounded`]), so an answer recorded with its
+/// middle cut out matches the whole answer the client sends back.
+pub fn fingerprint(message: &Message, bound: usize) -> i64 {
     let essential: Vec<Part> = message
         .parts
         .iter()
@@ -287,7 +297,7 @@ pub fn fingerprint(message: &Message) -> i64 {
             Part::Reasoning { .. } => None,
             Part::Text { text } if text.trim().is_empty() => None,
             Part::Text { text } => Some(Part::Text {
-                text: text.trim().to_string(),
+                text: bounded(text, bound).trim().to_string(),
             }),
             Part::ToolResult {
                 call_id,
@@ -361,16 +371,16 @@ mod tests {
             ],
         };
         assert_eq!(
-            fingerprint(&sent),
-            fingerprint(&Message::text(Role::Assistant, "done"))
+            fingerprint(&sent, 1 << 20),
+            fingerprint(&Message::text(Role::Assistant, "done"), 1 << 20)
         );
         assert_ne!(
-            fingerprint(&sent),
-            fingerprint(&Message::text(Role::Assistant, "done!"))
+            fingerprint(&sent, 1 << 20),
+            fingerprint(&Message::text(Role::Assistant, "done!"), 1 << 20)
         );
         assert_ne!(
-            fingerprint(&sent),
-            fingerprint(&Message::text(Role::User, "done"))
+            fingerprint(&sent, 1 << 20),
+            fingerprint(&Message::text(Role::User, "done"), 1 << 20)
         );
     }
 

@@ -27,7 +27,7 @@ pub struct NewMessage {
     instruction: bool,
     system: bool,
     /// A message the context may show otherwise (its outputs masked, or shortened when too
-    /// large): one with tool results, or a user message.
+    /// large): any but a system message (those are pinned, shown as they are).
     content: Option<Message>,
     /// Proxied messages: the fingerprint the client's next call is matched by.
     hash: Option<i64>,
@@ -73,8 +73,7 @@ impl NewMessage {
                 .collect(),
             answers: message.tool_result_ids().map(str::to_string).collect(),
             instruction: is_instruction(message),
-            content: (message.role == Role::User || message.tool_result_ids().next().is_some())
-                .then(|| message.clone()),
+            content: (message.role != Role::System).then(|| message.clone()),
             hash: None,
             opening: None,
         }

@@ -31,6 +31,7 @@ pub use conversations::{Placed, ProxyCall};
 pub use error::StoreError;
 pub use maskings::MaskingRow;
 pub use messages::{AppendOutcome, AppendRules, Idempotency, NewMessage};
+pub use migrate::declare_writer;
 pub use path::Branch;
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionKind, SessionRow, StoredMessage, TokenSource,

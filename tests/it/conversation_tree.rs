@@ -75,8 +75,8 @@ fn check(
         prop_assert_eq!(shown.role, request[position].role);
         if !stored.masked && !stored.shortened {
             prop_assert_eq!(
-                fingerprint(&shown),
-                fingerprint(&request[position]),
+                fingerprint(&shown, 4 << 20),
+                fingerprint(&request[position], 4 << 20),
                 "seq {} is another message",
                 stored.seq
             );
@@ -120,7 +120,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Older(i) if !sent.is_empty() => conversation = sent[i % sent.len()].clone(),
             _ => {}
         }
-        let request = Wire::Chat.parse(&chat_body(&conversation)).unwrap();
+        let request = Wire::Chat.parse(&mut chat_body(&conversation)).unwrap();
         let turn = service
             .proxy_turn(&caller, Identity::default(), &request)
             .await
@@ -161,7 +161,7 @@ fn a_message_of_text_and_a_call_is_one_fingerprint_whatever_the_whitespace() {
         }],
     };
     assert_eq!(
-        fingerprint(&a),
-        fingerprint(&Message::text(Role::Assistant, "ok"))
+        fingerprint(&a, 4 << 20),
+        fingerprint(&Message::text(Role::Assistant, "ok"), 4 << 20)
     );
 }

@@ -9,6 +9,7 @@ pub fn of(answer: &Value) -> Option<WireReply> {
     Some(WireReply {
         message: crate::transcript::anthropic_reply(&answer["content"]),
         context_tokens: usage(&answer["usage"], None),
+        unrecorded_chars: 0,
     })
 }
 
@@ -35,6 +36,8 @@ pub struct Assembly {
 #[derive(Default)]
 struct Block {
     start: Value,
+    /// About the bytes `start` holds.
+    start_bytes: usize,
     text: BoundedText,
     json: BoundedText,
 }
@@ -53,7 +56,9 @@ impl Assembly {
                 }
                 // Only objects: an upstream answering nonsense must not make indexing panic.
                 if event["content_block"].is_object() {
-                    self.blocks[index].start = event["content_block"].clone();
+                    let start = event["content_block"].clone();
+                    self.blocks[index].start_bytes = crate::provider::wire::json_tokens(&start) * 4;
+                    self.blocks[index].start = start;
                 }
             }
             Some("content_block_delta") if index < self.blocks.len() => {
@@ -77,7 +82,16 @@ impl Assembly {
         }
     }
 
-    pub fn finish(self) -> Option<WireReply> {
+    /// The bytes held.
+    pub fn held(&self) -> usize {
+        self.blocks
+            .iter()
+            .map(|b| b.start_bytes + b.text.len() + b.json.len())
+            .sum()
+    }
+
+    pub fn finish(self, max_bytes: usize) -> Option<WireReply> {
+        let mut unrecorded = 0;
         let blocks: Vec<Value> = self
             .blocks
             .into_iter()
@@ -85,11 +99,15 @@ impl Assembly {
             .map(|b| {
                 let mut block = b.start;
                 match block["type"].as_str() {
-                    Some("text") => block["text"] = json!(b.text.finish()),
-                    Some("thinking") => block["thinking"] = json!(b.text.finish()),
+                    Some("text") => {
+                        let (text, dropped) = b.text.finish_counted(max_bytes);
+                        unrecorded += dropped;
+                        block["text"] = json!(text)
+                    }
+                    Some("thinking") => block["thinking"] = json!(b.text.finish(max_bytes)),
                     Some("tool_use") if !b.json.is_empty() => {
                         block["input"] =
-                            serde_json::from_str(&b.json.finish()).unwrap_or(Value::Null)
+                            serde_json::from_str(&b.json.finish(max_bytes)).unwrap_or(Value::Null)
                     }
                     _ => {}
                 }
@@ -102,6 +120,7 @@ impl Assembly {
         Some(WireReply {
             message: crate::transcript::anthropic_reply(&Value::Array(blocks)),
             context_tokens: usage(&self.start_usage, self.output),
+            unrecorded_chars: unrecorded,
         })
     }
 }
@@ -122,7 +141,7 @@ mod tests {
         ] {
             a.event(&event, 1 << 20);
         }
-        assert!(a.finish().is_none());
+        assert!(a.finish(1 << 20).is_none());
     }
 
     #[test]
@@ -139,7 +158,7 @@ mod tests {
         ] {
             a.event(&event, 1 << 20);
         }
-        let reply = a.finish().unwrap();
+        let reply = a.finish(1 << 20).unwrap();
         assert_eq!(reply.context_tokens, Some(105));
         assert!(matches!(&reply.message.parts[0], Part::Reasoning { text } if text == "plan"));
         assert!(

@@ -6,11 +6,13 @@
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{Outgoing, WireRequest, overhead_tokens, text_of};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
-pub fn parse(body: &Value) -> Result<WireRequest, String> {
-    let list = body["messages"]
-        .as_array()
-        .ok_or("expected a `messages` array")?;
+/// Reads the request, taking its `messages` out of `body` (they become the natives).
+pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
+    let Value::Array(list) = body["messages"].take() else {
+        return Err("expected a `messages` array".into());
+    };
     let mut messages = Vec::with_capacity(list.len());
     for (i, native) in list.iter().enumerate() {
         let role = match native["role"].as_str() {
@@ -26,7 +28,7 @@ pub fn parse(body: &Value) -> Result<WireRequest, String> {
     }
     Ok(WireRequest {
         messages,
-        natives: list.clone(),
+        natives: list,
         system: text_of(&body["system"]),
         overhead_tokens: overhead_tokens(body, "messages"),
         has_tools: body["tools"].as_array().is_some_and(|t| !t.is_empty()),
@@ -60,19 +62,19 @@ pub(crate) fn parts(role: Role, content: &Value) -> Vec<Part> {
     parts
 }
 
-pub fn render(body: &mut Value, outgoing: &[Outgoing]) {
-    let messages = outgoing
+/// The `messages` that go upstream (the client's own borrowed, not copied).
+pub fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
+    outgoing
         .iter()
         .map(|o| match o {
-            Outgoing::Native(native) => (*native).clone(),
-            Outgoing::Patched { native, shown } => patched(native, shown),
-            Outgoing::Rendered(value) => value.clone(),
+            Outgoing::Native(native) => Cow::Borrowed(*native),
+            Outgoing::Patched { native, shown } => Cow::Owned(patched(native, shown)),
+            Outgoing::Rendered(value) => Cow::Borrowed(value),
             Outgoing::Summary(text) => {
-                json!({"role": "user", "content": [{"type": "text", "text": text}]})
+                Cow::Owned(json!({"role": "user", "content": [{"type": "text", "text": text}]}))
             }
         })
-        .collect();
-    body["messages"] = Value::Array(messages);
+        .collect()
 }
 
 /// The client's message with each tool result's content, and a user message's text, as the
@@ -146,7 +148,8 @@ mod tests {
     #[test]
     fn every_block_is_read_and_sent_back_as_the_client_sent_it() {
         let body = body();
-        let request = parse(&body).unwrap();
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -158,9 +161,8 @@ mod tests {
             request.messages[2].parts[0],
             Part::Reasoning { .. }
         ));
-        let mut out = body.clone();
         let outgoing: Vec<Outgoing> = request.natives.iter().map(Outgoing::Native).collect();
-        render(&mut out, &outgoing);
+        let out = crate::provider::wire::Wire::Anthropic.render_value(&sent, &outgoing);
         assert_eq!(
             out, body,
             "thinking with its signature, unknown blocks, cache marks, extra fields"
@@ -170,7 +172,8 @@ mod tests {
     #[test]
     fn a_shortened_result_keeps_the_other_blocks_and_marks() {
         let body = body();
-        let request = parse(&body).unwrap();
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
         let shown = Message {
             role: Role::User,
             parts: vec![Part::ToolResult {
@@ -180,7 +183,6 @@ mod tests {
                 is_error: false,
             }],
         };
-        let mut out = body.clone();
         let outgoing = vec![
             Outgoing::Native(&request.natives[2]),
             Outgoing::Patched {
@@ -188,7 +190,7 @@ mod tests {
                 shown,
             },
         ];
-        render(&mut out, &outgoing);
+        let out = crate::provider::wire::Wire::Anthropic.render_value(&sent, &outgoing);
         let blocks = out["messages"][1]["content"].as_array().unwrap();
         assert_eq!(blocks[0]["content"], "a.rs [… cut …]");
         assert_eq!(blocks[0]["cache_control"]["type"], "ephemeral");

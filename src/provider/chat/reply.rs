@@ -11,6 +11,7 @@ pub fn of(answer: &Value) -> Option<WireReply> {
     Some(WireReply {
         message,
         context_tokens: usage(&answer["usage"]),
+        unrecorded_chars: 0,
     })
 }
 
@@ -76,12 +77,24 @@ impl Assembly {
         }
     }
 
-    pub fn finish(self) -> Option<WireReply> {
+    /// The bytes held.
+    pub fn held(&self) -> usize {
+        self.content.len()
+            + self.reasoning.len()
+            + self
+                .calls
+                .iter()
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                .sum::<usize>()
+    }
+
+    pub fn finish(self, max_bytes: usize) -> Option<WireReply> {
         if self.content.is_empty() && self.calls.is_empty() && self.reasoning.is_empty() {
             return None;
         }
-        let mut message = json!({"role": "assistant", "content": self.content.finish()});
-        let reasoning = self.reasoning.finish();
+        let (content, unrecorded) = self.content.finish_counted(max_bytes);
+        let mut message = json!({"role": "assistant", "content": content});
+        let reasoning = self.reasoning.finish(max_bytes);
         if !reasoning.is_empty() {
             message["reasoning_content"] = Value::String(reasoning);
         }
@@ -89,12 +102,13 @@ impl Assembly {
             message["tool_calls"] = self
                 .calls
                 .into_iter()
-                .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.finish()}}))
+                .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.finish(max_bytes)}}))
                 .collect();
         }
         Some(WireReply {
             message: crate::transcript::openai_message(&message)?,
             context_tokens: self.tokens,
+            unrecorded_chars: unrecorded,
         })
     }
 }
@@ -117,13 +131,13 @@ mod tests {
         ] {
             a.event(&chunk, 1 << 20);
         }
-        let reply = a.finish().unwrap();
+        let reply = a.finish(1 << 20).unwrap();
         assert_eq!(reply.context_tokens, Some(107));
         assert_eq!(reply.message.joined_text(), "Let me look.");
         assert!(
             matches!(&reply.message.parts[1], Part::ToolCall { id, name, args }
             if id == "call_1" && name == "bash" && args["command"] == "ls")
         );
-        assert!(Assembly::default().finish().is_none());
+        assert!(Assembly::default().finish(1 << 20).is_none());
     }
 }

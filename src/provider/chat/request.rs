@@ -4,11 +4,13 @@
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{Outgoing, WireRequest, overhead_tokens, text_of};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
-pub fn parse(body: &Value) -> Result<WireRequest, String> {
-    let list = body["messages"]
-        .as_array()
-        .ok_or("expected a `messages` array")?;
+/// Reads the request, taking its `messages` out of `body` (they become the natives).
+pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
+    let Value::Array(list) = body["messages"].take() else {
+        return Err("expected a `messages` array".into());
+    };
     let mut messages = Vec::with_capacity(list.len());
     let mut system = Vec::new();
     for (i, native) in list.iter().enumerate() {
@@ -27,7 +29,7 @@ pub fn parse(body: &Value) -> Result<WireRequest, String> {
     }
     Ok(WireRequest {
         messages,
-        natives: list.clone(),
+        natives: list,
         system: system.join("\n"),
         overhead_tokens: overhead_tokens(body, "messages"),
         has_tools: body["tools"].as_array().is_some_and(|t| !t.is_empty())
@@ -36,17 +38,17 @@ pub fn parse(body: &Value) -> Result<WireRequest, String> {
     })
 }
 
-pub fn render(body: &mut Value, outgoing: &[Outgoing]) {
-    let messages = outgoing
+/// The `messages` that go upstream (the client's own borrowed, not copied).
+pub fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
+    outgoing
         .iter()
         .map(|o| match o {
-            Outgoing::Native(native) => (*native).clone(),
-            Outgoing::Patched { native, shown } => patched(native, shown),
-            Outgoing::Rendered(value) => value.clone(),
-            Outgoing::Summary(text) => json!({"role": "user", "content": text}),
+            Outgoing::Native(native) => Cow::Borrowed(*native),
+            Outgoing::Patched { native, shown } => Cow::Owned(patched(native, shown)),
+            Outgoing::Rendered(value) => Cow::Borrowed(value),
+            Outgoing::Summary(text) => Cow::Owned(json!({"role": "user", "content": text})),
         })
-        .collect();
-    body["messages"] = Value::Array(messages);
+        .collect()
 }
 
 /// The client's message with the output (a tool message) or text (a user message) the
@@ -75,7 +77,8 @@ mod tests {
             {"role": "assistant", "content": null, "reasoning_content": "hmm",
              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "a.rs"}]});
-        let request = parse(&body).unwrap();
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
         assert_eq!(request.system, "Rules.");
         assert_eq!(request.messages.len(), 4);
         let shown = Message {
@@ -95,8 +98,8 @@ mod tests {
                 shown,
             },
         ];
-        let mut out = body.clone();
-        render(&mut out, &outgoing);
+
+        let out = crate::provider::wire::Wire::Chat.render_value(&sent, &outgoing);
         assert_eq!(out["messages"][0], body["messages"][1]);
         assert_eq!(out["messages"][1]["reasoning_content"], "hmm");
         assert_eq!(

@@ -103,16 +103,16 @@ fn call_id(item: &Value) -> String {
 }
 
 /// Items grouped into runs that are one message each.
-pub(crate) fn group(items: &[Value]) -> Vec<Vec<Value>> {
+pub(crate) fn group(items: Vec<Value>) -> Vec<Vec<Value>> {
     let mut runs: Vec<Vec<Value>> = Vec::new();
     for item in items {
-        let joins = from_the_model(item)
+        let joins = from_the_model(&item)
             && runs
                 .last()
                 .is_some_and(|run| run.first().is_some_and(from_the_model));
         match runs.last_mut() {
-            Some(run) if joins => run.push(item.clone()),
-            _ => runs.push(vec![item.clone()]),
+            Some(run) if joins => run.push(item),
+            _ => runs.push(vec![item]),
         }
     }
     runs

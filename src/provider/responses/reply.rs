@@ -20,6 +20,7 @@ fn reply(items: &[Value], usage: &Value) -> Option<WireReply> {
         context_tokens: usage["input_tokens"]
             .as_u64()
             .map(|i| (i + usage["output_tokens"].as_u64().unwrap_or(0)) as usize),
+        unrecorded_chars: 0,
     })
 }
 
@@ -30,6 +31,8 @@ const MAX_ITEMS: usize = 128;
 pub struct Assembly {
     items: Vec<Value>,
     completed: Option<(Vec<Value>, Value)>,
+    /// About the bytes held (each event is at most the recording's bound).
+    held: usize,
 }
 
 impl Assembly {
@@ -38,6 +41,7 @@ impl Assembly {
             Some("response.output_item.done")
                 if self.items.len() < MAX_ITEMS && event["item"].is_object() =>
             {
+                self.held += crate::provider::wire::json_tokens(&event["item"]) * 4;
                 self.items.push(event["item"].clone());
             }
             Some("response.completed") => {
@@ -46,13 +50,19 @@ impl Assembly {
                     .as_array()
                     .map(|o| o.iter().take(MAX_ITEMS).cloned().collect())
                     .unwrap_or_default();
+                self.held += crate::provider::wire::json_tokens(response) * 4;
                 self.completed = Some((output, response["usage"].clone()));
             }
             _ => {}
         }
     }
 
-    pub fn finish(self) -> Option<WireReply> {
+    /// The bytes held.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    pub fn finish(self, _max_bytes: usize) -> Option<WireReply> {
         match self.completed {
             Some((output, usage)) if !output.is_empty() => reply(&output, &usage),
             Some((_, usage)) => reply(&self.items, &usage),

@@ -5,14 +5,16 @@ use super::{group, message_of};
 use crate::message::Part;
 use crate::provider::wire::{Outgoing, WireRequest, overhead_tokens};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
-pub fn parse(body: &Value) -> Result<WireRequest, String> {
-    let items = match &body["input"] {
+/// Reads the request, taking its `input` out of `body` (its items become the natives).
+pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
+    let items = match body["input"].take() {
         Value::String(s) => vec![json!({"type": "message", "role": "user", "content": s})],
-        Value::Array(items) => items.clone(),
+        Value::Array(items) => items,
         _ => return Err("expected `input`: a string or a list of items".into()),
     };
-    let runs = group(&items);
+    let runs = group(items);
     Ok(WireRequest {
         messages: runs.iter().map(|run| message_of(run)).collect(),
         natives: runs.into_iter().map(Value::Array).collect(),
@@ -26,30 +28,35 @@ pub fn parse(body: &Value) -> Result<WireRequest, String> {
     })
 }
 
-pub fn render(body: &mut Value, outgoing: &[Outgoing]) {
+/// The `input` items that go upstream (the client's own borrowed, not copied).
+pub fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
     let mut input = Vec::new();
     for o in outgoing {
         match o {
-            Outgoing::Native(native) => input.extend(items(native)),
-            Outgoing::Patched { native, shown } => input.extend(patched(native, shown)),
-            Outgoing::Rendered(value) => input.push(value.clone()),
-            Outgoing::Summary(text) => input.push(json!({"type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": text}]})),
+            Outgoing::Native(native) => input.extend(items(native).iter().map(Cow::Borrowed)),
+            Outgoing::Patched { native, shown } => {
+                input.extend(patched(native, shown).into_iter().map(Cow::Owned))
+            }
+            Outgoing::Rendered(value) => input.push(Cow::Borrowed(value)),
+            Outgoing::Summary(text) => input
+                .push(Cow::Owned(json!({"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": text}]}))),
         }
     }
-    body["input"] = Value::Array(input);
+    input
 }
 
-fn items(native: &Value) -> Vec<Value> {
+/// A native's items: the run of items it stands for.
+fn items(native: &Value) -> &[Value] {
     match native {
-        Value::Array(items) => items.clone(),
-        other => vec![other.clone()],
+        Value::Array(items) => items,
+        other => std::slice::from_ref(other),
     }
 }
 
 /// The client's items with each output (and a user message's text) as the context shows it.
 fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
-    let mut out = items(native);
+    let mut out = items(native).to_vec();
     for item in &mut out {
         let id = item["call_id"].as_str().unwrap_or_default().to_string();
         if let Some(output) = shown.parts.iter().find_map(|p| match p {
@@ -62,7 +69,11 @@ fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
         } else if item["type"] == "message" {
             let text = shown.joined_text();
             if crate::provider::wire::text_of(&item["content"]) != text {
-                item["content"] = json!([{"type": "input_text", "text": text}]);
+                let kind = match item["role"] == "assistant" {
+                    true => "output_text",
+                    false => "input_text",
+                };
+                item["content"] = json!([{"type": kind, "text": text}]);
             }
         }
     }
@@ -88,7 +99,8 @@ mod tests {
             {"type": "compaction", "encrypted_content": "provider-summary"}
         ]);
         let body = json!({"model": "gpt", "instructions": "Be brief.", "input": input});
-        let request = parse(&body).unwrap();
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -111,9 +123,8 @@ mod tests {
             ["c2"]
         );
         assert_eq!(request.system, "Be brief.");
-        let mut out = body.clone();
         let outgoing: Vec<Outgoing> = request.natives.iter().map(Outgoing::Native).collect();
-        render(&mut out, &outgoing);
+        let out = crate::provider::wire::Wire::Responses.render_value(&sent, &outgoing);
         assert_eq!(
             out, body,
             "reasoning with its encrypted content, custom calls, the provider's compaction"

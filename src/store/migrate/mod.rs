@@ -28,7 +28,7 @@ pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
 pub(super) const WRITER_CACHE_KIB: i64 = 16_411;
 
 /// Declares `conn` compactd's writer, so the schema's triggers let its writes through.
-pub(super) fn declare_writer(conn: &Connection) -> Result<()> {
+pub fn declare_writer(conn: &Connection) -> Result<()> {
     conn.execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB};"))?;
     Ok(())
 }

@@ -1,0 +1,170 @@
+//! What the daemon's work may hold in memory at once, by construction.
+//!
+//! Two budgets of KiB permits, each shared by everything that draws on it: requests (every
+//! body on every listener, charged before it is parsed for what parsing it will cost, and
+//! every answer being recorded as it grows) and compactions (each charged for the session it
+//! loads). A request that cannot get its charge within a few seconds is told to retry (503);
+//! a compaction waits its turn. Requests may wait for compactions (the proxy compacts before
+//! it forwards) but a compaction never waits for a request, so the two cannot deadlock. With
+//! both budgets spent the daemon holds about their sum plus its baseline: the bound
+//! docs/RELIABILITY.md states and `compactd torture` checks.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// What bodies being read, parsed and answered, and answers being recorded, may hold.
+pub const REQUEST_BUDGET: usize = 128 << 20;
+/// What compactions may hold: the session's messages, the plan and the summary's prompt.
+pub const COMPACTION_BUDGET: usize = 64 << 20;
+
+/// What a parsed request costs per JSON object or array it holds (the parsed value, the
+/// message it becomes, its row), measured with heaptrack on bodies of 220,000 tiny messages.
+pub const CONTAINER_COST: usize = 1024;
+/// What a parsed request costs per byte, on top of its containers (its text is held about
+/// twice: parsed, then as the message stored and sent on).
+pub const BYTE_COST: usize = 2;
+/// What a compaction costs per message it loads, and per token of their text (four bytes a
+/// token, held as parts, in the prompt and in the plan).
+pub const COMPACTION_MESSAGE_COST: usize = 1024;
+pub const COMPACTION_TOKEN_COST: usize = 12;
+
+/// The daemon's two budgets.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    pub requests: Budget,
+    pub compactions: Budget,
+}
+
+impl Default for Memory {
+    fn default() -> Memory {
+        Memory {
+            requests: Budget::new(REQUEST_BUDGET),
+            compactions: Budget::new(COMPACTION_BUDGET),
+        }
+    }
+}
+
+/// A number of bytes that may be held at once, in KiB permits.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    permits: Arc<Semaphore>,
+    kib: usize,
+}
+
+/// Bytes taken from a budget, given back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    permit: OwnedSemaphorePermit,
+}
+
+impl Budget {
+    pub fn new(bytes: usize) -> Budget {
+        let kib = bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
+        Budget {
+            permits: Arc::new(Semaphore::new(kib)),
+            kib,
+        }
+    }
+
+    /// The whole budget, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.kib * 1024
+    }
+
+    /// KiB permits for `bytes`: at least one, at most the whole budget (a charge larger than
+    /// the budget waits until it can have all of it, and then runs alone).
+    fn permits_for(&self, bytes: usize) -> u32 {
+        bytes.div_ceil(1024).clamp(1, self.kib) as u32
+    }
+
+    /// Takes `bytes`, waiting at most `wait` (`None`: as long as it takes).
+    pub async fn take(&self, bytes: usize, wait: Option<Duration>) -> Option<Charge> {
+        let acquire = self
+            .permits
+            .clone()
+            .acquire_many_owned(self.permits_for(bytes));
+        let permit = match wait {
+            Some(wait) => tokio::time::timeout(wait, acquire).await.ok()?.ok()?,
+            None => acquire.await.ok()?,
+        };
+        Some(Charge { permit })
+    }
+
+    /// Adds `bytes` to `charge`, waiting at most `wait`; false if there was no room. The
+    /// charge never grows past the whole budget.
+    pub async fn extend(&self, charge: &mut Charge, bytes: usize, wait: Duration) -> bool {
+        let room = self.kib.saturating_sub(charge.permit.num_permits());
+        if room == 0 || bytes == 0 {
+            return true;
+        }
+        let more = self.permits_for(bytes).min(room as u32);
+        match tokio::time::timeout(wait, self.permits.clone().acquire_many_owned(more)).await {
+            Ok(Ok(permit)) => {
+                charge.permit.merge(permit);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds `bytes` to `charge` if there is room now.
+    pub fn try_extend(&self, charge: &mut Charge, bytes: usize) -> bool {
+        match self
+            .permits
+            .clone()
+            .try_acquire_many_owned(self.permits_for(bytes))
+        {
+            Ok(permit) => {
+                charge.permit.merge(permit);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes `bytes` if there is room now.
+    pub fn try_take(&self, bytes: usize) -> Option<Charge> {
+        self.permits
+            .clone()
+            .try_acquire_many_owned(self.permits_for(bytes))
+            .ok()
+            .map(|permit| Charge { permit })
+    }
+
+    /// Bytes not charged to anything now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits() * 1024
+    }
+}
+
+impl Charge {
+    /// The bytes this charge holds.
+    pub fn bytes(&self) -> usize {
+        self.permit.num_permits() * 1024
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn charges_share_one_budget_and_give_it_back() {
+        let budget = Budget::new(10 * 1024);
+        let mut a = budget.take(6 * 1024, None).await.unwrap();
+        assert!(budget.try_take(5 * 1024).is_none(), "only 4 KiB left");
+        assert!(budget.try_extend(&mut a, 4 * 1024));
+        assert_eq!(budget.available(), 0);
+        let waited = budget
+            .take(1024, Some(Duration::from_millis(20)))
+            .await
+            .is_none();
+        assert!(waited, "a full budget makes a request wait, then give up");
+        drop(a);
+        assert_eq!(budget.available(), 10 * 1024);
+        // A charge larger than the budget takes all of it and runs alone.
+        let all = budget.take(1 << 30, None).await.unwrap();
+        assert_eq!(all.bytes(), 10 * 1024);
+    }
+}
