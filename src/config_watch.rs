@@ -18,6 +18,10 @@ use tokio::sync::mpsc;
 /// Edits closer together than this are one reload.
 const DEBOUNCE: Duration = Duration::from_millis(200);
 
+/// While the config on disk is rejected, it is said again this often: the next start (after a
+/// reboot, say) refuses it, and the first warning may be long out of sight.
+const REJECTED_REMINDER: Duration = Duration::from_secs(15 * 60);
+
 /// Starts watching `path`; reloads run until the service shuts down.
 pub fn spawn(path: PathBuf, service: Arc<Service>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
@@ -30,9 +34,17 @@ pub fn spawn(path: PathBuf, service: Arc<Service>) {
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let mut last = std::fs::read(&path).ok();
+        let mut reminder = tokio::time::interval(REJECTED_REMINDER);
+        reminder.tick().await;
         loop {
             let forced = tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = reminder.tick() => {
+                    if let Some(error) = service.config_status().error {
+                        tracing::warn!(path = %path.display(), %error, "the config on disk is still rejected; the previous one stays in force until it is fixed (a start with an invalid config fails)");
+                    }
+                    continue;
+                }
                 event = rx.recv() => {
                     if event.is_none() { break; }
                     // Let the editor finish: swallow events until the file is quiet.
@@ -45,7 +57,7 @@ pub fn spawn(path: PathBuf, service: Arc<Service>) {
             let now = std::fs::read(&path).ok();
             if forced || now != last {
                 last = now;
-                reload(&path, &service);
+                reload(&path, &service).await;
             }
         }
     });
@@ -85,23 +97,29 @@ fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::R
 }
 
 /// Re-reads the config; applies it if valid, keeps the old one otherwise.
-pub fn reload(path: &Path, service: &Service) {
+pub async fn reload(path: &Path, service: &Service) {
     let shown = path.display().to_string();
-    let result = Config::load(path)
-        .map_err(|e| e.to_string())
-        .and_then(|new| {
-            let old = service.settings().config.clone();
-            if new == old {
-                return Ok(false);
-            }
-            if new.store != old.store || new.server.socket != old.server.socket {
-                tracing::warn!("[store] and [server] socket changes take effect at the next start");
-            }
-            notify_systemd(&[sd_notify::NotifyState::Reloading, monotonic_now()]);
-            let applied = service.apply_config(new).map_err(|e| e.to_string());
-            notify_systemd(&[sd_notify::NotifyState::Ready]);
-            applied.map(|()| true)
-        });
+    let result = match Config::load(path) {
+        Ok(new) => match service.misfits(&new).await {
+            Ok(misfits) if misfits.is_empty() => Ok(new),
+            Ok(misfits) => Err(refused_for(&misfits)),
+            Err(e) => Err(format!("cannot check the sessions it applies to: {e}")),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    let result = result.and_then(|new| {
+        let old = service.settings().config.clone();
+        if new == old {
+            return Ok(false);
+        }
+        if new.store != old.store || new.server.socket != old.server.socket {
+            tracing::warn!("[store] and [server] socket changes take effect at the next start");
+        }
+        notify_systemd(&[sd_notify::NotifyState::Reloading, monotonic_now()]);
+        let applied = service.apply_config(new).map_err(|e| e.to_string());
+        notify_systemd(&[sd_notify::NotifyState::Ready]);
+        applied.map(|()| true)
+    });
     match result {
         Ok(changed) => {
             service.set_config_status(|s| {
@@ -121,6 +139,21 @@ pub fn reload(path: &Path, service: &Service) {
             service.emit(Event::ConfigRejected { path: shown, error });
         }
     }
+}
+
+/// The error of a config that does not fit some live sessions: the first few named.
+pub fn refused_for(misfits: &[String]) -> String {
+    const NAMED: usize = 3;
+    let mut error = format!(
+        "it does not fit {} live session{} (lower the setting, or PATCH the session's context_limit or config first): {}",
+        misfits.len(),
+        if misfits.len() == 1 { "" } else { "s" },
+        misfits[..misfits.len().min(NAMED)].join("; ")
+    );
+    if misfits.len() > NAMED {
+        error.push_str(&format!("; and {} more", misfits.len() - NAMED));
+    }
+    error
 }
 
 fn monotonic_now() -> sd_notify::NotifyState<'static> {

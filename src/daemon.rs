@@ -44,6 +44,12 @@ pub async fn run(
         .with_context(|| format!("cannot open the database {}", db.display()))?;
     let service = Service::new(store.clone(), config).context("cannot build the summarizer")?;
     service.set_config_status(|s| s.path = Some(config_path.display().to_string()));
+    // A config edited while the daemon was stopped may not fit some sessions: they compact
+    // with less preserved (never over their limit), and it is said here.
+    let misfits = service.misfits(&service.settings().config).await?;
+    if !misfits.is_empty() {
+        tracing::warn!(error = %config_watch::refused_for(&misfits), "the config does not fit every session; those compact with min_preserve lowered to fit");
+    }
 
     let (listener, bound) = match listener::from_systemd()? {
         Some(listener) => (listener, None),

@@ -97,8 +97,16 @@ export class Client {
     return this.request("POST", "/v1/session", options);
   }
 
+  /** Every session, in id order (the daemon answers in pages; this follows them). */
   async sessions() {
-    return (await this.request("GET", "/v1/session")).sessions;
+    const sessions = [];
+    let after = "";
+    for (;;) {
+      const page = await this.request("GET", `/v1/session?after=${encodeURIComponent(after)}`);
+      sessions.push(...page.sessions);
+      if (!page.next_after) return sessions;
+      after = page.next_after;
+    }
   }
 
   session(id) {

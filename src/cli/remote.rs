@@ -59,7 +59,9 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
 }
 
 pub async fn session_list(client: &Client, out: Output) -> Result<()> {
-    let sessions = client.sessions().await?;
+    // All pages; the most recently active first, as people look for them.
+    let mut sessions = client.sessions().await?;
+    sessions.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
     out.print(&json!({ "sessions": sessions }), |_| {
         let mut rows = vec![
             [

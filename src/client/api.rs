@@ -35,9 +35,19 @@ impl Client {
         self.typed(v)
     }
 
+    /// Every session, in id order, page after page.
     pub async fn sessions(&self) -> Result<Vec<SessionView>, ClientError> {
-        let v = self.get("/v1/session").await?;
-        Ok(self.typed::<SessionList>(v)?.sessions)
+        let mut sessions = Vec::new();
+        let mut after = String::new();
+        loop {
+            let v = self.get(&format!("/v1/session?after={after}")).await?;
+            let page = self.typed::<SessionList>(v)?;
+            sessions.extend(page.sessions);
+            match page.next_after {
+                Some(next) => after = next,
+                None => return Ok(sessions),
+            }
+        }
     }
 
     pub async fn session(&self, id: &SessionId) -> Result<SessionView, ClientError> {

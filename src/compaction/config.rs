@@ -137,6 +137,27 @@ impl CompactionConfig {
         Ok(())
     }
 
+    /// This config made to fit a session of `context_limit` tokens, and why it had to change:
+    /// `min_preserve` (and `max_preserve` with it) lowered to a quarter of the threshold,
+    /// which leaves half of it for pinned messages. A session keeps its limit whatever the global config says later (a config edit
+    /// is refused when it would not fit a live session, but one made while the daemon was
+    /// stopped is only found at the next start): compacting with less preserved beats
+    /// serving a context over its limit.
+    pub fn fitted_to(mut self, context_limit: usize) -> (CompactionConfig, Option<String>) {
+        if self.check_context_limit(context_limit).is_ok() {
+            return (self, None);
+        }
+        let threshold = self.token_threshold(context_limit);
+        let fitted = threshold / 4;
+        let why = format!(
+            "min_preserve {} does not fit context_limit {context_limit} (threshold {threshold}); compacting with min_preserve {fitted}",
+            self.min_preserve
+        );
+        self.min_preserve = fitted;
+        self.max_preserve = self.max_preserve.max(fitted);
+        (self, Some(why))
+    }
+
     /// Checks values that would make compaction meaningless.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_messages == 0 {
@@ -163,6 +184,20 @@ impl CompactionConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_too_large_for_a_session_is_fitted_to_it() {
+        let c = CompactionConfig {
+            min_preserve: 7_000,
+            ..CompactionConfig::default()
+        };
+        assert!(c.check_context_limit(16_000).is_err());
+        let (fitted, why) = c.clone().fitted_to(16_000);
+        assert!(fitted.check_context_limit(16_000).is_ok());
+        assert!(fitted.max_pinned_tokens(16_000) > 0);
+        assert!(why.unwrap().contains("min_preserve 7000"));
+        assert_eq!(c.clone().fitted_to(200_000), (c, None), "it fits already");
+    }
 
     #[test]
     fn reserve_is_the_smaller_of_20000_and_a_fifth() {

@@ -33,6 +33,8 @@ pub enum ErrorCode {
     TooLarge,
     /// 503 with Retry-After: a locked database, too many connections or large bodies.
     Busy,
+    /// 429: new sessions made too fast over the loopback listener (with `Retry-After`).
+    RateLimited,
     /// 503: the summarizer failed (the failure is recorded).
     SummarizerFailed,
     /// 502: the proxy's upstream model API could not be reached.
@@ -64,6 +66,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyMismatch => "idempotency_mismatch",
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Busy => "busy",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::SummarizerFailed => "summarizer_failed",
             ErrorCode::UpstreamUnreachable => "upstream_unreachable",
             ErrorCode::ShuttingDown => "shutting_down",

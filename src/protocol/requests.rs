@@ -103,6 +103,18 @@ pub struct SummarizeRequest {
     pub focus: Option<String>,
 }
 
+/// `GET /v1/session`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SessionListQuery {
+    /// Sessions whose id sorts after this one.
+    #[serde(default)]
+    pub after: String,
+    /// At most this many (1 to 1,000; default 1,000); a page also stops near 4 MiB.
+    pub limit: Option<usize>,
+}
+
 /// `GET /v1/session/{id}/compaction`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

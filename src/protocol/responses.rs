@@ -111,7 +111,11 @@ pub struct BreakerView {
 /// `GET /v1/session`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SessionList {
+    /// In id order.
     pub sessions: Vec<SessionView>,
+    /// More sessions follow: ask again with `after` set to this id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 /// `DELETE /v1/session/{id}`.

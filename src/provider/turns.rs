@@ -72,8 +72,12 @@ impl Turns {
 #[derive(Default)]
 struct Builder {
     turns: Vec<Turn>,
-    /// Call id -> index of the assistant turn still waiting for its result.
-    pending: HashMap<String, usize>,
+    /// Call id (as the client gave it) -> the assistant turn still waiting for its result,
+    /// and the id its call has there.
+    pending: HashMap<String, (usize, String)>,
+    /// Every call id given out so far: ids are unique in a request (Anthropic refuses a
+    /// repeated `tool_use` id), so a client's reused id is renamed in the later call.
+    used: std::collections::HashSet<String>,
 }
 
 impl Builder {
@@ -101,8 +105,13 @@ impl Builder {
         if calls.is_empty() && text.trim().is_empty() {
             return;
         }
-        for call in &calls {
-            self.pending.insert(call.id.clone(), self.turns.len());
+        let mut calls = calls;
+        for call in &mut calls {
+            let unique = self.unique(&call.id);
+            self.pending.insert(
+                std::mem::replace(&mut call.id, unique.clone()),
+                (self.turns.len(), unique),
+            );
         }
         self.turns.push(Turn::Assistant {
             text,
@@ -125,10 +134,11 @@ impl Builder {
             else {
                 continue;
             };
-            let turn = self.pending.remove(call_id).map(|at| &mut self.turns[at]);
-            if let Some(Turn::Assistant { results, .. }) = turn {
+            let pending = self.pending.remove(call_id);
+            let turn = pending.as_ref().map(|(at, _)| &mut self.turns[*at]);
+            if let (Some(Turn::Assistant { results, .. }), Some((_, id))) = (turn, &pending) {
                 results.push(CallResult {
-                    call_id: call_id.clone(),
+                    call_id: id.clone(),
                     output: output.clone(),
                     is_error: *is_error,
                 });
@@ -142,6 +152,20 @@ impl Builder {
         if !text.trim().is_empty() {
             self.turns.push(Turn::User(text));
         }
+    }
+}
+
+impl Builder {
+    /// `id`, or, if a call had it already, `id_2` (`_3`, ...): the first one not given out.
+    fn unique(&mut self, id: &str) -> String {
+        let mut unique = id.to_string();
+        let mut n = 1;
+        while self.used.contains(&unique) {
+            n += 1;
+            unique = format!("{id}_{n}");
+        }
+        self.used.insert(unique.clone());
+        unique
     }
 }
 
@@ -172,4 +196,62 @@ fn joined_text(parts: &[Part]) -> String {
         })
         .collect();
     texts.join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(id: &str) -> Message {
+        Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: id.into(),
+                name: "bash".into(),
+                args: json!({}),
+            }],
+        }
+    }
+
+    fn result(id: &str, output: &str) -> Message {
+        Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: id.into(),
+                name: None,
+                output: output.into(),
+                is_error: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_reused_call_id_is_renamed_and_its_result_follows_it() {
+        let turns = Turns::of(&[
+            call("c1"),
+            result("c1", "first"),
+            call("c1"),
+            result("c1", "second"),
+        ]);
+        let ids: Vec<(String, String, String)> = turns
+            .0
+            .iter()
+            .filter_map(|t| match t {
+                Turn::Assistant { calls, results, .. } => Some((
+                    calls[0].id.clone(),
+                    results[0].call_id.clone(),
+                    results[0].output.clone(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("c1".into(), "c1".into(), "first".into()),
+                ("c1_2".into(), "c1_2".into(), "second".into())
+            ]
+        );
+    }
 }

@@ -85,6 +85,14 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(StoreError::Closed) | ServiceError::ShuttingDown => {
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
             }
+            ServiceError::Store(StoreError::TooManySessions(wait)) => {
+                return ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorCode::RateLimited,
+                    message,
+                )
+                .retry_after(*wait);
+            }
             ServiceError::Store(StoreError::Busy) => {
                 return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Busy, message)
                     .retry_after(1);

@@ -7,8 +7,8 @@ use crate::message::{BatchError, parse_message_batch};
 use crate::protocol::{
     AppendBody, AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextQuery,
     ContextView, CreateSessionRequest, Deleted, ErrorBody, ErrorCode, Health, HistoryPage,
-    HistoryQuery, ProviderContext, SessionList, SessionView, SummarizeOutcome, SummarizeRequest,
-    UpdateSessionRequest,
+    HistoryQuery, ProviderContext, SessionList, SessionListQuery, SessionView, SummarizeOutcome,
+    SummarizeRequest, UpdateSessionRequest,
 };
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use axum::Json;
@@ -69,12 +69,19 @@ pub async fn create_session(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/session", tag = "sessions",
-    responses((status = 200, description = "Every session", body = SessionList)))]
-pub async fn list_sessions(State(service): Svc) -> ApiResult {
-    ok(SessionList {
-        sessions: service.sessions().await?,
-    })
+/// Most sessions one page of the list returns.
+const MAX_SESSION_PAGE: usize = 1_000;
+
+#[utoipa::path(get, path = "/v1/session", tag = "sessions", params(SessionListQuery),
+    responses(
+        (status = 200, description = "A page of the sessions in id order (follow `next_after`)", body = SessionList),
+        (status = 400, description = "`bad_request`", body = ErrorBody)))]
+pub async fn list_sessions(
+    State(service): Svc,
+    ApiQuery(query): ApiQuery<SessionListQuery>,
+) -> ApiResult {
+    let limit = page_limit(query.limit, MAX_SESSION_PAGE, MAX_SESSION_PAGE)?;
+    ok(service.sessions_page(query.after, limit).await?)
 }
 
 #[utoipa::path(get, path = "/v1/session/{id}", tag = "sessions", params(("id" = String, Path)),

@@ -4,10 +4,12 @@
 //! session (one at a time per session) while the append is acknowledged. Handlers, `replay`
 //! and `bench` all call this, so the socket is only a transport.
 
+mod answered;
 mod compact;
 mod locks;
 pub mod memory;
 pub mod proxy;
+mod rate;
 pub mod views;
 
 use crate::protocol::{
@@ -91,6 +93,8 @@ pub struct Service {
     started: Instant,
     config_status: RwLock<ConfigStatus>,
     memory: memory::Memory,
+    /// How fast proxy callers over TCP make sessions.
+    session_rate: rate::SessionRate,
 }
 
 impl Service {
@@ -119,6 +123,7 @@ impl Service {
             started: Instant::now(),
             config_status: RwLock::new(ConfigStatus::default()),
             memory: memory::Memory::default(),
+            session_rate: rate::SessionRate::default(),
         })
     }
 
@@ -186,10 +191,30 @@ impl Service {
         self.tasks.wait().await;
     }
 
-    /// The compaction config of a session: global settings plus its overrides.
+    /// The compaction config of a session: global settings plus its overrides, fitted to
+    /// its context limit (see [`CompactionConfig::fitted_to`]).
     fn compaction_config(&self, session: &SessionRow) -> CompactionConfig {
-        let global = &self.settings().config.compaction;
-        compaction_with_overrides(global, &session.overrides).unwrap_or_else(|_| global.clone())
+        session_config(&self.settings().config.compaction, session)
+    }
+
+    /// Why `config` cannot apply to every live session (its compaction settings with a
+    /// session's overrides must still leave that session room to compact), naming the
+    /// sessions, and the key that owns each proxy session (by the start of its hash: the key
+    /// itself is never stored). A config edit is checked like a PATCH is.
+    pub async fn misfits(&self, config: &Config) -> Result<Vec<String>, ServiceError> {
+        let mut misfits = Vec::new();
+        for session in self.store.sessions().await? {
+            let why = compaction_with_overrides(&config.compaction, &session.overrides)
+                .and_then(|c| c.check_context_limit(session.context_limit));
+            if let Err(why) = why {
+                let owner = match &session.owner {
+                    Some(owner) => format!(", proxy key sha256 {}…", &owner[..owner.len().min(12)]),
+                    None => String::new(),
+                };
+                misfits.push(format!("session `{}`{owner}: {why}", session.id));
+            }
+        }
+        Ok(misfits)
     }
 
     fn view(&self, session: SessionRow) -> SessionView {
@@ -236,6 +261,34 @@ impl Service {
             overrides,
             owner: None,
             limit_source: None,
+        })
+    }
+
+    /// A page of the sessions in id order, at most `limit` of them and about
+    /// [`MAX_PAGE_BYTES`] as JSON: with 100,000 sessions no answer (and no lister) holds
+    /// them all.
+    pub async fn sessions_page(
+        &self,
+        after: String,
+        limit: usize,
+    ) -> Result<crate::protocol::SessionList, ServiceError> {
+        let rows = self.store.sessions_page(after, limit + 1).await?;
+        let more = rows.len() > limit;
+        let mut sessions = Vec::with_capacity(rows.len().min(limit));
+        let mut bytes = 0;
+        for row in rows.into_iter().take(limit) {
+            let view = self.view(row);
+            bytes += serde_json::to_vec(&view).map_or(0, |v| v.len());
+            sessions.push(view);
+            if bytes >= MAX_PAGE_BYTES {
+                break;
+            }
+        }
+        let full = more || sessions.len() < limit && bytes >= MAX_PAGE_BYTES;
+        let next_after = sessions.last().filter(|_| full).map(|s| s.id.to_string());
+        Ok(crate::protocol::SessionList {
+            sessions,
+            next_after,
         })
     }
 
@@ -343,8 +396,7 @@ impl Service {
     fn append_rules(&self) -> impl Fn(&SessionRow) -> AppendRules + Send + 'static {
         let global = self.settings().config.compaction.clone();
         move |session| {
-            let config = compaction_with_overrides(&global, &session.overrides)
-                .unwrap_or_else(|_| global.clone());
+            let config = session_config(&global, session);
             AppendRules {
                 task_max_tokens: config.pin_first_user_tokens,
                 max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
@@ -466,6 +518,15 @@ fn trigger_under(session: &SessionRow, config: &CompactionConfig) -> Option<Trig
 }
 
 /// Idempotency keys: 1 to 128 printable ASCII characters without spaces (a UUID fits).
+/// A session's compaction config: `global` with its overrides, fitted to its context limit
+/// (see [`CompactionConfig::fitted_to`]).
+pub(crate) fn session_config(global: &CompactionConfig, session: &SessionRow) -> CompactionConfig {
+    compaction_with_overrides(global, &session.overrides)
+        .unwrap_or_else(|_| global.clone())
+        .fitted_to(session.context_limit)
+        .0
+}
+
 fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
     if (1..=128).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()) {
         Ok(())

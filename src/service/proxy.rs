@@ -98,6 +98,10 @@ impl Service {
         }
         let call = self.proxy_call(caller, &identity, request)?;
         let placed = self.store.place_call(call, self.proxy_rules()).await?;
+        if placed.created && !caller.local {
+            self.session_rate
+                .made(&caller.owner, std::time::Instant::now());
+        }
         let id = SessionId::parse(placed.session.id.clone())
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         if placed.matched < request.messages.len() {
@@ -247,7 +251,14 @@ impl Service {
             .compaction
             .check_context_limit(context_limit)
             .map_err(ServiceError::BadRequest)?;
+        let may_create = match caller.local {
+            true => Ok(()),
+            false => self
+                .session_rate
+                .allows(&caller.owner, std::time::Instant::now()),
+        };
         Ok(ProxyCall {
+            may_create,
             owner: caller.owner.clone(),
             named: named.map(|n| n.to_string()),
             conversation,
@@ -273,8 +284,7 @@ impl Service {
         let base = self.append_rules();
         let global = self.settings().config.compaction.clone();
         move |session| {
-            let config = crate::config::compaction_with_overrides(&global, &session.overrides)
-                .unwrap_or_else(|_| global.clone());
+            let config = super::session_config(&global, session);
             AppendRules {
                 lenient: true,
                 pin_cap: config.usable(session.context_limit, session.overhead_tokens) / 4,

@@ -171,6 +171,7 @@ impl ContextView {
             .map(|m| m.tokens)
             .sum::<usize>();
         messages.extend(snapshot.tail.into_iter().map(ContextMessage::Stored));
+        tokens += super::answered::answer_orphans(&mut messages) * super::answered::NOTE_TOKENS;
         ContextView {
             session_id: stored_id(snapshot.session.id),
             messages,

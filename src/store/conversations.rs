@@ -42,6 +42,8 @@ pub struct ProxyCall {
     pub overhead_tokens: usize,
     /// How a new session would be made.
     pub new_session: NewSession,
+    /// `Err(seconds)`: the caller may not make a session now (it may continue one).
+    pub may_create: std::result::Result<(), u64>,
 }
 
 /// Where a call landed.
@@ -307,6 +309,9 @@ fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Session
     } else {
         SessionKind::Proxy
     };
+    if let Err(wait) = call.may_create {
+        return Err(StoreError::TooManySessions(wait));
+    }
     let session = insert(conn, &call.new_session)?;
     conn.prepare_cached(
         "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6

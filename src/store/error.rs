@@ -22,6 +22,12 @@ pub enum StoreError {
         "pinned messages (system messages and the task) would take {pinned} tokens, more than the {max} this session's context can spare for them; shorten the system message, raise context_limit or lower pin_first_user_tokens"
     )]
     PinnedTooLarge { pinned: usize, max: usize },
+    /// A proxy caller over the loopback listener made sessions too fast; retry after so many
+    /// seconds.
+    #[error(
+        "this API key (or all keys over the loopback listener together) made new sessions faster than compactd lets one make them; retry in {0} s, or continue a conversation (x-compactd-session names one)"
+    )]
+    TooManySessions(u64),
     #[error("idempotency key `{0}` was used before for a different request")]
     IdempotencyMismatch(String),
     /// Another process (a `sqlite3` user, say) holds the database's write lock.

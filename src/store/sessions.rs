@@ -86,6 +86,21 @@ impl Store {
     }
 
     /// Live sessions, most recently updated first.
+    /// A page of the live sessions in id order: those after `after`, at most `limit`.
+    pub async fn sessions_page(&self, after: String, limit: usize) -> Result<Vec<SessionRow>> {
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {} FROM sessions WHERE deleted_at IS NULL AND id > ?1 ORDER BY id LIMIT ?2",
+                SessionRow::COLUMNS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows =
+                stmt.query_map(rusqlite::params![after, limit as i64], SessionRow::from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+    }
+
     pub async fn sessions(&self) -> Result<Vec<SessionRow>> {
         self.read(|conn| {
             let sql = format!(

@@ -5,11 +5,12 @@
 //! session a proxy key owns takes no message through the socket.
 
 use crate::common::mock_model::{MockModel, Reply};
-use crate::common::{TestDaemon, all_messages};
+use crate::common::{TestDaemon, all_messages, bash_round, eventually, user};
 use compactd::client::ClientError;
 use http_body_util::BodyExt;
 use hyper::Method;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 const KEY: &str = "sk-bounds-test-0123456789abcdef";
 
@@ -272,4 +273,258 @@ async fn a_squatter_cannot_reach_a_socket_session_and_a_socket_append_never_land
     assert_eq!(status, 409, "{message}");
     assert!(message.contains("proxy"), "{message}");
     assert_eq!(all_messages(&client, &squatted).await, before);
+}
+
+#[tokio::test]
+async fn a_config_edit_that_would_not_fit_a_session_is_refused_and_one_made_while_stopped_is_fitted()
+ {
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    for (id, limit) in [("small", 16_000), ("large", 128_000)] {
+        client
+            .post("/session", &json!({"id": id, "context_limit": limit}))
+            .await
+            .unwrap();
+    }
+    // PATCH refuses this for `small`; an edit of config.toml is refused alike, naming it.
+    let too_much = "[compaction]\nmin_preserve = 7000\nmax_preserve = 8000\n";
+    std::fs::write(daemon.config_path(), too_much).unwrap();
+    let rejected = eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.ok()?;
+        health["config"]["error"].as_str().map(str::to_string)
+    })
+    .await
+    .expect("the edit is refused");
+    assert!(rejected.contains("session `small`"), "{rejected}");
+    assert!(rejected.contains("min_preserve"), "{rejected}");
+    assert!(!rejected.contains("`large`"), "{rejected}");
+
+    // The same edit made while the daemon was stopped: it starts, says which session the
+    // config does not fit, and that session's contexts stay within its limit.
+    daemon.terminate();
+    daemon.spawn();
+    let client = daemon.client();
+    assert!(
+        daemon.log().contains("does not fit every session"),
+        "{}",
+        daemon.log()
+    );
+    let mut messages = vec![user("small: start")];
+    for i in 0..40 {
+        messages.extend(bash_round(&format!("s{i}"), "ls", &"line\n".repeat(60)));
+    }
+    client
+        .post("/session/small/message", &json!({"messages": messages}))
+        .await
+        .unwrap();
+    let context = client.get("/session/small/context").await.unwrap();
+    assert!(context["compaction_num"].as_u64() >= Some(1), "{context}");
+    assert!(
+        context["tokens"].as_u64().unwrap() <= 16_000,
+        "{}",
+        context["tokens"]
+    );
+    let history = client.get("/session/small/compaction").await.unwrap();
+    assert_eq!(history["failures"], json!([]), "{history}");
+}
+
+/// Tool results in `context` (any format) whose call is not before them; and, for the
+/// provider formats, call ids given twice.
+fn orphans_and_repeats(context: &Value) -> (Vec<String>, Vec<String>) {
+    let mut calls = std::collections::HashSet::new();
+    let (mut orphans, mut repeats) = (vec![], vec![]);
+    let call =
+        |id: &str, calls: &mut std::collections::HashSet<String>, repeats: &mut Vec<String>| {
+            if !calls.insert(id.to_string()) {
+                repeats.push(id.to_string());
+            }
+        };
+    for m in context["messages"].as_array().unwrap() {
+        // compactd: parts; openai: tool_calls and tool messages; anthropic: content blocks.
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            call(c["id"].as_str().unwrap(), &mut calls, &mut repeats);
+        }
+        let blocks = m["parts"].as_array().or(m["content"].as_array());
+        for b in blocks.into_iter().flatten() {
+            match b["type"].as_str() {
+                Some("tool_call") | Some("tool_use") => {
+                    call(b["id"].as_str().unwrap(), &mut calls, &mut repeats)
+                }
+                Some("tool_result") => {
+                    let id = b["call_id"].as_str().or(b["tool_use_id"].as_str());
+                    let id = id.unwrap_or_else(|| panic!("{b}"));
+                    if !calls.contains(id) {
+                        orphans.push(id.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(id) = m["tool_call_id"].as_str()
+            && !calls.contains(id)
+        {
+            orphans.push(id.to_string());
+        }
+    }
+    (orphans, repeats)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_context_format_serves_a_result_without_its_call_under_concurrent_writers() {
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 12\nmicrocompact = false\n");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "busy", "context_limit": 16000}))
+        .await
+        .unwrap();
+    client
+        .post("/session/busy/message", &user("run the checks"))
+        .await
+        .unwrap();
+    // 16 writers, each a call and later its result (a late result: another writer's
+    // appends, and the compactions they start, come in between); one writer reuses an id.
+    let writers: Vec<_> = (0..16)
+        .map(|w| {
+            let client = daemon.client();
+            tokio::spawn(async move {
+                for i in 0..6 {
+                    let id = if w == 0 { "again".to_string() } else { format!("w{w}-{i}") };
+                    let call = json!({"role": "assistant", "parts": [
+                        {"type": "tool_call", "id": id, "name": "bash", "args": {"command": "ls"}}]});
+                    client.post("/session/busy/message", &call).await.unwrap();
+                    tokio::task::yield_now().await;
+                    let result = json!({"role": "tool", "parts": [
+                        {"type": "tool_result", "call_id": id, "output": "x\n".repeat(300)}]});
+                    client.post("/session/busy/message", &result).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut served = 0;
+    let mut compacted = false;
+    while !writers.iter().all(|w| w.is_finished()) || served < 12 {
+        for format in ["compactd", "openai", "anthropic"] {
+            let context = client
+                .get(&format!("/session/busy/context?format={format}"))
+                .await
+                .unwrap();
+            let (orphans, repeats) = orphans_and_repeats(&context);
+            assert!(orphans.is_empty(), "{format}: orphaned {orphans:?}");
+            if format != "compactd" {
+                assert!(repeats.is_empty(), "{format}: ids given twice {repeats:?}");
+            }
+            compacted |= context["compaction_num"].as_u64() > Some(0);
+            served += 1;
+        }
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert!(compacted, "compactions ran meanwhile");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_listed_in_bounded_pages_and_the_cli_follows_them() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let made: Vec<String> = (0..2_500).map(|i| format!("s{i:05}")).collect();
+    let creators: Vec<_> = made
+        .chunks(250)
+        .map(|ids| {
+            let (client, ids) = (daemon.client(), ids.to_vec());
+            tokio::spawn(async move {
+                for id in ids {
+                    client.post("/session", &json!({"id": id})).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for c in creators {
+        c.await.unwrap();
+    }
+    let first = client.get("/session").await.unwrap();
+    assert_eq!(first["sessions"].as_array().unwrap().len(), 1_000);
+    assert_eq!(first["next_after"], "s00999");
+    let mut listed = vec![];
+    let mut after = String::new();
+    loop {
+        let page = client
+            .get(&format!("/session?after={after}&limit=700"))
+            .await
+            .unwrap();
+        listed.extend(
+            page["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string()),
+        );
+        match page["next_after"].as_str() {
+            Some(next) => after = next.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(listed, made, "every session once, in id order");
+    let (status, message) = api_error(client.get("/session?limit=5000").await.unwrap_err());
+    assert_eq!(status, 400, "{message}");
+    // The CLI (and the Rust client) follow the pages.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["--json", "session", "list"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli["sessions"].as_array().unwrap().len(), 2_500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_over_tcp_makes_sessions_at_a_bounded_rate_and_continues_its_own() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mock = MockModel::start(vec![], Reply::OpenAi("ok".into()));
+    let _daemon = TestDaemon::start(&format!(
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    let call = |key: &'static str, name: String| {
+        let request = http
+            .post(&url)
+            .bearer_auth(key)
+            .header("x-compactd-session", name)
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}));
+        async move { request.send().await.unwrap() }
+    };
+    let mut refused = None;
+    for i in 0..200 {
+        let answer = call("sk-flooder", format!("flood-{i}")).await;
+        if answer.status() == 429 {
+            refused = Some((i, answer));
+            break;
+        }
+        assert_eq!(answer.status(), 200);
+    }
+    let (made, answer) = refused.expect("refused before 200 sessions");
+    assert!((100..=150).contains(&made), "after {made} sessions");
+    let wait: u64 = answer.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait));
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    // Its existing conversations go on; another key is not held up.
+    assert_eq!(call("sk-flooder", "flood-3".into()).await.status(), 200);
+    assert_eq!(call("sk-other", "mine".into()).await.status(), 200);
 }

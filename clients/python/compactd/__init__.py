@@ -208,7 +208,15 @@ class Client:
         return self.request("POST", "/v1/session", body)
 
     def sessions(self) -> List[Session]:
-        return self.request("GET", "/v1/session")["sessions"]
+        """Every session, in id order (the daemon answers in pages; this follows them)."""
+        sessions: List[Session] = []
+        after = ""
+        while True:
+            page = self.request("GET", f"/v1/session?after={after}")
+            sessions.extend(page["sessions"])
+            if not page.get("next_after"):
+                return sessions
+            after = page["next_after"]
 
     def session(self, id: str) -> Session:
         return self.request("GET", f"/v1/session/{id}")
