@@ -30,16 +30,30 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most headers a request may have.
 pub const MAX_HEADERS: usize = 64;
 
+/// How long a connection has to send its first request head, and then each next one.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// A connection that sends no request within this is closed (on the loopback listener,
+    /// a few seconds: idle connections there are any local user's to hoard).
+    pub first: Duration,
+    /// Every later head, and the idle time between keep-alive requests.
+    pub next: Duration,
+}
+
 /// Serves `stream` until the client closes it, a timeout hits, or `shutdown` fires (then the
 /// request in flight is finished first).
 pub async fn serve<S: Stream>(
     mut stream: S,
     app: Router,
-    timeout: Duration,
+    timeouts: Timeouts,
     shutdown: CancellationToken,
 ) {
+    let Timeouts {
+        first,
+        next: timeout,
+    } = timeouts;
     let head = tokio::select! {
-        head = tokio::time::timeout(timeout, read_first_head(&mut stream)) => head,
+        head = tokio::time::timeout(first, read_first_head(&mut stream)) => head,
         _ = shutdown.cancelled() => return,
     };
     let buffered = match head {
@@ -53,7 +67,7 @@ pub async fn serve<S: Stream>(
                 ErrorCode::Timeout,
                 format!(
                     "the request head did not arrive within {} s",
-                    timeout.as_secs()
+                    first.as_secs()
                 ),
             );
             return refuse(stream, error).await;

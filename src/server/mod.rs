@@ -16,6 +16,7 @@ pub mod openapi;
 mod peer;
 mod proxy;
 mod routes;
+mod tcp_peer;
 
 pub use error::ApiError;
 pub use peer::Peer;
@@ -104,19 +105,41 @@ pub async fn serve_proxy(
 ) {
     let server = service.settings().config.server.clone();
     let timeout = Duration::from_secs(server.request_timeout_s);
+    let timeouts = connection::Timeouts {
+        first: timeout.min(FIRST_REQUEST_OVER_TCP),
+        next: timeout,
+    };
     let app = proxy_router(service);
-    let slots = Arc::new(Semaphore::new(max_connections(server.max_connections)));
+    let most = max_connections(server.max_connections);
+    let slots = Arc::new(Semaphore::new(most));
+    let share = (most / USER_SHARE_DIVISOR).max(1);
+    let users = Arc::new(tcp_peer::PerUser::default());
+    let own_uid = crate::paths::current_uid();
     let connections = TaskTracker::new();
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     accept_failed(&e).await;
                     continue;
                 }
             },
+        };
+        let uid = stream
+            .local_addr()
+            .ok()
+            .and_then(|local| tcp_peer::peer_uid(local, peer));
+        let held = match uid {
+            Some(uid) if uid != own_uid => match tcp_peer::PerUser::take(&users, uid, share) {
+                Some(held) => Some(held),
+                None => {
+                    connections.spawn(connection::refuse(stream, user_share_spent(uid, share)));
+                    continue;
+                }
+            },
+            _ => None,
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             connections.spawn(connection::refuse(stream, too_many_connections()));
@@ -124,8 +147,8 @@ pub async fn serve_proxy(
         };
         let (app, stop) = (app.clone(), stop.clone());
         connections.spawn(async move {
-            connection::serve(stream, app, timeout, stop).await;
-            drop(slot);
+            connection::serve(stream, app, timeouts, stop).await;
+            drop((slot, held));
         });
     }
     connections.close();
@@ -172,6 +195,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let server = service.settings().config.server.clone();
     let timeout = Duration::from_secs(server.request_timeout_s);
+    let timeouts = connection::Timeouts {
+        first: timeout,
+        next: timeout,
+    };
     let app = router(service);
     let slots = Arc::new(Semaphore::new(max_connections(server.max_connections)));
     let stop = CancellationToken::new();
@@ -202,7 +229,7 @@ pub async fn serve(
         let app = app.clone();
         let stop = stop.clone();
         connections.spawn(async move {
-            connection::serve(stream, app, timeout, stop).await;
+            connection::serve(stream, app, timeouts, stop).await;
             drop(slot);
         });
     }
@@ -219,6 +246,22 @@ pub async fn serve(
 
 /// How long shutdown waits for requests in flight.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// On the loopback listener, a connection that sends no request within this is closed.
+pub const FIRST_REQUEST_OVER_TCP: Duration = Duration::from_secs(5);
+
+/// Each local user other than the daemon's own may hold this fraction of the loopback
+/// listener's connections.
+pub const USER_SHARE_DIVISOR: usize = 4;
+
+fn user_share_spent(uid: u32, share: usize) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Busy,
+        format!("uid {uid} holds {share} of this listener's connections, the most one other user may; close some and retry"),
+    )
+    .retry_after(1)
+}
 
 fn too_many_connections() -> ApiError {
     ApiError::new(

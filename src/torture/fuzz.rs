@@ -33,6 +33,11 @@ pub struct FuzzFigures {
     pub slow_clients: usize,
     pub large_bodies: usize,
     pub large_body_mb: f64,
+    /// Bodies of tens of thousands of tiny messages, half on the socket API, half on the
+    /// proxy's routes: each costs far more parsed than its bytes.
+    pub many_message_bodies: usize,
+    /// Of those, how many were served (the rest waited for the memory budget, then got 503).
+    pub many_message_served: usize,
     pub peak_rss_mb: f64,
     pub rss_bound_mb: f64,
     pub readers: usize,
@@ -74,8 +79,10 @@ impl FuzzFigures {
 
 pub async fn run(duration: Duration) -> Result<FuzzFigures> {
     let dir = tempfile::TempDir::new()?;
-    let config =
-        format!("[server]\nrequest_timeout_s = {TIMEOUT_S}\nmax_body_bytes = {MAX_BODY}\n");
+    // The proxy's upstream is a closed local port: nothing leaves the machine.
+    let config = format!(
+        "[server]\nrequest_timeout_s = {TIMEOUT_S}\nmax_body_bytes = {MAX_BODY}\n[proxy]\nopenai_upstream = \"http://127.0.0.1:9/v1\"\n"
+    );
     let mut daemon = DaemonProcess::start(dir.path(), &config)?;
     let socket = daemon.socket();
     let client = Client::new(&socket);
@@ -116,6 +123,7 @@ pub async fn run(duration: Duration) -> Result<FuzzFigures> {
     }
     slow_clients(&socket, &mut figures).await;
     large_bodies(&socket, &mut figures).await;
+    many_message_bodies(&socket, &mut figures).await;
     large_reads(&client, &socket, &mut figures).await?;
 
     figures.daemon_up = daemon.alive() && client.get("/health").await.is_ok();
@@ -423,6 +431,41 @@ async fn large_bodies(socket: &Path, figures: &mut FuzzFigures) {
     }
     figures.large_bodies = BODIES;
     figures.large_body_mb = body.len() as f64 / (1024.0 * 1024.0);
+}
+
+/// 8 bodies of 49,990 one-letter messages (just under the cap per request) on the socket API
+/// and 8 on the proxy's route at once: about 1.5 MB each, 40 MB each once parsed.
+async fn many_message_bodies(socket: &Path, figures: &mut FuzzFigures) {
+    const EACH_DOOR: usize = 8;
+    let tiny: Vec<_> = (0..49_990)
+        .map(|_| json!({"role": "user", "content": "a"}))
+        .collect();
+    let appended = json!({"messages": tiny}).to_string().into_bytes();
+    let proxied = json!({"model": "m", "messages": tiny})
+        .to_string()
+        .into_bytes();
+    let key = vec![("Authorization", "Bearer sk-torture".to_string())];
+    let tasks: Vec<_> = (0..EACH_DOOR)
+        .flat_map(|i| {
+            [
+                request("POST", &format!("/session/tiny{i}/message"), &[], &appended),
+                request("POST", "/v1/chat/completions", &key, &proxied),
+            ]
+        })
+        .map(|bytes| {
+            let socket = socket.to_path_buf();
+            tokio::spawn(async move { exchange(&socket, &bytes, Duration::from_secs(120)).await })
+        })
+        .collect();
+    for task in tasks {
+        let Ok(answer) = task.await else { continue };
+        figures.many_message_bodies += 1;
+        // Served: stored (201/200), or on the proxy's route stored and then refused by the
+        // unreachable upstream (502).
+        if matches!(answer.status, Some(200 | 201 | 502)) {
+            figures.many_message_served += 1;
+        }
+    }
 }
 
 /// `/health` latency while several clients read pages of 1 MB messages.

@@ -64,7 +64,8 @@ pub fn render(r: &TortureReport) -> String {
          \x20 outside readers: {} sqlite3 processes and 1 long-lived session ({} answers); integrity_check after each kill: {} ok, {} not\n\
          hostile requests     {} sent, {} refused with a JSON error, {} refusals without one, {} invalid ones accepted\n\
          \x20 stored data changed by refusals: {}; daemon up: {}\n\
-         memory               peak RSS {:.0} MB (bound {:.0} MB) under {} slow clients and {} concurrent {:.1} MB bodies\n\
+         memory               peak RSS {:.0} MB (bound {:.0} MB) under {} slow clients, {} concurrent {:.1} MB bodies\n\
+         \x20 and {} bodies of 49,990 tiny messages on both doors at once ({} served, the rest 503 busy)\n\
          large reads          /health p50 {:.1} ms, max {:.1} ms while {} clients read {:.0} MB pages\n",
         k.cycles,
         k.kills_during_compaction,
@@ -91,6 +92,8 @@ pub fn render(r: &TortureReport) -> String {
         f.slow_clients,
         f.large_bodies,
         f.large_body_mb,
+        f.many_message_bodies,
+        f.many_message_served,
         f.health_p50_ms,
         f.health_max_ms,
         f.readers,

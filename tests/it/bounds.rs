@@ -528,3 +528,82 @@ async fn a_key_over_tcp_makes_sessions_at_a_bounded_rate_and_continues_its_own()
     assert_eq!(call("sk-flooder", "flood-3".into()).await.status(), 200);
     assert_eq!(call("sk-other", "mine".into()).await.status(), 200);
 }
+
+/// Holds `n` idle connections to the loopback listener as uid 65534 (another local user);
+/// says how many were refused at once, waits for a line on stdin, then how many the daemon
+/// closed for sending no request, and with what.
+const HOARDER: &str = r#"
+import os, socket, sys, time, encodings.idna
+os.setgid(65534); os.setuid(65534)
+port, n = int(sys.argv[1]), int(sys.argv[2])
+opened = []
+for _ in range(n):
+    s = socket.socket(); s.connect(("127.0.0.1", port)); opened.append(s)
+time.sleep(1)  # refusals are written at once; held connections have 5 s before they close
+conns, refused = [], 0
+for s in opened:
+    s.setblocking(False)
+    try:
+        refused += s.recv(4096).startswith(b"HTTP/1.1 503")
+    except BlockingIOError:
+        conns.append(s)
+print(len(conns), refused, flush=True)
+sys.stdin.readline()
+closed, timed_out = 0, 0
+for s in conns:
+    s.setblocking(True); s.settimeout(20)
+    try:
+        data = s.recv(4096)
+    except (socket.timeout, ConnectionResetError):
+        continue
+    closed += 1
+    timed_out += b"408" in data.split(b"\r\n")[0]
+print(closed, timed_out, flush=True)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_user_hoarding_loopback_connections_leaves_room_and_is_closed_when_idle() {
+    if unsafe { libc::geteuid() } != 0 || !crate::common::have("python3") {
+        eprintln!("SKIP: needs root (to act as another local user) and python3");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mock = MockModel::start(vec![], Reply::OpenAi("served".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[server]\nmax_connections = 64\n[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    use std::io::{BufRead, Write};
+    let mut hoarder = std::process::Command::new("python3")
+        .args(["-c", HOARDER, &port.to_string(), "60"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(hoarder.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let counts: Vec<usize> = first.split(' ').map(|n| n.parse().unwrap()).collect();
+    assert_eq!(
+        counts,
+        [16, 44],
+        "a quarter of 64 held, the rest refused: {first}"
+    );
+    // Meanwhile the daemon's own user (and any other) is served.
+    let answer = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    hoarder.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let last = lines.next().unwrap().unwrap();
+    assert_eq!(last, "16 16", "every idle connection closed with a 408");
+    hoarder.wait().unwrap();
+    drop(daemon);
+}
