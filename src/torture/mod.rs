@@ -9,7 +9,10 @@
 //! - [`fuzz`]: hostile requests (malformed HTTP, bad JSON, hostile ids and numbers, oversized
 //!   and slow bodies, half-closed clients): every refusal is a JSON error, nothing refused
 //!   changes what is stored, the daemon stays up with bounded memory, and `/health` stays
-//!   fast while large pages are read.
+//!   fast while large pages are read; bodies of tens of thousands of tiny messages on both
+//!   doors at once stay within the memory bound.
+//! - [`proxy`]: a model server sending 100 MB or never ending, a squatter over the loopback
+//!   listener, parallel calls with one history, a config edit that would not fit a session.
 //!
 //! CI runs it for about a minute (`compactd torture --seconds 60`); docs/RELIABILITY.md has
 //! the figures of longer runs.
@@ -17,6 +20,7 @@
 mod fuzz;
 mod http;
 mod kills;
+mod proxy;
 mod readers;
 
 use anyhow::Result;
@@ -29,6 +33,7 @@ pub struct TortureReport {
     pub seconds: f64,
     pub kills: kills::KillFigures,
     pub fuzz: fuzz::FuzzFigures,
+    pub proxy: proxy::ProxyFigures,
 }
 
 impl TortureReport {
@@ -36,6 +41,7 @@ impl TortureReport {
     pub fn failures(&self) -> Vec<String> {
         let mut out = self.kills.failures();
         out.extend(self.fuzz.failures());
+        out.extend(self.proxy.failures());
         out
     }
 }
@@ -47,10 +53,13 @@ pub async fn run(duration: Duration, progress: impl Fn(&str)) -> Result<TortureR
     let kills = kills::run(duration.mul_f64(0.5)).await?;
     progress("hostile requests, slow clients, large reads");
     let fuzz = fuzz::run(duration.mul_f64(0.5)).await?;
+    progress("the proxy: huge and endless answers, squatting, parallel calls, a config misfit");
+    let proxy = proxy::run(fuzz::RSS_BOUND_MB).await?;
     Ok(TortureReport {
         seconds: started.elapsed().as_secs_f64(),
         kills,
         fuzz,
+        proxy,
     })
 }
 
@@ -66,7 +75,9 @@ pub fn render(r: &TortureReport) -> String {
          \x20 stored data changed by refusals: {}; daemon up: {}\n\
          memory               peak RSS {:.0} MB (bound {:.0} MB) under {} slow clients, {} concurrent {:.1} MB bodies\n\
          \x20 and {} bodies of 49,990 tiny messages on both doors at once ({} served, the rest 503 busy)\n\
-         large reads          /health p50 {:.1} ms, max {:.1} ms while {} clients read {:.0} MB pages\n",
+         large reads          /health p50 {:.1} ms, max {:.1} ms while {} clients read {:.0} MB pages\n\
+         proxy                a {:.0} MB answer passed whole: {}, {:.0} KB of it recorded; {} endless answers, up meanwhile: {}; peak RSS {:.0} MB\n\
+         \x20 a squatter reached the owner's session: {}; 2 parallel calls stored {} copy; a misfitting config edit refused: {}\n",
         k.cycles,
         k.kills_during_compaction,
         k.acknowledged_appends,
@@ -98,6 +109,15 @@ pub fn render(r: &TortureReport) -> String {
         f.health_max_ms,
         f.readers,
         f.page_mb,
+        r.proxy.huge_answer_mb,
+        r.proxy.huge_answer_whole,
+        r.proxy.recorded_kb,
+        r.proxy.endless_answers,
+        r.proxy.up_during_endless,
+        r.proxy.peak_rss_mb,
+        r.proxy.squatter_reached_owner,
+        r.proxy.parallel_copies,
+        r.proxy.misfit_refused,
     );
     let failures = r.failures();
     if failures.is_empty() {
