@@ -89,6 +89,9 @@ CREATE TABLE messages (
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
 CREATE INDEX messages_by_parent ON messages (session_id, parent_seq);
 CREATE INDEX messages_branch_points ON messages (session_id, seq) WHERE parent_seq IS NOT seq - 1;
+-- Messages holding tool results: whether an append leaves outputs worth masking is answered
+-- from these alone, not by reading every message of the session.
+CREATE INDEX messages_with_results ON messages (session_id, seq, tool_results) WHERE tool_results > 0;
 
 -- The tool calls of each session, so a tool_result can be checked against its call.
 CREATE TABLE tool_calls (

@@ -44,54 +44,59 @@ fn masking_point(
     keep_recent: usize,
 ) -> Result<Option<(u64, u64, usize)>> {
     let branch = super::path::Branch::current(conn, session)?;
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT seq, tool_results, coalesce(shortened_tokens, tokens) - coalesce(masked_tokens, tokens),
-                pinned, role = 'assistant'
-         FROM messages WHERE session_id = ?1 AND seq >= ?2 AND {} ORDER BY seq DESC",
-        branch.filter()
-    ))?;
-    let rows = stmt
-        .query_map(params![session.id, session.active_from_seq], |r| {
-            Ok((
-                r.get::<_, u64>(0)?,
-                r.get::<_, usize>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, bool>(3)?,
-                r.get::<_, bool>(4)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let filter = branch.filter();
+    let unmasked_from = session.active_from_seq.max(session.masked_through_seq);
+    // Most appends find nothing to mask: at most `keep_recent` outputs not masked yet. The
+    // index of messages with results says so without reading every message of the session.
+    let unmasked: usize = conn
+        .prepare_cached(&format!(
+            "SELECT coalesce(sum(tool_results), 0) FROM messages INDEXED BY messages_with_results
+             WHERE session_id = ?1 AND seq >= ?2 AND tool_results > 0 AND {filter}"
+        ))?
+        .query_row(params![session.id, unmasked_from], |r| r.get(0))?;
+    if unmasked <= keep_recent {
+        return Ok(None);
+    }
     // Newest first: the message holding the oldest of the newest `keep_recent` outputs is
-    // where the mask ends, unless the current step starts before it; what comes before the
-    // end and is not masked yet would be.
+    // where the mask ends, unless the current step starts before it. Only the newest rows
+    // are read, up to that point.
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT seq, tool_results, role = 'assistant'
+         FROM messages WHERE session_id = ?1 AND seq >= ?2 AND {filter} ORDER BY seq DESC"
+    ))?;
+    let mut rows = stmt.query(params![session.id, session.active_from_seq])?;
     let mut kept = 0;
     let mut step_start: Option<u64> = None;
     let mut through: Option<u64> = None;
-    let (mut outputs, mut saving) = (0u64, 0usize);
-    for (seq, results, saved, pinned, assistant) in rows {
-        match through {
-            None => {
-                kept += results;
-                if assistant && step_start.is_none() {
-                    step_start = Some(seq);
-                }
-                // Within the step nothing is masked: the mask may end at its start at the
-                // latest, or at an older message holding the oldest output kept.
-                let past_step = step_start.is_some() && (results > 0 || assistant);
-                if past_step && kept >= keep_recent {
-                    through = Some(seq);
-                }
-            }
-            Some(_) if seq >= session.masked_through_seq && !pinned => {
-                outputs += results as u64;
-                saving += saved.max(0) as usize;
-            }
-            Some(_) => {}
+    while let Some(row) = rows.next()? {
+        let (seq, results, assistant): (u64, usize, bool) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        kept += results;
+        if assistant && step_start.is_none() {
+            step_start = Some(seq);
+        }
+        // Within the step nothing is masked: the mask may end at its start at the latest, or
+        // at an older message holding the oldest output kept.
+        let past_step = step_start.is_some() && (results > 0 || assistant);
+        if past_step && kept >= keep_recent {
+            through = Some(seq);
+            break;
         }
     }
-    Ok(through
-        .filter(|&t| t > session.masked_through_seq && outputs > 0)
-        .map(|t| (t, outputs, saving)))
+    drop(rows);
+    let Some(through) = through.filter(|&t| t > session.masked_through_seq) else {
+        return Ok(None);
+    };
+    // What masking the unpinned messages before it, not masked yet, would hide and save.
+    let (outputs, saving): (u64, i64) = conn
+        .prepare_cached(&format!(
+            "SELECT coalesce(sum(tool_results), 0),
+                    coalesce(sum(max(coalesce(shortened_tokens, tokens) - coalesce(masked_tokens, tokens), 0)), 0)
+             FROM messages WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND NOT pinned AND {filter}"
+        ))?
+        .query_row(params![session.id, unmasked_from, through], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    Ok((outputs > 0).then_some((through, outputs, saving.max(0) as usize)))
 }
 
 impl Store {

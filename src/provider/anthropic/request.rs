@@ -19,7 +19,12 @@ pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
             Some("system") => Role::System,
-            other => return Err(format!("messages[{i}]: unknown role {other:?}")),
+            _ => {
+                return Err(format!(
+                    "messages[{i}]: unknown role {} (user, assistant or system)",
+                    native["role"]
+                ));
+            }
         };
         messages.push(Message {
             role,

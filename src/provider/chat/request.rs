@@ -14,8 +14,12 @@ pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
     let mut messages = Vec::with_capacity(list.len());
     let mut system = Vec::new();
     for (i, native) in list.iter().enumerate() {
-        let mut message = crate::transcript::openai_message(native)
-            .ok_or_else(|| format!("messages[{i}]: unknown role {}", native["role"]))?;
+        let mut message = crate::transcript::openai_message(native).ok_or_else(|| {
+            format!(
+                "messages[{i}]: unknown role {} (system, developer, user, assistant or tool)",
+                native["role"]
+            )
+        })?;
         if message.parts.is_empty() {
             message.parts.push(Part::Text {
                 text: String::new(),

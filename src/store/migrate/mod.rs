@@ -121,6 +121,12 @@ const UPGRADES: &[Upgrade] = &[
               ALTER TABLE compactions ADD COLUMN summary_tokens INTEGER;",
         then: None,
     },
+    // 9: an index of the messages holding tool results (a restored dump of version 9
+    // reads as 8 and has it already).
+    Upgrade {
+        sql: "CREATE INDEX IF NOT EXISTS messages_with_results ON messages (session_id, seq, tool_results) WHERE tool_results > 0;",
+        then: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -129,7 +135,8 @@ pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// For each version from 2 on that added columns or tables, one it was the first to have: how
 /// the version of a database that lost its `user_version` (restored from `.dump`) is found.
 /// (Version 6 changed only constraints and triggers, which the rebuild makes anyway: its
-/// dump reads as version 5, and upgrading it from there is the same.)
+/// dump reads as version 5, and upgrading it from there is the same; version 9 added only an
+/// index, and its dump reads as 8.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
     (8, "sessions", "head_seq"),
     (7, "sessions", "step_calls"),
