@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("compactd: cannot start the async runtime: {e}");
