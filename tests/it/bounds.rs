@@ -219,11 +219,7 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
 
 #[tokio::test]
 async fn a_squatter_cannot_reach_a_socket_session_and_a_socket_append_never_lands_in_a_keys() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_port();
     let mock = MockModel::start(vec![], Reply::OpenAi("mine".into()));
     let daemon = TestDaemon::start(&format!(
         "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{}/v1\"\n",
@@ -485,11 +481,7 @@ async fn sessions_are_listed_in_bounded_pages_and_the_cli_follows_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_over_tcp_makes_sessions_at_a_bounded_rate_and_continues_its_own() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_port();
     let mock = MockModel::start(vec![], Reply::OpenAi("ok".into()));
     let _daemon = TestDaemon::start(&format!(
         "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{}/v1\"\n",
@@ -567,11 +559,7 @@ async fn another_user_hoarding_loopback_connections_leaves_room_and_is_closed_wh
         eprintln!("SKIP: needs root (to act as another local user) and python3");
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_port();
     let mock = MockModel::start(vec![], Reply::OpenAi("served".into()));
     let daemon = TestDaemon::start(&format!(
         "[server]\nmax_connections = 64\n[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{}/v1\"\n",

@@ -380,11 +380,7 @@ print("done", len(history))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loopback_listener_serves_the_proxy_and_only_to_the_key_that_owns_a_session() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_port();
     let mock = MockModel::start(vec![], Reply::OpenAi("over tcp".into()));
     let daemon = TestDaemon::start(&format!("{}listen = \"127.0.0.1:{port}\"\n", config(&mock)));
     let http = reqwest::Client::new();
@@ -735,11 +731,7 @@ async fn the_official_openai_npm_package_works_through_the_loopback_listener() {
         eprintln!("SKIP: node or the openai npm package (target/npm) is missing");
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_port();
     let script = vec![
         Reply::OpenAi("plain answer".into()),
         raw(streamed_answer(5), true),

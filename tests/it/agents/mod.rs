@@ -5,6 +5,7 @@
 
 mod harness;
 
+use crate::common::free_port;
 use crate::common::model_api::{ModelApi, Task};
 use harness::{Agent, Setup, installed, run};
 use std::time::Duration;
@@ -77,15 +78,6 @@ fn sessions(daemon: &crate::common::TestDaemon) -> Vec<(String, String, u64, u64
     .unwrap()
     .map(Result::unwrap)
     .collect()
-}
-
-/// A free loopback port for the proxy listener.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Runs `agent` through compactd's loopback proxy at a `limit`-token window for `model`,

@@ -254,6 +254,15 @@ pub fn bash_round(id: &str, command: &str, output: &str) -> [Value; 2] {
 }
 
 /// Whether a program is on PATH.
+/// A free loopback port (for a proxy listener).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn have(program: &str) -> bool {
     Command::new("sh")
         .arg("-c")
