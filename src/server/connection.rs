@@ -119,6 +119,27 @@ pub async fn refuse<S: Stream>(mut stream: S, error: ApiError) {
         let _ = stream.shutdown().await;
     })
     .await;
+    linger(&mut stream).await;
+}
+
+/// Reads and drops what the client still sends, for a moment, before the connection closes:
+/// closing a socket with unread bytes makes the kernel reset it, and a client still writing
+/// (the rest of an oversized head, say) then loses the answer it was sent. Bounded in time
+/// and bytes, so a client cannot hold the connection open this way.
+async fn linger<S: Stream>(stream: &mut S) {
+    const LINGER: Duration = Duration::from_secs(2);
+    const MAX_DRAINED: usize = 1 << 20;
+    let mut drained = 0;
+    let mut sink = [0u8; 8192];
+    let _ = tokio::time::timeout(LINGER, async {
+        while drained < MAX_DRAINED {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    })
+    .await;
 }
 
 /// Reads until the first request head is complete and checks it; returns everything read
