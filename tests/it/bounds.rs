@@ -5,23 +5,13 @@
 //! session a proxy key owns takes no message through the socket.
 
 use crate::common::mock_model::{MockModel, Reply};
-use crate::common::{TestDaemon, all_messages, bash_round, eventually, user};
-use compactd::client::ClientError;
+use crate::common::{TestDaemon, all_messages, api_error, bash_round, eventually, user};
 use http_body_util::BodyExt;
 use hyper::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 const KEY: &str = "sk-bounds-test-0123456789abcdef";
-
-fn api_error(e: ClientError) -> (u16, String) {
-    match e {
-        ClientError::Api {
-            status, message, ..
-        } => (status, message),
-        other => panic!("expected an API error, got {other}"),
-    }
-}
 
 /// POSTs `body` to the proxy over the socket as an agent with `KEY` does; the status, the
 /// session it was recorded in, and the body.

@@ -3,8 +3,8 @@
 //! appends keep arriving.
 
 use crate::common::mock_model::{self, MockModel, Reply, nine_sections};
-use crate::common::{TestDaemon, bash_round, user};
-use compactd::client::{Client, ClientError};
+use crate::common::{TestDaemon, api_error, bash_round, user};
+use compactd::client::Client;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -74,15 +74,6 @@ async fn fill_and_fail(client: &Client, id: &str) -> (u16, String) {
             .await
             .unwrap_err(),
     )
-}
-
-fn api_error(e: ClientError) -> (u16, String) {
-    match e {
-        ClientError::Api {
-            status, message, ..
-        } => (status, message),
-        other => panic!("expected an API error, got {other}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -254,6 +254,16 @@ pub fn bash_round(id: &str, command: &str, output: &str) -> [Value; 2] {
 }
 
 /// Whether a program is on PATH.
+/// The status and message of an API error (the test fails on any other error).
+pub fn api_error(e: compactd::client::ClientError) -> (u16, String) {
+    match e {
+        compactd::client::ClientError::Api {
+            status, message, ..
+        } => (status, message),
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
 /// A free loopback port (for a proxy listener).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
