@@ -465,6 +465,7 @@ mod example_tests {
         let every_key = toml::to_string(&Config {
             compaction: CompactionConfig {
                 reserve_tokens: Some(1),
+                background_at: Some(0.8),
                 ..Default::default()
             },
             summarizer: SummarizerConfig {

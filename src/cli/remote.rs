@@ -520,7 +520,19 @@ fn event_line(event: &Event) -> String {
         Event::CompactionStarted {
             session_id,
             trigger,
-        } => (session_id.as_str(), trigger.as_str().to_string()),
+            background,
+        } => (
+            session_id.as_str(),
+            format!(
+                "{}{}",
+                trigger.as_str(),
+                if *background {
+                    ", in the background"
+                } else {
+                    ""
+                }
+            ),
+        ),
         Event::CompactionFinished {
             session_id,
             trigger,

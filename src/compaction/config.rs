@@ -31,6 +31,16 @@ pub struct CompactionConfig {
     pub microcompact: bool,
     /// Masking may start once the context holds this many tokens (at most half the trigger).
     pub microcompact_tokens: usize,
+    /// A compaction starts in the background, while the agent goes on, once the room the
+    /// summary leaves below the trigger is this full (see [`background_threshold`]); 1.0
+    /// (and `None`, which the daemon resolves by summarizer) starts compactions only at the
+    /// trigger, and contexts wait for every running compaction.
+    ///
+    /// [`background_threshold`]: CompactionConfig::background_threshold
+    pub background_at: Option<f64>,
+    /// The longest a context over the trigger waits for a running compaction, in seconds; past
+    /// it the extractive summarizer finishes that compaction (recorded as a fallback).
+    pub max_wait_s: u64,
 }
 
 impl Default for CompactionConfig {
@@ -46,6 +56,8 @@ impl Default for CompactionConfig {
             pin_first_user_tokens: PIN_FIRST_USER_TOKENS,
             microcompact: true,
             microcompact_tokens: MICROCOMPACT_TOKENS,
+            background_at: None,
+            max_wait_s: MAX_WAIT_S,
         }
     }
 }
@@ -62,6 +74,35 @@ impl CompactionConfig {
     /// The token count at which a session compacts: `context_limit - reserve`.
     pub fn token_threshold(&self, context_limit: usize) -> usize {
         context_limit - self.reserve(context_limit)
+    }
+
+    /// The token count at which a compaction starts in the background: the pinned messages
+    /// and the summary, plus `background_at` of the room left between them and the trigger.
+    /// Measured from the summary, not from zero, so a large summary (up to half the usable
+    /// context) still leaves a compaction started here something to shrink: the context after
+    /// one (summary, tail and the current step, at most three quarters of the room) stays
+    /// under this line for any `background_at` of at least [`MIN_BACKGROUND_AT`] (in windows of
+    /// 16k tokens and more; below, the preserve budget's floor is larger than that share).
+    pub fn background_threshold(
+        &self,
+        context_limit: usize,
+        pinned_tokens: usize,
+        summary_tokens: usize,
+    ) -> usize {
+        let threshold = self.token_threshold(context_limit);
+        let floor = (pinned_tokens + summary_tokens).min(threshold);
+        let room = (threshold - floor) as f64;
+        (floor + (room * self.background_share()).ceil() as usize).min(threshold)
+    }
+
+    /// `background_at`, 1.0 when unset.
+    pub fn background_share(&self) -> f64 {
+        self.background_at.unwrap_or(1.0).clamp(0.0, 1.0)
+    }
+
+    /// Whether compactions run in the background, the agent served meanwhile.
+    pub fn in_background(&self) -> bool {
+        self.background_share() < 1.0
     }
 
     /// What the summary and the tail may share: the threshold less the pinned messages
@@ -176,6 +217,19 @@ impl CompactionConfig {
         }
         if self.microcompact_tokens == 0 {
             return Err("microcompact_tokens must be at least 1".into());
+        }
+        if let Some(share) = self.background_at
+            && !(MIN_BACKGROUND_AT..=1.0).contains(&share)
+        {
+            return Err(format!(
+                "background_at ({share}) must be between {MIN_BACKGROUND_AT} and 1.0 (1.0: compact only at the trigger)"
+            ));
+        }
+        if !(1..=MAX_WAIT_S_LIMIT).contains(&self.max_wait_s) {
+            return Err(format!(
+                "max_wait_s ({}) must be between 1 and {MAX_WAIT_S_LIMIT} seconds",
+                self.max_wait_s
+            ));
         }
         Ok(())
     }

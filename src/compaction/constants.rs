@@ -64,3 +64,18 @@ pub const PIN_FIRST_USER_TOKENS: usize = 4_000;
 /// paid per token whatever the window, and a share of a 128k trigger (25k and more) let
 /// long sessions carry outputs nobody reads again.
 pub const MICROCOMPACT_TOKENS: usize = 10_000;
+/// With a model or command summarizer, a compaction starts in the background once the room
+/// between the summary and the trigger is this full, so the model has the rest of that room
+/// (several agent steps) to finish before any context needs it (docs/BENCHMARKS.md measures
+/// the wait it saves). The extractive summarizer compacts in milliseconds: starting it
+/// earlier would only cost the prompt cache more often, so it compacts at the trigger.
+pub const BACKGROUND_AT: f64 = 0.8;
+/// The lowest `background_at`: below it, the context right after a compaction (summary, tail
+/// and the current step) could already be over the line, and compactions would follow each
+/// other without the agent moving on.
+pub const MIN_BACKGROUND_AT: f64 = 0.7;
+/// The longest a context over the trigger waits for a running compaction, in seconds, before
+/// the extractive summarizer finishes it instead.
+pub const MAX_WAIT_S: u64 = 10;
+/// `max_wait_s` is at most an hour.
+pub const MAX_WAIT_S_LIMIT: u64 = 3_600;

@@ -48,4 +48,4 @@ pub use files::{FileLists, track_files};
 pub use pin::Pins;
 pub use plan::{CompactionPlan, PinnedOverflow, PlanInput, estimate_each};
 pub use result::{CompactionResult, is_blank, summary_message};
-pub use trigger::{Trigger, check_trigger};
+pub use trigger::{Due, Trigger, check_due, check_trigger};

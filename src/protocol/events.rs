@@ -14,6 +14,8 @@ pub enum Event {
     CompactionStarted {
         session_id: String,
         trigger: Trigger,
+        /// Started before any context needs it: contexts are served as they are meanwhile.
+        background: bool,
     },
     CompactionFinished {
         session_id: String,
@@ -26,6 +28,8 @@ pub enum Event {
         chunks: usize,
         fallback_reason: Option<String>,
         duration_ms: u64,
+        /// It ran in the background (see `compaction_started`).
+        background: bool,
     },
     CompactionFailed {
         session_id: String,

@@ -115,15 +115,22 @@ impl Service {
     }
 
     /// Compacts while the trigger fires and the breaker allows. Appends that arrive meanwhile
-    /// can fire the trigger again, hence the loop; the lock is given up between rounds.
+    /// can fire the trigger again, hence the loop; the lock is given up between rounds. A
+    /// round follows another only when something was appended in between (a compaction that
+    /// left the context over the background line is not followed by one that cannot do better).
     async fn auto_compact(self: Arc<Self>, id: String, guard: SessionGuard) -> CompactionStatus {
         let mut status = None;
         let mut guard = guard;
+        let mut last_round_from = None;
         loop {
             let session = match self.store.session(&id).await {
                 Ok(session) => session,
                 Err(e) => return CompactionStatus::failed(Trigger::Tokens, e.to_string()),
             };
+            if last_round_from == Some(session.message_count) {
+                break;
+            }
+            last_round_from = Some(session.message_count);
             let trigger = match self.decide(&session) {
                 Decision::Idle => break,
                 Decision::BreakerOpen(trigger) => {
@@ -218,7 +225,7 @@ impl Service {
     /// is announced (once per turn).
     fn decide(&self, session: &SessionRow) -> Decision {
         let config = self.compaction_config(session);
-        let Some(trigger) = super::trigger_under(session, &config) else {
+        let Some(trigger) = super::due(session, &config).trigger() else {
             return Decision::Idle;
         };
         if session.turn_attempts >= config.breaker_threshold {
@@ -323,16 +330,29 @@ impl Service {
                 return Err(error.into());
             }
         };
+        // Started before any context needs it: the agent goes on meanwhile.
+        let background = trigger != Trigger::Manual
+            && config.in_background()
+            && !matches!(
+                super::due(session, &config),
+                crate::compaction::Due::Urgent(_)
+            );
         self.emit(Event::CompactionStarted {
             session_id: id.to_string(),
             trigger,
+            background,
         });
         let started = Instant::now();
         let num = session.compaction_count + 1;
-        let fallback = settings.config.summarizer.fallback.is_some();
-        let outcome = self
-            .run_summarizer(&input, &plan, settings.summarizer.as_ref(), num, fallback)
-            .await;
+        let run = Run {
+            id,
+            summarizer: settings.summarizer.as_ref(),
+            num,
+            fallback: settings.config.summarizer.fallback.is_some(),
+            max_wait_s: config.max_wait_s,
+        };
+        let outcome = self.run_summarizer(&input, &plan, run).await;
+        self.hurries.finished(id);
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
             Ok((done, fallback_reason)) => {
@@ -341,7 +361,9 @@ impl Service {
                     duration_ms,
                     ..to_store(&attempt, session.active_from_seq, &loaded.seqs, done)
                 };
-                Ok(Attempt::Compacted(Box::new(self.commit(new).await?)))
+                Ok(Attempt::Compacted(Box::new(
+                    self.commit(new, background).await?,
+                )))
             }
             Err(error) => {
                 tracing::warn!(session = id, trigger = trigger.as_str(), reason = %error, "compaction failed");
@@ -385,7 +407,11 @@ impl Service {
     }
 
     /// Stores a finished compaction and announces it.
-    async fn commit(&self, new: NewCompaction) -> Result<CompactionRow, ServiceError> {
+    async fn commit(
+        &self,
+        new: NewCompaction,
+        background: bool,
+    ) -> Result<CompactionRow, ServiceError> {
         let (id, trigger, chunks, duration_ms) = (
             new.session_id.clone(),
             new.trigger,
@@ -413,6 +439,7 @@ impl Service {
             chunks,
             fallback_reason: row.fallback_reason.clone(),
             duration_ms,
+            background,
         });
         Ok(row)
     }
@@ -447,30 +474,50 @@ impl Service {
     }
 
     /// Runs the planned compaction, cancelled by shutdown; on failure, the extractive fallback
-    /// if configured. Returns the compaction and, if the fallback wrote it, why the model failed.
+    /// if configured, and when a waiting context hurries it (see [`super::hurry`]), the
+    /// extractive summarizer in any case. Returns the compaction and, if the extractive
+    /// summarizer stood in, why.
     async fn run_summarizer(
         &self,
         input: &PlanInput<'_>,
         plan: &CompactionPlan,
-        summarizer: &dyn Summarizer,
-        num: u32,
-        fallback: bool,
+        run: Run<'_>,
     ) -> Result<(Compacted, Option<String>), CompactError> {
+        let hurry = self.hurries.token(run.id);
         let attempt = tokio::select! {
-            result = compactor::run(input, plan, summarizer, num) => result,
+            result = compactor::run(input, plan, run.summarizer, run.num) => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
+            _ = hurry.cancelled() => {
+                let done = compactor::run(input, plan, &Extractive, run.num).await?;
+                let why = format!(
+                    "{}: a context over the trigger waited max_wait_s ({} s)",
+                    run.summarizer.name(),
+                    run.max_wait_s
+                );
+                return Ok((done, Some(why)));
+            }
         };
         match attempt {
             Ok(done) => Ok((done, None)),
             Err(CompactError::Summarizer(SummarizeError::Cancelled)) => {
                 Err(SummarizeError::Cancelled.into())
             }
-            Err(error) if fallback => {
+            Err(error) if run.fallback => {
                 tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
-                let done = compactor::run(input, plan, &Extractive, num).await?;
-                Ok((done, Some(format!("{}: {error}", summarizer.name()))))
+                let done = compactor::run(input, plan, &Extractive, run.num).await?;
+                Ok((done, Some(format!("{}: {error}", run.summarizer.name()))))
             }
             Err(error) => Err(error),
         }
     }
+}
+
+/// One compaction's summarizer and what decides when another stands in for it.
+struct Run<'a> {
+    id: &'a str,
+    summarizer: &'a dyn Summarizer,
+    num: u32,
+    /// The extractive fallback is configured.
+    fallback: bool,
+    max_wait_s: u64,
 }

@@ -6,6 +6,7 @@
 
 mod answered;
 mod compact;
+mod hurry;
 mod locks;
 pub mod memory;
 pub mod proxy;
@@ -18,19 +19,21 @@ use crate::protocol::{
 pub use crate::protocol::{ConfigStatus, Event};
 pub use crate::store::StoreError;
 
-use crate::compaction::{CompactionConfig, LazyEstimator, PinnedOverflow, Trigger, check_trigger};
+use crate::compaction::constants::BACKGROUND_AT;
+use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
 use crate::compactor::CompactError;
 use crate::config::{Config, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{
-    AppendRules, Idempotency, NewMessage, NewSession, SessionRow, SessionUpdate, Store,
+    AppendRules, ContextSnapshot, Idempotency, NewMessage, NewSession, SessionRow, SessionUpdate,
+    Store,
 };
 use crate::summarize::{self, SummarizeError, Summarizer};
 use locks::SessionLocks;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -85,6 +88,8 @@ pub struct Service {
     settings: RwLock<Arc<Settings>>,
     events: broadcast::Sender<Event>,
     locks: SessionLocks,
+    /// Compactions a waiting context asked to finish now.
+    hurries: hurry::Hurries,
     estimator: LazyEstimator,
     /// (session, turn) pairs whose open breaker was already announced.
     breaker_announced: Mutex<HashSet<(String, u64)>>,
@@ -116,6 +121,7 @@ impl Service {
             settings: RwLock::new(Arc::new(Settings { config, summarizer })),
             events,
             locks: SessionLocks::default(),
+            hurries: hurry::Hurries::default(),
             estimator: LazyEstimator::default(),
             breaker_announced: Mutex::new(HashSet::new()),
             shutdown: CancellationToken::new(),
@@ -193,8 +199,14 @@ impl Service {
 
     /// The compaction config of a session: global settings plus its overrides, fitted to
     /// its context limit (see [`CompactionConfig::fitted_to`]).
+    /// An unset `background_at` is resolved by summarizer (see [`BACKGROUND_AT`]).
     fn compaction_config(&self, session: &SessionRow) -> CompactionConfig {
-        session_config(&self.settings().config.compaction, session)
+        let settings = self.settings();
+        let mut config = session_config(&settings.config.compaction, session);
+        if config.background_at.is_none() && !settings.summarizer.is_instant() {
+            config.background_at = Some(BACKGROUND_AT);
+        }
+        config
     }
 
     /// Why `config` cannot apply to every live session (its compaction settings with a
@@ -422,10 +434,14 @@ impl Service {
         Ok(HistoryPage::new(&session, messages))
     }
 
-    /// What the agent sends to its model now. With `wait`, a running compaction of the
-    /// session finishes first, and a session found over its trigger with none running (after
-    /// a restart or a config change) compacts first, so an agent is never handed an
-    /// over-limit context while compaction could prevent it.
+    /// What the agent sends to its model now. A context under its session's trigger is
+    /// served as it is, even while a compaction runs (the compaction started in the
+    /// background, at [`CompactionConfig::background_threshold`], and the agent goes on). With
+    /// `wait`, a context over the trigger waits for the compaction that brings it under
+    /// (starting one if none runs: after a restart or a config change), at most the session's
+    /// `max_wait_s`; past it the compaction is hurried and finishes with the extractive
+    /// summarizer. So an agent is never handed an over-limit context while compaction could
+    /// prevent it, and never waits long for one.
     pub async fn context(
         self: &Arc<Self>,
         id: &SessionId,
@@ -435,21 +451,56 @@ impl Service {
         if !wait {
             return Ok(ContextView::new(self.store.context(id).await?));
         }
-        // Compactions of a busy session take turns with its readers: wait through a few of
-        // them for the session to come under its trigger, not forever (appends may keep
-        // coming).
-        let mut rounds = 0;
-        loop {
-            self.locks.wait_idle(id).await;
+        let mut deadline = None;
+        let served = self.wait_under_trigger(id, &mut deadline).await;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            self.hurries.calm(id);
+        }
+        Ok(ContextView::new(served?))
+    }
+
+    /// The session's context once it is under its trigger, or after [`CONTEXT_WAIT_ROUNDS`]
+    /// compactions (appends may keep coming) or an open breaker. `deadline` is set on the first
+    /// wait; a compaction still running past it is hurried.
+    async fn wait_under_trigger(
+        self: &Arc<Self>,
+        id: &str,
+        deadline: &mut Option<Instant>,
+    ) -> Result<ContextSnapshot, ServiceError> {
+        for _ in 0..CONTEXT_WAIT_ROUNDS {
             let snapshot = self.store.context(id).await?;
-            rounds += 1;
-            match self.after_append(&snapshot.session, true).await {
-                Some(status)
-                    if status.status != crate::protocol::CompactionState::BreakerOpen
-                        && rounds < CONTEXT_WAIT_ROUNDS => {}
-                _ => return Ok(ContextView::new(snapshot)),
+            let config = self.compaction_config(&snapshot.session);
+            // Under the trigger with compactions in the background, the context is served as
+            // it is; otherwise it waits for the compaction.
+            let must_wait = !config.in_background()
+                || matches!(due(&snapshot.session, &config), Due::Urgent(_));
+            // Starts what is due (masking, a compaction) if nothing runs yet.
+            let status = self.after_append(&snapshot.session, false).await;
+            if !must_wait {
+                return Ok(snapshot);
+            }
+            match status.map(|s| s.status) {
+                // Masking brought it under the trigger: read it again.
+                None => continue,
+                Some(crate::protocol::CompactionState::BreakerOpen) => return Ok(snapshot),
+                Some(_) => {}
+            }
+            let until = *deadline
+                .get_or_insert_with(|| Instant::now() + Duration::from_secs(config.max_wait_s));
+            if tokio::time::timeout_at(until.into(), self.locks.wait_idle(id))
+                .await
+                .is_err()
+            {
+                tracing::info!(
+                    session = id,
+                    max_wait_s = config.max_wait_s,
+                    "a context waited its bound for a compaction: finishing it with the extractive summarizer"
+                );
+                self.hurries.hurry(id);
+                self.locks.wait_idle(id).await;
             }
         }
+        Ok(self.store.context(id).await?)
     }
 
     /// A page of the session's compactions (after number `after`) and of its failed attempts
@@ -506,13 +557,15 @@ impl From<CompactError> for ServiceError {
     }
 }
 
-/// Whether `session` should compact now under `config`.
-fn trigger_under(session: &SessionRow, config: &CompactionConfig) -> Option<Trigger> {
+/// Where `session` stands against its triggers under `config`.
+fn due(session: &SessionRow, config: &CompactionConfig) -> Due {
     let (tokens, _) = session.context_tokens();
-    check_trigger(
+    check_due(
         session.active_messages,
         tokens,
         session.context_limit,
+        session.pinned_tokens,
+        session.summary_tokens,
         config,
     )
 }

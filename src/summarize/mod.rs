@@ -87,6 +87,12 @@ pub trait Summarizer: Send + Sync {
     /// A short name recorded with each compaction, e.g. `extractive` or `openai:gpt-4o-mini`.
     fn name(&self) -> String;
 
+    /// Whether it answers in milliseconds, in process (no model, no program): compactions
+    /// with it need not start early in the background.
+    fn is_instant(&self) -> bool {
+        false
+    }
+
     /// The summarizer's own context window in tokens; `None` when it has no limit.
     fn context_window(&self) -> Option<usize> {
         None

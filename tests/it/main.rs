@@ -7,6 +7,7 @@ mod common;
 mod conversation_tree;
 
 mod agents;
+mod background;
 mod bounds;
 mod cache_stability;
 mod cli_offline;

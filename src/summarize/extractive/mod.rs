@@ -45,6 +45,10 @@ impl Summarizer for Extractive {
         "extractive".into()
     }
 
+    fn is_instant(&self) -> bool {
+        true
+    }
+
     async fn summarize(&self, request: &SummaryRequest) -> Result<String, SummarizeError> {
         Ok(extractive_summary(request))
     }

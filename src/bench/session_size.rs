@@ -1,0 +1,57 @@
+//! Append latency by session size: one client appending to sessions that already hold 100,
+//! 10,000 and 100,000 active messages (nothing compacts them), so a cost that grows with the
+//! session's length shows as a ratio above 1.
+
+use super::{bench_message, latencies, percentile};
+use crate::client::Client;
+use anyhow::Result;
+use hyper::Method;
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BySize {
+    pub p50_us_100: f64,
+    pub p50_us_10k: f64,
+    pub p50_us_100k: f64,
+    /// p50 at 100,000 messages / p50 at 100.
+    pub ratio: f64,
+}
+
+pub async fn run(client: &Client, appends: usize) -> Result<BySize> {
+    let mut p50 = Vec::new();
+    for size in [100, 10_000, 100_000] {
+        let id = format!("size-{size}");
+        client
+            .post("/session", &super::unbounded_session(&id))
+            .await?;
+        let mut sent = 0;
+        while sent < size {
+            let batch: Vec<_> = (sent..size.min(sent + 1_000)).map(bench_message).collect();
+            sent += batch.len();
+            client
+                .post(
+                    &format!("/session/{id}/message"),
+                    &json!({"messages": batch}),
+                )
+                .await?;
+        }
+        let mut conn = client.keep_alive().await?;
+        let path = format!("/session/{id}/message");
+        let measured = latencies(&mut conn, appends, |i| {
+            (
+                Method::POST,
+                path.clone(),
+                bench_message(size + i).to_string(),
+            )
+        })
+        .await?;
+        p50.push(percentile(&measured, 0.5));
+    }
+    Ok(BySize {
+        p50_us_100: p50[0],
+        p50_us_10k: p50[1],
+        p50_us_100k: p50[2],
+        ratio: p50[2] / p50[0],
+    })
+}

@@ -1,0 +1,204 @@
+//! Background compaction (issue 25): a compaction starts before the trigger and the agent goes
+//! on; only a context over the trigger waits, and at most `max_wait_s`.
+
+use crate::common::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+/// Two named pipes: the summarizer writes `started` when it runs, then waits for a line on `gate`.
+fn gated_summarizer(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let (started, gate) = (dir.join("started"), dir.join("gate"));
+    for fifo in [&started, &gate] {
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    }
+    let command = format!(
+        "cat > /dev/null; echo up > '{}'; read line < '{}'; printf '## 1. Primary Request and Intent\\\\nmodel-written'",
+        started.display(),
+        gate.display()
+    );
+    (started, gate, command)
+}
+
+/// A message of about 400 tokens, distinct by `i`.
+fn filler(i: usize) -> Value {
+    let role = if i.is_multiple_of(2) { "user" } else { "assistant" };
+    json!({"role": role, "content": format!("step {i}: {}", "words of the session ".repeat(80))})
+}
+
+async fn session(client: &compactd::client::Client, id: &str) -> Value {
+    client.get(&format!("/session/{id}")).await.unwrap()
+}
+
+/// Texts of the context's messages after the summary (the tail), in order.
+fn tail_texts(context: &Value) -> Vec<String> {
+    context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["parts"][0]["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Appends fillers one by one until an append starts a compaction; returns how many.
+async fn fill_until_started(client: &compactd::client::Client, id: &str) -> usize {
+    for i in 0..200 {
+        let answer = client
+            .post(&format!("/session/{id}/message"), &filler(i))
+            .await
+            .unwrap();
+        if !answer["compaction"].is_null() {
+            assert_eq!(answer["compaction"]["status"], "started", "{answer}");
+            return i + 1;
+        }
+    }
+    panic!("no compaction started");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_starts_before_the_trigger_and_contexts_are_served_meanwhile() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (started, gate, command) = gated_summarizer(dir.path());
+    let config = format!(
+        "[compaction]\nmax_messages = 1000\nmicrocompact = false\n[summarizer]\nkind = \"command\"\ncommand = \"{command}\"\n"
+    );
+    let daemon = TestDaemon::start(&config);
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    client
+        .post("/session", &json!({"id": "bg", "context_limit": 16000}))
+        .await
+        .unwrap();
+    let sent = fill_until_started(&client, "bg").await;
+    let at_start = session(&client, "bg").await;
+    let tokens = at_start["tokens"].as_u64().unwrap();
+    let threshold = at_start["token_threshold"].as_u64().unwrap();
+    assert!(
+        tokens < threshold && tokens * 10 >= threshold * 7,
+        "started at {tokens} of a {threshold}-token trigger"
+    );
+    assert_eq!(at_start["compacting"], true);
+    let (name, event) = next_event(&mut events).await;
+    assert_eq!(name, "compaction_started");
+    assert_eq!(event["background"], true, "{event}");
+    tokio::task::spawn_blocking(move || std::fs::read_to_string(&started).unwrap())
+        .await
+        .unwrap();
+
+    // The summarizer is blocked: contexts are served as they are, appends go on.
+    let before = client.get("/session/bg/context").await.unwrap();
+    assert_eq!(before["compaction_num"], 0);
+    assert_eq!(tail_texts(&before).len(), sent);
+    let mut during = Vec::new();
+    for i in 0..2 {
+        let message = json!({"role": "user", "content": format!("appended while compacting {i}")});
+        client.post("/session/bg/message", &message).await.unwrap();
+        during.push(format!("appended while compacting {i}"));
+        let context = client.get("/session/bg/context").await.unwrap();
+        assert_eq!(context["compaction_num"], 0, "served without waiting");
+        assert_eq!(
+            tail_texts(&context)[..sent],
+            tail_texts(&before)[..],
+            "the prefix stays byte-stable while the compaction runs"
+        );
+    }
+
+    tokio::task::spawn_blocking(move || std::fs::write(&gate, "go\n").unwrap())
+        .await
+        .unwrap();
+    let (name, event) = next_event(&mut events).await;
+    assert_eq!(name, "compaction_finished", "{event}");
+    assert_eq!(event["background"], true);
+    let after = client.get("/session/bg/context").await.unwrap();
+    assert_eq!(after["compaction_num"], 1);
+    let texts = tail_texts(&after);
+    assert!(
+        texts.iter().any(|t| t.contains("model-written")),
+        "the summary"
+    );
+    for line in &during {
+        assert_eq!(
+            texts.iter().filter(|t| t.contains(line.as_str())).count(),
+            1,
+            "{line} is in the context once, verbatim: {texts:?}"
+        );
+    }
+    assert!(session(&client, "bg").await["tokens"].as_u64().unwrap() < tokens);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_over_the_trigger_waits_at_most_max_wait_s_then_gets_an_extractive_summary() {
+    // A summarizer that never answers in time; the context may wait one second for it.
+    let config = "[compaction]\nmax_messages = 1000\nmicrocompact = false\nmax_wait_s = 1\nbackground_at = 1.0\n[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; sleep 600\"\ntimeout_s = 600\n";
+    let daemon = TestDaemon::start(config);
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "late", "context_limit": 16000}))
+        .await
+        .unwrap();
+    let sent = fill_until_started(&client, "late").await;
+    let over = session(&client, "late").await;
+    assert!(over["tokens"].as_u64() >= over["token_threshold"].as_u64());
+
+    let started = std::time::Instant::now();
+    let context =
+        tokio::time::timeout(Duration::from_secs(60), client.get("/session/late/context"))
+            .await
+            .expect("the wait is bounded")
+            .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "it waited for the model first: {waited:?}"
+    );
+    assert_eq!(context["compaction_num"], 1);
+    let now = session(&client, "late").await;
+    assert!(
+        now["tokens"].as_u64() < now["token_threshold"].as_u64(),
+        "{now}"
+    );
+    let history = client.get("/session/late/compaction").await.unwrap();
+    let compaction = &history["compactions"][0];
+    assert_eq!(compaction["summarizer"], "extractive", "{compaction}");
+    assert!(
+        compaction["fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_wait_s (1 s)"),
+        "{compaction}"
+    );
+    // Nothing was lost: every message is in the history.
+    assert_eq!(all_messages(&client, "late").await.len(), sent);
+}
+
+#[tokio::test]
+async fn the_background_settings_are_checked_like_every_other() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    for (config, key) in [
+        (json!({"background_at": 0.5}), "background_at"),
+        (json!({"max_wait_s": 0}), "max_wait_s"),
+    ] {
+        let error = client
+            .post("/session", &json!({"id": "bad", "config": config}))
+            .await
+            .unwrap_err();
+        let (status, message) = api_error(error);
+        assert_eq!(status, 400);
+        assert!(message.contains(key), "{message}");
+    }
+    assert!(
+        client.get("/session/bad").await.is_err(),
+        "nothing was made"
+    );
+}
+
+/// The next event; the timeout only turns a hang into a failure.
+async fn next_event(events: &mut compactd::client::EventStream) -> (String, Value) {
+    tokio::time::timeout(Duration::from_secs(30), events.next())
+        .await
+        .expect("event within 30 s")
+        .expect("stream open")
+        .unwrap()
+}
