@@ -177,16 +177,17 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Openapi => out!("{}", crate::server::openapi::pretty()),
+        // Rendered whole, then written like every other output: into a closed pipe
+        // (`| head`, `| true`) it ends quietly instead of panicking.
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "compactd",
-                &mut std::io::stdout(),
-            );
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "compactd", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
         }
         Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            out!("{}", String::from_utf8_lossy(&page));
         }
         Command::Plan { input, focus } => {
             let input = input.load(focus)?;

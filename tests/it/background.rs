@@ -23,7 +23,11 @@ fn gated_summarizer(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Stri
 
 /// A message of about 400 tokens, distinct by `i`.
 fn filler(i: usize) -> Value {
-    let role = if i.is_multiple_of(2) { "user" } else { "assistant" };
+    let role = if i.is_multiple_of(2) {
+        "user"
+    } else {
+        "assistant"
+    };
     json!({"role": role, "content": format!("step {i}: {}", "words of the session ".repeat(80))})
 }
 

@@ -574,6 +574,27 @@ fn completions_and_a_man_page_are_generated() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `compactd completions bash | true`: the reader is gone before the script is written.
+    for args in [&["completions", "bash"][..], &["man"], &["openapi"]] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", output.status);
+        assert!(
+            output.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
 fn events_fail_when_the_daemon_stops() {
     let mut daemon = TestDaemon::start("");
     let mut follower = Command::new(BIN)
