@@ -92,6 +92,12 @@ CREATE INDEX messages_branch_points ON messages (session_id, seq) WHERE parent_s
 -- Messages holding tool results: whether an append leaves outputs worth masking is answered
 -- from these alone, not by reading every message of the session.
 CREATE INDEX messages_with_results ON messages (session_id, seq, tool_results) WHERE tool_results > 0;
+-- Full-text index of every message as appended: its text, tool calls and tool outputs (never
+-- the masked or shortened forms), for GET /session/{id}/search. Contentless: the text lives in
+-- messages.parts only; rowid = messages.id, session = a token of the session's id.
+--   SELECT m.seq FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
+--   WHERE messages_fts MATCH 'text : "cargo test"' ORDER BY bm25(messages_fts, 0, 1);
+CREATE VIRTUAL TABLE messages_fts USING fts5(session, text, content = '', tokenize = 'unicode61');
 
 -- The tool calls of each session, so a tool_result can be checked against its call.
 CREATE TABLE tool_calls (

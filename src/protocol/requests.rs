@@ -82,6 +82,18 @@ pub struct HistoryQuery {
     pub limit: Option<usize>,
 }
 
+/// `GET /v1/session/{id}/search`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SearchQuery {
+    /// Plain words (no syntax: quotes, `*`, `NEAR`, `-` search for themselves); a message
+    /// with the words as a phrase ranks first, then those with more of them.
+    pub q: String,
+    /// At most this many results (1 to 100; default 10).
+    pub limit: Option<usize>,
+}
+
 /// `GET /v1/session/{id}/context`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -176,6 +176,28 @@ pub struct AppendResponse {
     pub compaction: Option<CompactionStatus>,
 }
 
+/// `GET /v1/session/{id}/search`: the session's messages that best match a query.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SearchResults {
+    pub session_id: super::SessionId,
+    pub query: String,
+    /// Best first (bm25), newest first among equals.
+    pub results: Vec<SearchResult>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SearchResult {
+    /// Read it whole with `GET /v1/session/{id}/message?after=SEQ-1&limit=1`.
+    pub seq: u64,
+    pub role: Role,
+    /// The message's text around the first word found (about 240 characters, one line).
+    pub snippet: String,
+    /// Relevance (bm25, higher is better); compares within one answer only.
+    pub score: f64,
+    /// The context shows this message whole now (not summarized, masked or shortened).
+    pub in_context: bool,
+}
+
 /// A page of history: `GET /v1/session/{id}/message`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct HistoryPage {

@@ -53,6 +53,7 @@ pub fn router(service: Arc<Service>) -> Router {
             post(routes::append).get(routes::history),
         )
         .route("/session/{id}/context", get(routes::context))
+        .route("/session/{id}/search", get(routes::search))
         .route("/session/{id}/summarize", post(routes::summarize))
         .route("/session/{id}/compaction", get(routes::compactions))
         .route("/events", get(events::events))

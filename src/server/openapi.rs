@@ -22,6 +22,7 @@ use utoipa::OpenApi;
         super::routes::delete_session,
         super::routes::append,
         super::routes::history,
+        super::routes::search,
         super::routes::context,
         super::routes::summarize,
         super::routes::compactions,
@@ -37,7 +38,7 @@ use utoipa::OpenApi;
     tags(
         (name = "daemon", description = "Health and this document"),
         (name = "sessions", description = "Create, read, change and hide sessions"),
-        (name = "messages", description = "Append messages; read the history and the context"),
+        (name = "messages", description = "Append messages; read and search the history; read the context"),
         (name = "compaction", description = "Compact by hand; read what compactions did"),
         (name = "events", description = "Server-sent events"),
     )

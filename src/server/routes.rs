@@ -7,8 +7,8 @@ use crate::message::{BatchError, parse_message_batch};
 use crate::protocol::{
     AppendBody, AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextQuery,
     ContextView, CreateSessionRequest, Deleted, ErrorBody, ErrorCode, Health, HistoryPage,
-    HistoryQuery, ProviderContext, SessionList, SessionListQuery, SessionView, SummarizeOutcome,
-    SummarizeRequest, UpdateSessionRequest,
+    HistoryQuery, ProviderContext, SearchQuery, SearchResults, SessionList, SessionListQuery,
+    SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
 };
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use axum::Json;
@@ -190,6 +190,24 @@ pub async fn history(
 ) -> ApiResult {
     let limit = page_limit(query.limit, 100, MAX_PAGE)?;
     ok(service.history(&id, query.after, limit).await?)
+}
+
+/// Most results one search returns.
+const MAX_SEARCH_RESULTS: usize = 100;
+
+#[utoipa::path(get, path = "/v1/session/{id}/search", tag = "messages",
+    params(("id" = String, Path), SearchQuery),
+    responses(
+        (status = 200, description = "The session's messages that best match the words, over its whole history (compacted and masked ones included); read one whole with `GET /v1/session/{id}/message?after=SEQ-1&limit=1`", body = SearchResults),
+        (status = 400, description = "`bad_request` (no word to search for, a query over 2,000 bytes, a bad limit)", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody)))]
+pub async fn search(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    ApiQuery(query): ApiQuery<SearchQuery>,
+) -> ApiResult {
+    let limit = page_limit(query.limit, 10, MAX_SEARCH_RESULTS)?;
+    ok(service.search(&id, &query.q, limit).await?)
 }
 
 #[utoipa::path(get, path = "/v1/session/{id}/context", tag = "messages",

@@ -11,6 +11,7 @@ mod locks;
 pub mod memory;
 pub mod proxy;
 mod rate;
+mod recall;
 pub mod views;
 
 use crate::protocol::{

@@ -22,6 +22,7 @@ mod messages;
 mod migrate;
 mod path;
 mod rows;
+mod search;
 mod sessions;
 mod writer;
 
@@ -36,6 +37,7 @@ pub use path::Branch;
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionKind, SessionRow, StoredMessage, TokenSource,
 };
+pub use search::{MAX_QUERY_WORDS, SearchHit, query_words, searchable_text};
 pub use sessions::{NewSession, SessionUpdate};
 
 use file::{DatabaseFile, NO_SYMLINK};

@@ -127,7 +127,24 @@ const UPGRADES: &[Upgrade] = &[
         sql: "CREATE INDEX IF NOT EXISTS messages_with_results ON messages (session_id, seq, tool_results) WHERE tool_results > 0;",
         then: None,
     },
+    // 10: full-text search over every message, built here for the messages already stored.
+    Upgrade {
+        sql: "",
+        then: Some(index_for_search),
+    },
 ];
+
+/// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
+/// be) and indexes every stored message.
+fn index_for_search(conn: &Connection) -> Result<()> {
+    let statement = SCHEMA
+        .split_inclusive(';')
+        .find(|s| s.contains("CREATE VIRTUAL TABLE messages_fts"))
+        .ok_or_else(|| StoreError::Internal("schema.sql defines no messages_fts".into()))?;
+    let statement = &statement[statement.find("CREATE VIRTUAL TABLE").unwrap_or(0)..];
+    conn.execute_batch(&format!("DROP TABLE IF EXISTS messages_fts; {statement}"))?;
+    super::search::index_existing(conn)
+}
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
@@ -138,6 +155,7 @@ pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// dump reads as version 5, and upgrading it from there is the same; version 9 added only an
 /// index, and its dump reads as 8.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (10, "messages_fts", "text"),
     (8, "sessions", "head_seq"),
     (7, "sessions", "step_calls"),
     (5, "sessions", "owner"),

@@ -21,12 +21,15 @@ struct SchemaObject {
     sql: Option<String>,
 }
 
-/// The objects of `conn`'s main schema that SQLite did not make itself, in creation order.
+/// The objects of `conn`'s main schema that SQLite did not make itself (nor a virtual table
+/// for itself: FTS5's shadow tables), in creation order.
 fn objects(conn: &Connection) -> Result<Vec<SchemaObject>> {
     let rows = conn
         .prepare(
             "SELECT type, name, tbl_name, sql FROM sqlite_master
-             WHERE name NOT LIKE 'sqlite_%' ORDER BY rowid",
+             WHERE name NOT LIKE 'sqlite_%'
+               AND name NOT IN (SELECT name FROM pragma_table_list WHERE type = 'shadow')
+             ORDER BY rowid",
         )?
         .query_map([], |r| {
             Ok(SchemaObject {
