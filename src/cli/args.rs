@@ -69,6 +69,31 @@ pub enum Command {
         #[arg(long, default_value_t = 100, value_name = "N")]
         limit: usize,
     },
+    /// Search the session's whole history (compacted and masked messages included).
+    Search {
+        /// The session.
+        session: SessionId,
+        /// Plain words; a message holding them as a phrase ranks first.
+        #[arg(required = true, num_args = 1..)]
+        words: Vec<String>,
+        /// At most this many results (1 to 100).
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        limit: usize,
+    },
+    /// Print messages whole by seq: `show SESSION 412` or `show SESSION 410..415`.
+    Show {
+        /// The session.
+        session: SessionId,
+        /// A seq, or a range FROM..TO (both included, at most 1,000 messages).
+        seqs: SeqRange,
+    },
+    /// Serve the Model Context Protocol on stdin/stdout: tools an agent recalls its history with
+    /// (`claude mcp add compactd -- compactd mcp`).
+    Mcp {
+        /// The session the tools read when a call names none.
+        #[arg(long, env = "COMPACTD_SESSION")]
+        session: Option<SessionId>,
+    },
     /// Print what the agent would send to its model now (pinned messages, summary, tail).
     Context {
         /// The session.
@@ -332,5 +357,37 @@ mod tests {
     fn every_command_and_flag_has_help() {
         Cli::command().debug_assert();
         check(&Cli::command(), "compactd");
+    }
+}
+
+/// `SEQ` or `FROM..TO` (both included), as `compactd show` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqRange {
+    pub from: u64,
+    pub to: u64,
+}
+
+impl std::str::FromStr for SeqRange {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<SeqRange, String> {
+        let seq = |s: &str| {
+            s.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| format!("{s:?} is not a seq (1, 2, 3, ...)"))
+        };
+        let (from, to) = match text.split_once("..") {
+            Some((from, to)) => (seq(from)?, seq(to)?),
+            None => (seq(text)?, seq(text)?),
+        };
+        if to < from {
+            return Err(format!("{text}: the range ends before it starts"));
+        }
+        if to - from >= 1_000 {
+            return Err(format!("{text}: at most 1,000 messages at once"));
+        }
+        Ok(SeqRange { from, to })
     }
 }

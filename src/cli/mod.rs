@@ -18,6 +18,7 @@ macro_rules! outln {
 
 pub mod args;
 pub mod backup;
+pub mod mcp;
 pub mod offline;
 pub mod remote;
 pub mod render;

@@ -247,6 +247,39 @@ fn parse_stdin_messages(input: &str) -> Result<Vec<Message>> {
         .messages)
 }
 
+/// `search SESSION WORDS... [--limit N]`: the best matches over the whole history.
+pub async fn search(
+    client: &Client,
+    id: &SessionId,
+    query: &str,
+    limit: usize,
+    out: Output,
+) -> Result<()> {
+    let found = client.search(id, query, limit).await?;
+    out.print(&found, |f| {
+        if f.results.is_empty() {
+            return format!("nothing in {} matches {:?}\n", f.session_id, f.query);
+        }
+        let mut s = String::new();
+        for r in &f.results {
+            let place = if r.in_context {
+                "in context"
+            } else {
+                "not in context"
+            };
+            s.push_str(&format!(
+                "#{} {} ({place})\n  {}\n",
+                r.seq,
+                r.role.as_str(),
+                r.snippet
+            ));
+        }
+        s.push_str(&format!("(whole: compactd show {} SEQ)\n", f.session_id));
+        s
+    });
+    Ok(())
+}
+
 /// `messages SESSION [--after N] [--limit N]`: the stored history, whole.
 pub async fn messages(
     client: &Client,

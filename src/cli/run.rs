@@ -102,6 +102,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             after,
             limit,
         } => remote::messages(&client(), &session, after, limit, out).await?,
+        Command::Search {
+            session,
+            words,
+            limit,
+        } => remote::search(&client(), &session, &words.join(" "), limit, out).await?,
+        Command::Mcp { session } => crate::cli::mcp::serve(client(), session).await?,
+        Command::Show { session, seqs } => {
+            let count = (seqs.to - seqs.from + 1) as usize;
+            remote::messages(&client(), &session, seqs.from - 1, count, out).await?
+        }
         Command::Context {
             session,
             full,

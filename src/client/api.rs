@@ -3,8 +3,8 @@
 use super::{Client, ClientError, EventStream};
 use crate::protocol::{
     AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextView,
-    CreateSessionRequest, Deleted, Health, HistoryPage, ProviderContext, SessionId, SessionList,
-    SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
+    CreateSessionRequest, Deleted, Health, HistoryPage, ProviderContext, SearchResults, SessionId,
+    SessionList, SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -96,6 +96,20 @@ impl Client {
         self.typed(v)
     }
 
+    /// The session's messages that best match `query` (plain words), at most `limit`.
+    pub async fn search(
+        &self,
+        id: &SessionId,
+        query: &str,
+        limit: usize,
+    ) -> Result<SearchResults, ClientError> {
+        let q = percent_encoded(query);
+        let v = self
+            .get(&format!("/v1/session/{id}/search?q={q}&limit={limit}"))
+            .await?;
+        self.typed(v)
+    }
+
     pub async fn context(&self, id: &SessionId) -> Result<ContextView, ClientError> {
         let v = self.get(&format!("/v1/session/{id}/context")).await?;
         self.typed(v)
@@ -147,4 +161,16 @@ impl Client {
     pub async fn subscribe(&self) -> Result<EventStream, ClientError> {
         self.events().await
     }
+}
+
+/// `text` for a URL's query: every byte but unreserved ones (RFC 3986) as `%XX`.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
