@@ -23,6 +23,7 @@ mod pinning;
 mod provider_formats;
 mod proxy;
 mod proxy_wire;
+mod recall;
 mod spec_conformance;
 mod summarizers;
 mod transcripts;
