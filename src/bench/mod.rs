@@ -8,6 +8,7 @@
 mod agent_loop;
 mod mock_model;
 mod proxy_cost;
+mod search;
 mod session_size;
 
 use crate::client::{Client, Connection};
@@ -32,6 +33,7 @@ pub struct BenchReport {
     /// append p50 / echo p50: the cost of the work over the cost of merely talking.
     pub append_vs_echo_p50: f64,
     pub context: ContextFigures,
+    pub search: search::SearchFigures,
     pub engine: EngineFigures,
     pub rss_mb: Rss,
     pub agent_loop: agent_loop::AgentLoopFigures,
@@ -166,11 +168,26 @@ pub async fn run(
     let by_session_size = session_size::run(&client, sizes.append_1 / 3).await?;
 
     progress("raw SQLite, one transaction per row");
-    let raw_sqlite_txn_per_s =
-        raw_sqlite_rate(&dir.path().join("raw.db"), synchronous, sizes.append_1)?;
+    let raw_sqlite_txn_per_s = raw_sqlite_rate(
+        &dir.path().join("raw.db"),
+        synchronous,
+        sizes.append_1,
+        false,
+    )?;
+    let raw_indexed = raw_sqlite_rate(
+        &dir.path().join("raw-fts.db"),
+        synchronous,
+        sizes.append_1,
+        true,
+    )?;
 
     progress("context at 100 and 100,000 messages");
     let context = context_figures(&client, &mut conn, sizes.context_requests).await?;
+
+    progress("search on 100,000 messages");
+    let searched =
+        search::latencies_100k(&mut conn, "ctx-100k", sizes.context_requests / 2).await?;
+    let search = search::figures(&searched, raw_sqlite_txn_per_s, raw_indexed);
 
     progress("engine: plan at 80, 1,000 and 10,000 messages");
     let engine = EngineFigures {
@@ -201,6 +218,7 @@ pub async fn run(
             p50_us: percentile(&echo, 0.5),
         },
         context,
+        search,
         engine,
         rss_mb: Rss {
             idle: rss_idle,
@@ -347,7 +365,13 @@ async fn fill_session(client: &Client, id: &str, n: usize) -> Result<()> {
 
 /// Rows per second rusqlite inserts, one transaction per row, with the daemon's journal and
 /// synchronous settings, into the daemon's schema, on the same disk.
-fn raw_sqlite_rate(path: &Path, synchronous: Synchronous, rows: usize) -> Result<f64> {
+/// With `indexed`, each row is also added to the full-text index, as an append does.
+fn raw_sqlite_rate(
+    path: &Path,
+    synchronous: Synchronous,
+    rows: usize,
+    indexed: bool,
+) -> Result<f64> {
     let conn = rusqlite::Connection::open(path)?;
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
@@ -370,6 +394,12 @@ fn raw_sqlite_rate(path: &Path, synchronous: Synchronous, rows: usize) -> Result
             "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at) VALUES ('raw', ?1, 'user', ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
             rusqlite::params![i as i64 + 1, parts, estimator.message(&message) as i64],
         )?;
+        if indexed {
+            conn.execute(
+                "INSERT INTO messages_fts (rowid, session, text) VALUES (last_insert_rowid(), 'sraw', ?1)",
+                [crate::store::searchable_text(&message.parts)],
+            )?;
+        }
         conn.execute_batch("COMMIT")?;
     }
     Ok(rows as f64 / start.elapsed().as_secs_f64())
@@ -475,6 +505,21 @@ pub fn render(r: &BenchReport) -> String {
             check(r.rss_mb.sessions_1000 <= 150.0),
         ),
     ];
+    let search_row = (
+        "search, 100k messages",
+        format!(
+            "p50 {:.1} ms, p99 {:.1} ms; indexing {:.0} µs/append",
+            r.search.p50_ms_100k, r.search.p99_ms_100k, r.search.index_us_per_append
+        ),
+        format!(
+            "target p50 < 20 ms, index <= 15% of p50 ({:.0}%)",
+            100.0 * r.search.index_us_per_append / a.clients_1.p50_us
+        ),
+        check(
+            r.search.p50_ms_100k < 20.0
+                && r.search.index_us_per_append <= 0.15 * a.clients_1.p50_us,
+        ),
+    );
     let l = &r.agent_loop;
     let loop_row = |run: &agent_loop::LoopRun| {
         format!(
@@ -515,7 +560,7 @@ pub fn render(r: &BenchReport) -> String {
         ),
     ];
     let mut out = String::new();
-    for (what, figure, against, verdict) in rows.into_iter().chain(loops) {
+    for (what, figure, against, verdict) in rows.into_iter().chain([search_row]).chain(loops) {
         out.push_str(&format!(
             "{what:<24} {figure:<48} {against:<30} {verdict}\n"
         ));
@@ -534,7 +579,7 @@ mod tests {
     fn raw_sqlite_baseline_writes_into_the_daemons_schema() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("raw.db");
-        let rate = raw_sqlite_rate(&path, Synchronous::Normal, 25).unwrap();
+        let rate = raw_sqlite_rate(&path, Synchronous::Normal, 25, true).unwrap();
         assert!(rate > 0.0);
         let conn = rusqlite::Connection::open(&path).unwrap();
         let rows: i64 = conn

@@ -108,16 +108,6 @@ impl NewMessage {
         self.tokens
     }
 
-    /// Its parts (a system message keeps only their JSON).
-    fn parts(&self) -> std::borrow::Cow<'_, [Part]> {
-        match &self.content {
-            Some(message) => std::borrow::Cow::Borrowed(&message.parts),
-            None => {
-                std::borrow::Cow::Owned(serde_json::from_str(&self.parts_json).unwrap_or_default())
-            }
-        }
-    }
-
     /// Whether this message could be pinned (so an append must know the session's rules).
     pub fn may_pin(&self) -> bool {
         self.system || self.instruction
@@ -438,12 +428,6 @@ fn insert_messages(
             parent,
             message.hash
         ])?;
-        super::search::index_message(
-            conn,
-            conn.last_insert_rowid(),
-            &session.id,
-            &message.parts(),
-        )?;
         parent = Some(seq);
         for (call_id, name) in &message.calls {
             insert_call.execute(params![session.id, call_id, seq, name])?;

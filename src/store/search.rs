@@ -1,7 +1,14 @@
 //! Full-text search over a session's whole history (SQLite FTS5, `messages_fts` in
-//! schema.sql): every message is indexed as it is appended, in the append's own transaction,
-//! from its original parts (text, reasoning, tool calls with their arguments, tool outputs),
-//! never from the masked or shortened forms a context shows.
+//! schema.sql): every message is indexed from its original parts (text, reasoning, tool calls
+//! with their arguments, tool outputs), never from the masked or shortened forms a context
+//! shows.
+//!
+//! Indexing is not part of an append's transaction: an FTS5 insert writes several pages per
+//! commit, which made each single-client append ~70 µs (a third) slower, paid by the agent.
+//! The writer indexes what is pending once it has been idle a moment (between agent steps),
+//! within a commit batch once [`INDEX_LAG`] messages wait, and before every search (so a
+//! search sees every acknowledged message); after a crash the rest is indexed at the next
+//! idle moment. What waits is the newest messages, which the context shows anyway.
 //!
 //! The index is contentless (the text is stored once, in `messages.parts`); each row carries a
 //! token of its session's id, so a search reads only that session's postings. A person's
@@ -14,6 +21,11 @@ use super::{Result, Store};
 use crate::message::Part;
 use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
+
+/// Messages waiting for the index past which a commit batch indexes them itself.
+pub const INDEX_LAG: i64 = 256;
+/// Messages one indexing transaction takes at most (a large backlog goes in steps).
+pub const INDEX_STEP: usize = 2_000;
 
 /// Words of a query beyond this many are ignored (each adds a posting list to merge).
 pub const MAX_QUERY_WORDS: usize = 32;
@@ -69,17 +81,31 @@ pub(super) fn index_message(
     Ok(())
 }
 
-/// Indexes every message already stored (the upgrade to the first schema with the index).
-pub(super) fn index_existing(conn: &Connection) -> Result<()> {
-    let mut rows = conn.prepare("SELECT id, session_id, parts FROM messages ORDER BY id")?;
-    let mut rows = rows.query([])?;
-    while let Some(row) = rows.next()? {
-        let (rowid, session, parts): (i64, String, String) =
-            (row.get(0)?, row.get(1)?, row.get(2)?);
-        let parts: Vec<Part> = serde_json::from_str(&parts).unwrap_or_default();
-        index_message(conn, rowid, &session, &parts)?;
+/// Messages stored but not yet indexed (messages.id is increasing, and the index takes them
+/// in that order, so they are the ones after the index's highest rowid).
+pub(super) fn unindexed(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT (SELECT coalesce(max(id), 0) FROM messages)
+                  - (SELECT coalesce(max(rowid), 0) FROM messages_fts)",
+        )?
+        .query_row([], |r| r.get(0))?)
+}
+
+/// Indexes at most `max` of the messages not yet indexed, oldest first; returns how many.
+pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
+    let mut rows = conn.prepare_cached(
+        "SELECT id, session_id, parts FROM messages
+         WHERE id > (SELECT coalesce(max(rowid), 0) FROM messages_fts) ORDER BY id LIMIT ?1",
+    )?;
+    let pending: Vec<(i64, String, String)> = rows
+        .query_map([max], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (rowid, session, parts) in &pending {
+        let parts: Vec<Part> = serde_json::from_str(parts).unwrap_or_default();
+        index_message(conn, *rowid, session, &parts)?;
     }
-    Ok(())
+    Ok(pending.len())
 }
 
 /// The words of a person's query, each a quoted FTS5 string (inner quotes doubled); words
@@ -93,47 +119,59 @@ pub fn query_words(query: &str) -> Vec<String> {
         .collect()
 }
 
-/// The FTS5 expression for `words` in one session: the words as a phrase (a line quoted
-/// whole ranks first), or any of them (bm25 ranks messages with more of them higher).
-fn match_expression(session_id: &str, words: &[String]) -> String {
+/// Matches of one stage scored at most: the newest this many. bm25 costs a few µs per match,
+/// so a word in every message of a 100,000-message session would take most of a second to
+/// rank whole; a message matching that broadly is no one's distinctive detail, and a rarer
+/// one is found by an earlier, narrower stage.
+pub const MAX_SCORED: usize = 1_000;
+
+/// The stages a search goes through, narrowest first, until it has enough: the words as one
+/// phrase (a line quoted whole), then messages with every word, then with any of them.
+fn stages(session_id: &str, words: &[String]) -> Vec<String> {
     let phrase = words
         .iter()
         .map(|w| w.trim_matches('"').to_string())
         .collect::<Vec<_>>()
         .join(" ");
-    let mut any = vec![format!("\"{phrase}\"")];
+    let mut texts = vec![format!("\"{phrase}\"")];
     if words.len() > 1 {
-        any.extend(words.iter().cloned());
+        texts.push(words.join(" AND "));
+        texts.push(words.join(" OR "));
     }
-    format!(
-        "session : {} AND text : ({})",
-        session_token(session_id),
-        any.join(" OR ")
-    )
+    let session = session_token(session_id);
+    texts
+        .into_iter()
+        .map(|text| format!("session : {session} AND text : ({text})"))
+        .collect()
 }
 
 impl Store {
-    /// The session's messages that best match `words` (from [`query_words`], not empty),
-    /// best first and, among equals, newest first; at most `limit`.
+    /// The session's messages that best match `words` (from [`query_words`], not empty): those
+    /// of the narrowest stage first (see [`stages`]), each stage's by bm25 and, among equals,
+    /// newest first; at most `limit`.
     pub async fn search(
         &self,
         session_id: &str,
         words: Vec<String>,
         limit: usize,
     ) -> Result<(SessionRow, Vec<SearchHit>)> {
+        // Everything acknowledged is searchable.
+        while self.write(|conn| index_pending(conn, INDEX_STEP)).await? == INDEX_STEP {}
         let session_id = session_id.to_string();
         self.read(move |conn| {
             let session = get_live(conn, &session_id)?;
-            let mut statement = conn.prepare_cached(
-                "SELECT m.seq, m.role, m.parts, bm25(messages_fts, 0.0, 1.0) AS rank
-                 FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid
-                 WHERE messages_fts MATCH ?1 AND m.session_id = ?2
-                 ORDER BY rank, m.seq DESC LIMIT ?3",
-            )?;
-            let hits = statement
-                .query_map(
-                    params![match_expression(&session_id, &words), session_id, limit],
-                    |row| {
+            let mut statement = conn.prepare_cached(&format!(
+                "SELECT m.seq, m.role, m.parts, found.rank FROM
+                     (SELECT rowid, bm25(messages_fts, 0.0, 1.0) AS rank FROM messages_fts
+                      WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT {MAX_SCORED}) AS found
+                 JOIN messages m ON m.id = found.rowid
+                 WHERE m.session_id = ?2
+                 ORDER BY found.rank, m.seq DESC LIMIT ?3"
+            ))?;
+            let mut hits: Vec<SearchHit> = Vec::new();
+            for expression in stages(&session_id, &words) {
+                let found: Vec<SearchHit> = statement
+                    .query_map(params![expression, session_id, limit], |row| {
                         let parts: String = row.get(2)?;
                         Ok(SearchHit {
                             seq: row.get(0)?,
@@ -141,9 +179,17 @@ impl Store {
                             parts: serde_json::from_str(&parts).unwrap_or_default(),
                             score: -row.get::<_, f64>(3)?,
                         })
-                    },
-                )?
-                .collect::<rusqlite::Result<_>>()?;
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                for hit in found {
+                    if hits.len() < limit && !hits.iter().any(|h| h.seq == hit.seq) {
+                        hits.push(hit);
+                    }
+                }
+                if hits.len() >= limit {
+                    break;
+                }
+            }
             Ok((session, hits))
         })
         .await

@@ -21,6 +21,9 @@ type Job = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
 const MAX_BATCH: usize = 256;
 /// After this long without writes, the writer checkpoints the WAL.
 const IDLE: Duration = Duration::from_secs(1);
+/// After this long without writes, the writer indexes new messages for search: an agent's
+/// next append comes seconds later, a tight loop's within this.
+const INDEX_AFTER: Duration = Duration::from_millis(20);
 /// A WAL smaller than this is left alone when idle (SQLite reuses it).
 const WAL_WORTH_TRUNCATING: u64 = 4 * 1024 * 1024;
 
@@ -77,15 +80,23 @@ impl Writer {
 }
 
 fn run(conn: Connection, database: DatabaseFile, jobs: Receiver<Job>) {
+    // Whether messages may wait for the search index (see `search`): checked after writes.
+    let mut index_pending = true;
     loop {
-        let first = match jobs.recv_timeout(IDLE) {
+        let wait = if index_pending { INDEX_AFTER } else { IDLE };
+        let first = match jobs.recv_timeout(wait) {
             Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) if index_pending => {
+                index_pending = index_when_idle(&conn, &database);
+                continue;
+            }
             Err(RecvTimeoutError::Timeout) => {
                 checkpoint_when_idle(&conn, &database);
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        index_pending = true;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -110,6 +121,10 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>) {
         return;
     }
     let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(conn))).collect();
+    // A client that never pauses still gets its messages indexed, a step at a time.
+    if super::search::unindexed(conn).is_ok_and(|n| n >= super::search::INDEX_LAG) {
+        index_in_savepoint(conn);
+    }
     // Never acknowledge a write to a file nobody will find again.
     let commit = database
         .still_there()
@@ -122,6 +137,44 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>) {
     }
     for complete in completions {
         complete(commit.clone());
+    }
+}
+
+/// Indexes a step of the messages waiting for the search index in a transaction of its own;
+/// returns whether to try again at the next idle moment (more wait). A failure leaves them
+/// for the next write or search (nothing is lost: the messages are stored; only their index
+/// entries wait).
+fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
+    if super::search::unindexed(conn).is_ok_and(|n| n == 0) {
+        return false;
+    }
+    // Never wait for another process's lock here (a `sqlite3` user's): the next write or
+    // search indexes them instead.
+    let _ = conn.busy_timeout(Duration::ZERO);
+    let begun = run_statement(conn, "BEGIN IMMEDIATE");
+    let _ = conn.busy_timeout(super::BUSY_WAIT);
+    if begun.is_err() {
+        return false;
+    }
+    let indexed = in_savepoint(conn, |c| {
+        super::search::index_pending(c, super::search::INDEX_STEP)
+    });
+    let committed = database
+        .still_there()
+        .and_then(|()| run_statement(conn, "COMMIT"));
+    if committed.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+        return false;
+    }
+    indexed.is_ok_and(|n| n == super::search::INDEX_STEP)
+}
+
+/// Indexes pending messages inside the open batch transaction, alone in a savepoint.
+fn index_in_savepoint(conn: &Connection) {
+    if let Err(e) = in_savepoint(conn, |c| {
+        super::search::index_pending(c, super::search::INDEX_STEP)
+    }) {
+        tracing::warn!(error = %e, "cannot index new messages for search; trying again later");
     }
 }
 

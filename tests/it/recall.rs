@@ -348,3 +348,28 @@ async fn no_query_string_gives_a_server_error() {
     );
     assert_eq!(status, 400, "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_message_is_searchable_even_right_after_a_kill_9() {
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let batch: Vec<Value> = (0..600)
+        .map(|i| user(&format!("note {i}: marker{i}x")))
+        .collect();
+    client
+        .post("/session/k/message", &json!({"messages": batch}))
+        .await
+        .unwrap();
+    // Killed before it is idle long enough to index what it just stored.
+    tokio::task::block_in_place(|| daemon.kill9());
+    daemon.spawn();
+    let client = daemon.client();
+    for i in [0, 299, 599] {
+        let found = client
+            .search(&"k".parse().unwrap(), &format!("marker{i}x"), 3)
+            .await
+            .unwrap();
+        assert_eq!(found.results.len(), 1, "marker{i}x: {:?}", found.results);
+        assert_eq!(found.results[0].seq, i + 1);
+    }
+}

@@ -186,6 +186,21 @@ fn every_earlier_version_upgrades_to_exactly_the_schema_of_a_new_one_keeping_eve
             )
             .unwrap();
         assert_eq!(text, "fix the parser", "from version {version}");
+        // Every stored message is in the search index.
+        let (stored, found): (i64, i64) = old
+            .query_row(
+                "SELECT (SELECT count(*) FROM messages),
+                        (SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'text : parser')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            super::super::search::unindexed(&old).unwrap(),
+            0,
+            "from version {version}: {stored} stored"
+        );
+        assert!(found >= 1, "from version {version}");
         let check: String = old
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();

@@ -1,0 +1,44 @@
+//! Search on a session of 100,000 messages (the context figures' session): a rare phrase, a
+//! word in half the messages, and a word in none, in turn; and what indexing costs an append,
+//! from the raw SQLite baseline run with and without the index insert.
+
+use super::{latencies, percentile};
+use crate::client::Connection;
+use anyhow::Result;
+use hyper::Method;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchFigures {
+    pub p50_ms_100k: f64,
+    pub p99_ms_100k: f64,
+    /// Raw SQLite rows/s with the index insert beside those without, same run.
+    pub raw_txn_per_s_indexed: f64,
+    /// µs an append spends indexing (the raw difference per row).
+    pub index_us_per_append: f64,
+}
+
+/// Queries against session `id` (filled by the context figures).
+pub async fn latencies_100k(conn: &mut Connection, id: &str, requests: usize) -> Result<Vec<f64>> {
+    let queries = ["cat src/m123.rs", "item", "nowhere-to-be-found"];
+    let mut ms = latencies(conn, requests, |i| {
+        let q = queries[i % queries.len()].replace(' ', "%20");
+        (
+            Method::GET,
+            format!("/session/{id}/search?q={q}&limit=10"),
+            String::new(),
+        )
+    })
+    .await?;
+    ms.iter_mut().for_each(|us| *us /= 1e3);
+    Ok(ms)
+}
+
+pub fn figures(ms: &[f64], raw: f64, raw_indexed: f64) -> SearchFigures {
+    SearchFigures {
+        p50_ms_100k: percentile(ms, 0.5),
+        p99_ms_100k: percentile(ms, 0.99),
+        raw_txn_per_s_indexed: raw_indexed,
+        index_us_per_append: (1e6 / raw_indexed - 1e6 / raw).max(0.0),
+    }
+}
