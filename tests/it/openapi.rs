@@ -252,6 +252,12 @@ async fn every_endpoint_answers_as_documented() {
     .await;
     assert_eq!(s, 400);
     c.check("get", "/v1/session/{id}/message", s, &b);
+    for (query, status) in [("?q=cat%20log", 200), ("?q=%22%28", 400)] {
+        let path = format!("/v1/session/doc/search{query}");
+        let (s, b) = call(&client, Method::GET, &path, None).await;
+        assert_eq!(s, status, "{b}");
+        c.check("get", "/v1/session/{id}/search", s, &b);
+    }
     for format in ["", "?format=openai", "?format=anthropic"] {
         let (s, b) = call(
             &client,
