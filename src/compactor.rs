@@ -205,7 +205,9 @@ fn finish(
     summarizer: &dyn Summarizer,
     compaction_num: u32,
 ) -> Compacted {
-    let summary_tokens = input.estimator.message(&summary_message(&summary));
+    let summary_tokens = input
+        .estimator
+        .message(&summary_message(&summary, input.session));
     let files = plan.files.clone();
     Compacted {
         result: CompactionResult {

@@ -28,12 +28,14 @@ pub fn spawn(path: PathBuf, service: Arc<Service>) {
     // Keep a sender here too, so a missing watcher leaves the channel open (and SIGHUP works).
     let watcher = start_watcher(&path, tx.clone());
     let shutdown = service.shutdown_token();
+    // Read now, before the daemon says it is ready: read in the task, it could see an edit
+    // made right after the start as the file's first state, and never apply it.
+    let mut last = std::fs::read(&path).ok();
     tokio::spawn(async move {
         // Keep the watcher and the sender alive as long as this task.
         let _watcher = (watcher, tx);
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        let mut last = std::fs::read(&path).ok();
         let mut reminder = tokio::time::interval(REJECTED_REMINDER);
         reminder.tick().await;
         loop {

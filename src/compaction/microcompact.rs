@@ -5,7 +5,7 @@
 //! trigger), every tool output older than the
 //! newest `preserveRecentOutputs` in the active messages is replaced *in the context* by a
 //! placeholder that says what was there and where to get it back:
-//! `[output of bash masked: 12,480 chars; seq 412]` (the original stays stored; `GET
+//! `[output of bash masked: 12,480 chars; seq 412 of session demo, read_messages has it]` (the original stays stored; `GET
 //! /session/{id}/message?after=411&limit=1` returns it). A summary compaction runs only when
 //! masking no longer brings the session under its trigger.
 //!
@@ -15,6 +15,7 @@
 //! changing an early message at every step as sliding-window masking does.
 
 use super::config::CompactionConfig;
+use super::origin::Origin;
 use crate::message::Part;
 
 /// A masking runs only when it saves at least this share of the token count where masking
@@ -22,9 +23,9 @@ use crate::message::Part;
 pub const MIN_BATCH_SHARE: f64 = 0.5;
 
 /// What a masked output reads in the context.
-pub fn placeholder(tool: &str, chars: usize, seq: u64) -> String {
+pub fn placeholder(tool: &str, chars: usize, at: Origin) -> String {
     format!(
-        "[output of {tool} masked: {} chars; seq {seq}]",
+        "[output of {tool} masked: {} chars; {at}]",
         thousands(chars)
     )
 }
@@ -46,7 +47,7 @@ pub(crate) fn thousands(n: usize) -> String {
 /// when the message has no tool results. `tool_of` names the tool of a call id.
 pub fn masked_parts<'a>(
     parts: &[Part],
-    seq: u64,
+    at: Origin,
     tool_of: impl Fn(&str) -> Option<&'a str>,
 ) -> Option<Vec<Part>> {
     if !parts.iter().any(|p| matches!(p, Part::ToolResult { .. })) {
@@ -69,7 +70,7 @@ pub fn masked_parts<'a>(
                     Part::ToolResult {
                         call_id: call_id.clone(),
                         name: name.clone(),
-                        output: placeholder(tool, output.chars().count(), seq),
+                        output: placeholder(tool, output.chars().count(), at),
                         is_error: *is_error,
                     }
                 }
@@ -103,12 +104,13 @@ mod tests {
 
     #[test]
     fn a_placeholder_says_what_was_there_and_where_it_is() {
+        let at = |session, seq| Origin { session, seq };
         assert_eq!(
-            placeholder("bash", 12_480, 412),
-            "[output of bash masked: 12,480 chars; seq 412]"
+            placeholder("bash", 12_480, at("demo", 412)),
+            "[output of bash masked: 12,480 chars; seq 412 of session demo, read_messages has it]"
         );
         assert_eq!(
-            placeholder("read", 7, 3),
+            placeholder("read", 7, at("", 3)),
             "[output of read masked: 7 chars; seq 3]"
         );
         assert_eq!(thousands(1_234_567), "1,234,567");
@@ -125,7 +127,11 @@ mod tests {
                 is_error: true,
             },
         ];
-        let masked = masked_parts(&parts, 9, |id| (id == "c1").then_some("grep")).unwrap();
+        let at = Origin {
+            session: "",
+            seq: 9,
+        };
+        let masked = masked_parts(&parts, at, |id| (id == "c1").then_some("grep")).unwrap();
         assert_eq!(masked[0], parts[0]);
         assert_eq!(
             masked[1],
@@ -136,7 +142,7 @@ mod tests {
                 is_error: true,
             }
         );
-        assert!(masked_parts(&[Part::Text { text: "t".into() }], 1, |_| None).is_none());
+        assert!(masked_parts(&[Part::Text { text: "t".into() }], at, |_| None).is_none());
     }
 
     #[test]

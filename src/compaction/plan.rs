@@ -41,6 +41,8 @@ pub struct PlanInput<'a> {
     pub estimator: LazyEstimator,
     /// Replace credentials in the prompt (and the summary) with `[redacted]`.
     pub redact_secrets: bool,
+    /// The session's id, which the summary names for recall (empty offline).
+    pub session: &'a str,
 }
 
 impl<'a> PlanInput<'a> {
@@ -71,6 +73,7 @@ impl<'a> PlanInput<'a> {
             config,
             estimator: LazyEstimator::default(),
             redact_secrets: true,
+            session: "",
         }
     }
 
@@ -143,9 +146,9 @@ pub struct PinnedOverflow {
 impl CompactionPlan {
     /// Plans a compaction of `input`.
     pub fn new(input: &PlanInput) -> CompactionPlan {
-        let summary_tokens = input
-            .prior_summary
-            .map_or(0, |s| input.estimator.message(&summary_message(s)));
+        let summary_tokens = input.prior_summary.map_or(0, |s| {
+            input.estimator.message(&summary_message(s, input.session))
+        });
         let weights = input.unpinned_tokens();
         let pre_tokens = input.pinned_tokens + summary_tokens + weights.iter().sum::<usize>();
         let trigger = check_trigger(

@@ -30,10 +30,16 @@ const SUMMARY_HEADER: &str =
     "This conversation continues from an earlier part that was compacted. Summary of it:";
 
 /// The user-role message that stands for the compacted history in the context.
-pub fn summary_message(summary: &str) -> Message {
+/// The summary as the context shows it: the header, how to recall what it leaves out (when
+/// the session is known), then the summary.
+pub fn summary_message(summary: &str, session: &str) -> Message {
     Message::text(
         Role::User,
-        format!("{SUMMARY_HEADER}\n\n{}", summary.trim()),
+        format!(
+            "{SUMMARY_HEADER}{}\n\n{}",
+            super::origin::recall_note(session),
+            summary.trim()
+        ),
     )
 }
 
@@ -55,7 +61,7 @@ mod tests {
 
     #[test]
     fn the_summary_message_says_what_follows() {
-        let text = summary_message(" abcd \n").joined_text();
+        let text = summary_message(" abcd \n", "").joined_text();
         assert!(text.starts_with("This conversation continues from an earlier part"));
         assert!(text.ends_with("\n\nabcd"));
     }

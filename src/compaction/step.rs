@@ -15,6 +15,7 @@
 //! so the whole step fits it.
 
 use super::estimate::{LazyEstimator, part_chars};
+use super::origin::Origin;
 use crate::message::{Message, Part, Role};
 
 /// Where the current step starts in `messages`: at the newest assistant message (the agent's
@@ -45,9 +46,9 @@ pub fn message_budget(message: &Message, step_budget: usize, step_calls: usize) 
 }
 
 /// What stands where a shortened text was cut.
-pub fn cut_marker(cut_chars: usize, total_chars: usize, seq: u64) -> String {
+pub fn cut_marker(cut_chars: usize, total_chars: usize, at: Origin) -> String {
     format!(
-        "\n[… {} of {} characters cut here; the whole message is seq {seq} …]\n",
+        "\n[… {} of {} characters cut here; the whole message is {at} …]\n",
         super::microcompact::thousands(cut_chars),
         super::microcompact::thousands(total_chars)
     )
@@ -56,7 +57,7 @@ pub fn cut_marker(cut_chars: usize, total_chars: usize, seq: u64) -> String {
 /// `text` cut to its first and last characters, `keep` in all, with the marker between;
 /// `None` when it has no more than `keep` characters. A cut falls on a line break when one is
 /// near, so the head and the tail read as whole lines.
-pub fn head_and_tail(text: &str, keep: usize, seq: u64) -> Option<String> {
+pub fn head_and_tail(text: &str, keep: usize, at: Origin) -> Option<String> {
     let total = text.chars().count();
     if total <= keep {
         return None;
@@ -76,7 +77,7 @@ pub fn head_and_tail(text: &str, keep: usize, seq: u64) -> Option<String> {
         .map_or(tail_start, |nl| tail_start + nl + 1);
     let (head, tail) = (&text[..head_end], &text[tail_start..]);
     let cut = total - head.chars().count() - tail.chars().count();
-    Some(format!("{head}{}{tail}", cut_marker(cut, total, seq)))
+    Some(format!("{head}{}{tail}", cut_marker(cut, total, at)))
 }
 
 /// Byte offset of character `n` of `text` (its length when `n` is past the end).
@@ -91,7 +92,7 @@ fn byte_at(text: &str, n: usize) -> usize {
 /// fairly: outputs smaller than an even share stay whole and leave the rest to the larger ones.
 pub fn shorten_message(
     message: &Message,
-    seq: u64,
+    at: Origin,
     max_tokens: usize,
     estimator: &LazyEstimator,
 ) -> Option<Vec<Part>> {
@@ -116,7 +117,7 @@ pub fn shorten_message(
     let mut room = max_chars.saturating_sub(fixed_chars);
     loop {
         let shares = fair_shares(&sizes, room.saturating_sub(marker_room(&sizes)));
-        let parts = apply_shares(&message.parts, &sizes, &shares, seq);
+        let parts = apply_shares(&message.parts, &sizes, &shares, at);
         let shortened = Message {
             role: message.role,
             parts,
@@ -156,7 +157,12 @@ fn fair_shares(sizes: &[Option<usize>], room: usize) -> Vec<usize> {
     shares
 }
 
-fn apply_shares(parts: &[Part], sizes: &[Option<usize>], shares: &[usize], seq: u64) -> Vec<Part> {
+fn apply_shares(
+    parts: &[Part],
+    sizes: &[Option<usize>],
+    shares: &[usize],
+    at: Origin,
+) -> Vec<Part> {
     parts
         .iter()
         .zip(sizes.iter().zip(shares))
@@ -173,11 +179,11 @@ fn apply_shares(parts: &[Part], sizes: &[Option<usize>], shares: &[usize], seq: 
                 } => Part::ToolResult {
                     call_id: call_id.clone(),
                     name: name.clone(),
-                    output: head_and_tail(output, share, seq).unwrap_or_else(|| output.clone()),
+                    output: head_and_tail(output, share, at).unwrap_or_else(|| output.clone()),
                     is_error: *is_error,
                 },
                 Part::Text { text } => Part::Text {
-                    text: head_and_tail(text, share, seq).unwrap_or_else(|| text.clone()),
+                    text: head_and_tail(text, share, at).unwrap_or_else(|| text.clone()),
                 },
                 other => other.clone(),
             }
@@ -196,6 +202,10 @@ fn part_text(part: &Part) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(seq: u64) -> Origin<'static> {
+        Origin { session: "", seq }
+    }
     use serde_json::json;
 
     fn call(id: &str) -> Message {
@@ -245,7 +255,7 @@ mod tests {
     fn a_long_text_keeps_its_head_and_tail_and_says_what_was_cut() {
         let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
         let total = text.chars().count();
-        let short = head_and_tail(&text, 400, 17).unwrap();
+        let short = head_and_tail(&text, 400, at(17)).unwrap();
         assert!(short.starts_with("line 0\nline 1\n"), "{short}");
         assert!(short.ends_with("line 998\nline 999\n"), "{short}");
         assert!(short.contains("the whole message is seq 17"), "{short}");
@@ -256,14 +266,14 @@ mod tests {
             "of {} characters cut here",
             super::super::microcompact::thousands(total)
         )));
-        assert_eq!(head_and_tail("short", 10, 1), None);
+        assert_eq!(head_and_tail("short", 10, at(1)), None);
     }
 
     #[test]
     fn multibyte_text_is_cut_on_character_boundaries() {
         let text = "日本語🦀é".repeat(500);
         for keep in [0, 1, 7, 100, 2499] {
-            let short = head_and_tail(&text, keep, 3).unwrap();
+            let short = head_and_tail(&text, keep, at(3)).unwrap();
             assert!(short.contains("the whole message is seq 3"));
         }
     }
@@ -288,7 +298,7 @@ mod tests {
                 },
             ],
         };
-        let parts = shorten_message(&m, 9, 1_000, &e).unwrap();
+        let parts = shorten_message(&m, at(9), 1_000, &e).unwrap();
         let shortened = Message {
             role: Role::User,
             parts,
@@ -299,7 +309,7 @@ mod tests {
             panic!()
         };
         assert_eq!(output, "small", "the small output stays whole");
-        assert_eq!(shorten_message(&m, 9, 20_000, &e), None);
+        assert_eq!(shorten_message(&m, at(9), 20_000, &e), None);
     }
 
     #[test]
@@ -334,7 +344,7 @@ mod tests {
                 call("a").parts[0].clone(),
             ],
         };
-        let parts = shorten_message(&m, 1, 300, &e).unwrap();
+        let parts = shorten_message(&m, at(1), 300, &e).unwrap();
         let Part::Text { text } = &parts[0] else {
             panic!()
         };

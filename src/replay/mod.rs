@@ -215,7 +215,12 @@ async fn count_compactions(
     report.compactions = compactions.len();
     report.summary_tokens = compactions
         .iter()
-        .map(|c| estimator.message(&crate::compaction::summary_message(&c.result.summary)))
+        .map(|c| {
+            estimator.message(&crate::compaction::summary_message(
+                &c.result.summary,
+                id.as_str(),
+            ))
+        })
         .collect();
     report.failed_compactions = failures;
     report.maskings = maskings;

@@ -304,6 +304,7 @@ impl Service {
             focus: focus.as_deref(),
             estimator: self.estimator,
             redact_secrets: settings.config.summarizer.redact_secrets,
+            session: id,
             ..PlanInput::new(
                 &loaded.messages,
                 &loaded.tokens,

@@ -155,7 +155,7 @@ impl ContextView {
         let mut tokens = snapshot.session.pinned_tokens + snapshot.session.summary_tokens;
         messages.extend(snapshot.pinned.into_iter().map(ContextMessage::Stored));
         if let Some(latest) = &snapshot.latest {
-            let message = summary_message(&latest.summary);
+            let message = summary_message(&latest.summary, &snapshot.session.id);
             messages.push(ContextMessage::Summary {
                 role: message.role,
                 parts: message.parts,

@@ -5,10 +5,10 @@ use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::FileLists;
-use crate::compaction::LazyEstimator;
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::microcompact::masked_parts;
 use crate::compaction::step;
+use crate::compaction::{LazyEstimator, Origin};
 use crate::message::{Message, Part, Role};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
@@ -403,7 +403,12 @@ fn insert_messages(
             wanted && (!rules.lenient || done.pinned_tokens + message.tokens <= rules.pin_cap);
         let (shortened_json, shortened_tokens) = match pinned {
             true => (None, None),
-            false => shortened_form(message, seq, rules.step_budget, done.step_calls)?,
+            false => shortened_form(
+                message,
+                origin(session, seq),
+                rules.step_budget,
+                done.step_calls,
+            )?,
         };
         let shown = shortened_tokens.unwrap_or(message.tokens);
         if pinned {
@@ -412,7 +417,7 @@ fn insert_messages(
             done.unpinned_tokens += shown;
         }
         done.shown_tokens += shown;
-        let (masked_json, masked_tokens) = masked_form(message, seq, tools)?;
+        let (masked_json, masked_tokens) = masked_form(message, origin(session, seq), tools)?;
         insert_message.execute(params![
             session.id,
             seq,
@@ -439,17 +444,25 @@ fn insert_messages(
     Ok(done)
 }
 
+/// Where message `seq` of `session` is stored, as its masked or shortened forms say.
+fn origin(session: &SessionRow, seq: u64) -> Origin<'_> {
+    Origin {
+        session: &session.id,
+        seq,
+    }
+}
+
 /// The message as microcompaction would show it once its outputs are masked (JSON parts and
 /// their tokens); `None` for messages without tool results.
 fn masked_form(
     message: &NewMessage,
-    seq: u64,
+    at: Origin,
     tools: &HashMap<String, String>,
 ) -> Result<(Option<String>, Option<usize>)> {
     let masked = message
         .content
         .as_ref()
-        .and_then(|m| masked_parts(&m.parts, seq, |id| tools.get(id).map(String::as_str)));
+        .and_then(|m| masked_parts(&m.parts, at, |id| tools.get(id).map(String::as_str)));
     encoded(masked)
 }
 
@@ -457,12 +470,12 @@ fn masked_form(
 /// step's room (long outputs keep their head and tail); `None` when it is shown whole.
 fn shortened_form(
     message: &NewMessage,
-    seq: u64,
+    at: Origin,
     step_budget: usize,
     step_calls: usize,
 ) -> Result<(Option<String>, Option<usize>)> {
     match &message.content {
-        Some(content) => shortened(content, message.tokens, seq, step_budget, step_calls),
+        Some(content) => shortened(content, message.tokens, at, step_budget, step_calls),
         None => Ok((None, None)),
     }
 }
@@ -470,13 +483,13 @@ fn shortened_form(
 fn shortened(
     message: &Message,
     tokens: usize,
-    seq: u64,
+    at: Origin,
     step_budget: usize,
     step_calls: usize,
 ) -> Result<(Option<String>, Option<usize>)> {
     let parts = step::message_budget(message, step_budget, step_calls)
         .filter(|&budget| tokens > budget)
-        .and_then(|budget| step::shorten_message(message, seq, budget, &LazyEstimator::default()));
+        .and_then(|budget| step::shorten_message(message, at, budget, &LazyEstimator::default()));
     encoded(parts)
 }
 
@@ -506,7 +519,13 @@ pub(super) fn reshorten_active(
             role: Role::parse(&role).unwrap_or(Role::User),
             parts: serde_json::from_str(&parts)?,
         };
-        let (json, shown) = shortened(&message, tokens, seq, step_budget, session.step_calls)?;
+        let (json, shown) = shortened(
+            &message,
+            tokens,
+            origin(session, seq),
+            step_budget,
+            session.step_calls,
+        )?;
         update.execute(params![session.id, seq, json, shown])?;
     }
     conn.prepare_cached(

@@ -100,7 +100,7 @@ proptest! {
                 // A masked output says where it is, and the history has it whole.
                 for m in tail.iter().filter(|m| m.masked) {
                     masked_seen += 1;
-                    let marker = format!("; seq {}]", m.seq);
+                    let marker = format!("; seq {} of session {}, read_messages has it]", m.seq, sid());
                     prop_assert!(m.parts.get().contains("masked: ") && m.parts.get().contains(&marker), "{}", m.parts.get());
                     let page = service.history(&sid(), m.seq - 1, 1).await.unwrap();
                     let original = serde_json::from_str::<Vec<Part>>(page.messages[0].parts.get()).unwrap();

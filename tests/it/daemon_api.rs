@@ -860,7 +860,9 @@ async fn old_outputs_are_masked_in_the_context_announced_recorded_and_retrievabl
     let text = first["parts"][0]["output"].as_str().unwrap();
     assert_eq!(
         text,
-        format!("[output of bash masked: 4,005 chars; seq {seq}]")
+        format!(
+            "[output of bash masked: 4,005 chars; seq {seq} of session mc, read_messages has it]"
+        )
     );
     // The newest five outputs read whole.
     let whole = items

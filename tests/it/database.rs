@@ -12,8 +12,16 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs the system `sqlite3` on `db` and returns its stdout, or its stderr as the error.
+/// The system `sqlite3` on `db`, as a person runs it with `.timeout` set: compactd's writer
+/// holds the write lock for the moment of each commit (and of indexing new messages for
+/// search, right after a burst of appends), so a write by hand may find it taken.
 fn sqlite3(db: &Path, sql: &str) -> Result<String, String> {
-    let out = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
+    let out = Command::new("sqlite3")
+        .args(["-cmd", ".timeout 2000"])
+        .arg(db)
+        .arg(sql)
+        .output()
+        .unwrap();
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     } else {

@@ -295,13 +295,24 @@ fn spec_the_current_step_is_a_floor_under_the_preserve_boundary() {
     let b = find_preserve_boundary(&messages, &[1, 10, 10, 10, 20_000], 2_000, 100);
     assert_eq!(b.index, 3);
     // In the context it is shortened to its share of the step budget, head and tail kept.
-    let shortened =
-        step::shorten_message(&messages[4], 5, 3_200, &LazyEstimator::default()).unwrap();
+    let shortened = step::shorten_message(
+        &messages[4],
+        compactd::compaction::Origin {
+            session: "s",
+            seq: 5,
+        },
+        3_200,
+        &LazyEstimator::default(),
+    )
+    .unwrap();
     let Part::ToolResult { output, .. } = &shortened[0] else {
         panic!("a result")
     };
     assert!(output.starts_with("xxxx") && output.ends_with("xxxx"));
-    assert!(output.contains("the whole message is seq 5"), "{output}");
+    assert!(
+        output.contains("the whole message is seq 5 of session s, read_messages has it"),
+        "{output}"
+    );
 }
 
 #[test]
