@@ -1,5 +1,7 @@
-//! `compactd serve` as a library function: tests start a whole daemon in-process, on a temp
-//! socket and a temp database, and stop it through the `shutdown` future they pass in.
+//! `compactd serve` as a library function: it runs until the `shutdown` future it is given
+//! resolves (`main` passes SIGTERM/SIGINT). The integration tests start it as a process
+//! (`compactd serve` on a temp socket and database), as systemd does; the replay and the
+//! property tests drive a [`Service`] in-process instead.
 
 use crate::config::Config;
 use crate::config_watch::{self, notify_systemd};
@@ -40,8 +42,7 @@ pub async fn run(
         .or_else(|| config.server.socket.clone())
         .unwrap_or_else(paths::default_socket);
 
-    let store = Store::open(&db, config.store.synchronous)
-        .with_context(|| format!("cannot open the database {}", db.display()))?;
+    let store = Store::open(&db, config.store.synchronous).context("cannot open the database")?;
     let service = Service::new(store.clone(), config).context("cannot build the summarizer")?;
     service.set_config_status(|s| s.path = Some(config_path.display().to_string()));
     // A config edited while the daemon was stopped may not fit some sessions: they compact

@@ -17,8 +17,8 @@ pub enum ListenError {
     AlreadyRunning(PathBuf),
     #[error("{0} exists and is not a socket; refusing to replace it")]
     NotASocket(PathBuf),
-    #[error("cannot listen on {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    #[error("cannot listen on {path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
     #[error("socket activation: {0}")]
     Activation(io::Error),
 }
@@ -29,7 +29,9 @@ pub fn from_systemd() -> Result<Option<UnixListener>, ListenError> {
     let Some(fd) = fds.next() else {
         return Ok(None);
     };
-    // SAFETY: systemd hands us this descriptor, open and ours alone, for exactly this use.
+    check_activated(fd).map_err(ListenError::Activation)?;
+    // SAFETY: systemd hands us this descriptor, open and ours alone, for exactly this use,
+    // and it was just checked to be a listening Unix stream socket.
     let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
     listener
         .set_nonblocking(true)
@@ -39,11 +41,38 @@ pub fn from_systemd() -> Result<Option<UnixListener>, ListenError> {
         .map_err(ListenError::Activation)
 }
 
+/// Checks that `fd` is what a `.socket` unit with `ListenStream=` passes: a Unix stream socket
+/// that listens (a unit with `ListenDatagram=`, a TCP port or `Accept=yes` passes another kind,
+/// and serving on it would fail in obscure ways).
+fn check_activated(fd: std::os::fd::RawFd) -> io::Result<()> {
+    // SAFETY: only borrowed for the checks below; LISTEN_FDS says it is open.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let socket = socket2::SockRef::from(&borrowed);
+    let wrong = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the descriptor systemd passed is {what}; compactd.socket needs ListenStream= on a path, without Accept="
+            ),
+        )
+    };
+    if socket.domain()? != Domain::UNIX {
+        return Err(wrong("not a Unix socket"));
+    }
+    if socket.r#type()? != Type::STREAM {
+        return Err(wrong("not a stream socket"));
+    }
+    if !socket.is_listener()? {
+        return Err(wrong("not listening"));
+    }
+    Ok(())
+}
+
 /// Binds a private socket at `path`.
 pub fn bind(path: &Path) -> Result<UnixListener, ListenError> {
     let io_error = |source| ListenError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     };
     if let Some(dir) = path.parent() {
         crate::paths::ensure_private_dir(dir).map_err(io_error)?;
@@ -66,7 +95,7 @@ fn remove_stale(path: &Path) -> Result<(), ListenError> {
         Err(source) => {
             return Err(ListenError::Io {
                 path: path.to_path_buf(),
-                source,
+                error: source,
             });
         }
     };
@@ -79,12 +108,38 @@ fn remove_stale(path: &Path) -> Result<(), ListenError> {
             tracing::info!(path = %path.display(), "removing stale socket left by a daemon that is gone");
             std::fs::remove_file(path).map_err(|source| ListenError::Io {
                 path: path.to_path_buf(),
-                source,
+                error: source,
             })
         }
         Err(source) => Err(ListenError::Io {
             path: path.to_path_buf(),
-            source,
+            error: source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn only_a_listening_unix_stream_socket_is_taken_from_systemd() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let listening = std::os::unix::net::UnixListener::bind(dir.path().join("s")).unwrap();
+        assert!(check_activated(listening.as_raw_fd()).is_ok());
+        let refused =
+            |socket: &dyn AsRawFd| check_activated(socket.as_raw_fd()).unwrap_err().to_string();
+        let datagram = Socket::new(Domain::UNIX, Type::DGRAM, None).unwrap();
+        assert!(refused(&datagram).contains("not a stream socket"));
+        let unbound = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        assert!(refused(&unbound).contains("not listening"));
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(refused(&tcp).contains("not a Unix socket"));
+        let file = std::fs::File::open("/dev/null").unwrap();
+        assert!(
+            check_activated(file.as_raw_fd()).is_err(),
+            "not a socket at all"
+        );
     }
 }

@@ -40,11 +40,10 @@ pub enum StoreError {
     /// lose every acknowledged append at exit.
     #[error("the database file {0} was removed or replaced while compactd ran; restart it")]
     Gone(PathBuf),
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: Arc<std::io::Error>,
+        error: Arc<std::io::Error>,
     },
     #[error("stored data unreadable: {0}")]
     Corrupt(String),
@@ -60,7 +59,7 @@ impl StoreError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
         StoreError::Io {
             path: path.into(),
-            source: Arc::new(source),
+            error: Arc::new(source),
         }
     }
 }

@@ -49,11 +49,8 @@ pub struct Transcript {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("{path}: {message}")]
     Format { path: String, message: String },
 }
@@ -98,7 +95,7 @@ pub fn load(path: &Path, format: Option<Format>) -> Result<Transcript, Transcrip
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Read {
         path: shown.clone(),
-        source,
+        error: source,
     })?;
     let format = match format {
         Some(f) => f,

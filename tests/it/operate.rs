@@ -616,3 +616,29 @@ fn events_fail_when_the_daemon_stops() {
     assert_eq!(status.code(), Some(1), "{rest}");
     assert!(rest.contains("closed the event stream"), "{rest}");
 }
+
+#[test]
+fn an_error_says_its_cause_once() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let out = Command::new(BIN)
+        .args(["--socket", dir.path().join("s.sock").to_str().unwrap()])
+        .args(["serve", "--db", "/proc/compactd-absent/a.db"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("/proc/compactd-absent/a.db"), "{err}");
+    assert_eq!(
+        last.matches("/proc/compactd-absent/a.db").count(),
+        1,
+        "{last}"
+    );
+    assert_eq!(last.matches("os error").count(), 1, "{last}");
+    let out = Command::new(BIN)
+        .args(["import", "/compactd-absent.jsonl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("os error").count(), 1, "{err}");
+}
