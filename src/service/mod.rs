@@ -473,16 +473,17 @@ impl Service {
             let config = self.compaction_config(&snapshot.session);
             // Under the trigger with compactions in the background, the context is served as
             // it is; otherwise it waits for the compaction.
-            let must_wait = !config.in_background()
-                || matches!(due(&snapshot.session, &config), Due::Urgent(_));
+            let urgent = matches!(due(&snapshot.session, &config), Due::Urgent(_));
             // Starts what is due (masking, a compaction) if nothing runs yet.
             let status = self.after_append(&snapshot.session, false).await;
-            if !must_wait {
+            if !urgent && config.in_background() {
                 return Ok(snapshot);
             }
             match status.map(|s| s.status) {
                 // Masking brought it under the trigger: read it again.
-                None => continue,
+                None if urgent => continue,
+                // Nothing due, nothing running.
+                None => return Ok(snapshot),
                 Some(crate::protocol::CompactionState::BreakerOpen) => return Ok(snapshot),
                 Some(_) => {}
             }
