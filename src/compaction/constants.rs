@@ -66,7 +66,7 @@ pub const PIN_FIRST_USER_TOKENS: usize = 4_000;
 pub const MICROCOMPACT_TOKENS: usize = 10_000;
 /// With a model or command summarizer, a compaction starts in the background once the room
 /// between the summary and the trigger is this full, so the model has the rest of that room
-/// (several agent steps) to finish before any context needs it (docs/BENCHMARKS.md measures
+/// (several agent steps) to finish before any context needs it (BENCHMARKS.md measures
 /// the wait it saves). The extractive summarizer compacts in milliseconds: starting it
 /// earlier would only cost the prompt cache more often, so it compacts at the trigger.
 pub const BACKGROUND_AT: f64 = 0.8;
