@@ -83,6 +83,9 @@ pub async fn serve<S: Stream>(
         .timer(TokioTimer::new())
         .header_read_timeout(timeout)
         .max_buf_size(MAX_HEAD_BYTES.max(8192))
+        // Parsed past our limit, so a later request of the connection over it reaches
+        // [`head_limits`] and gets the JSON 431, as the first one does.
+        .max_headers(MAX_HEADERS * 4)
         .half_close(true)
         .keep_alive(true);
     let connection = builder.serve_connection(io, TowerToHyperService::new(app));
@@ -174,6 +177,24 @@ fn find_head_end(buffer: &[u8]) -> Option<usize> {
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .map(|at| at + 4)
+}
+
+/// Holds every request of a connection, not only its first, to [`MAX_HEADERS`]: a kept-alive
+/// request over it is answered with the JSON 431, and the connection closes after it.
+pub async fn head_limits(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request.headers().len() > MAX_HEADERS {
+        let mut refused = too_large_head().into_response();
+        refused.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return refused;
+    }
+    next.run(request).await
 }
 
 fn too_large_head() -> ApiError {

@@ -730,3 +730,30 @@ fn the_cli_reports_a_refused_upload_instead_of_dying_of_sigpipe() {
     assert_eq!(out.status.code(), Some(1), "killed by a signal? {stderr}");
     assert!(stderr.contains("max_body_bytes"), "{stderr}");
 }
+
+// Every request of a kept-alive connection is held to the header limit, with the JSON error.
+#[test]
+fn a_later_request_of_a_connection_with_too_many_headers_gets_the_json_431() {
+    let daemon = TestDaemon::start("");
+    let flood: String = (0..120).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let request = format!(
+        "GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nhost: x\r\n{flood}\r\n"
+    );
+    let answer = raw_http(&daemon.socket(), request.as_bytes());
+    let second = answer
+        .match_indices("HTTP/1.1 ")
+        .nth(1)
+        .map(|(at, _)| &answer[at..])
+        .unwrap_or_else(|| panic!("one answer only: {answer}"));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(second.starts_with("HTTP/1.1 431"), "{second}");
+    let body = &second[second.find("\r\n\r\n").unwrap() + 4..];
+    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    assert_eq!(error["error"]["code"], "too_large");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("64 headers")
+    );
+}
