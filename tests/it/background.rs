@@ -3,23 +3,7 @@
 
 use crate::common::*;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
-
-/// Two named pipes: the summarizer writes `started` when it runs, then waits for a line on `gate`.
-fn gated_summarizer(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
-    let (started, gate) = (dir.join("started"), dir.join("gate"));
-    for fifo in [&started, &gate] {
-        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-    }
-    let command = format!(
-        "cat > /dev/null; echo up > '{}'; read line < '{}'; printf '## 1. Primary Request and Intent\\\\nmodel-written'",
-        started.display(),
-        gate.display()
-    );
-    (started, gate, command)
-}
 
 /// A message of about 400 tokens, distinct by `i`.
 fn filler(i: usize) -> Value {
@@ -63,7 +47,7 @@ async fn fill_until_started(client: &compactd::client::Client, id: &str) -> usiz
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_starts_before_the_trigger_and_contexts_are_served_meanwhile() {
     let dir = tempfile::TempDir::new().unwrap();
-    let (started, gate, command) = gated_summarizer(dir.path());
+    let (started, gate, command) = gated_summarizer(dir.path(), "model-written");
     let config = format!(
         "[compaction]\nmax_messages = 1000\nmicrocompact = false\n[summarizer]\nkind = \"command\"\ncommand = \"{command}\"\n"
     );
@@ -196,13 +180,4 @@ async fn the_background_settings_are_checked_like_every_other() {
         client.get("/session/bad").await.is_err(),
         "nothing was made"
     );
-}
-
-/// The next event; the timeout only turns a hang into a failure.
-async fn next_event(events: &mut compactd::client::EventStream) -> (String, Value) {
-    tokio::time::timeout(Duration::from_secs(30), events.next())
-        .await
-        .expect("event within 30 s")
-        .expect("stream open")
-        .unwrap()
 }

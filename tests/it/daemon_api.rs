@@ -1,7 +1,7 @@
 //! The daemon as its clients see it: a real `compactd serve` on a temp socket and database,
 //! driven over HTTP.
 
-use crate::common::{TestDaemon, bash_round, have, user};
+use crate::common::{TestDaemon, bash_round, have, next_event, user};
 use compactd::client::{Client, ClientError};
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -709,15 +709,6 @@ async fn socket_and_database_are_private() {
     assert_eq!(mode(&nested.join("data")), 0o700);
     assert_eq!(mode(&nested.join("compactd.sock")), 0o600);
     assert_eq!(mode(&nested.join("data").join("c.db")), 0o600);
-}
-
-/// The next event; the timeout only turns a hang into a failure.
-async fn next_event(events: &mut compactd::client::EventStream) -> (String, Value) {
-    tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
-        .await
-        .expect("event within 30 s")
-        .expect("stream open")
-        .unwrap()
 }
 
 #[tokio::test]

@@ -2,31 +2,12 @@
 //! search and read back whole, through the API, the CLI and the MCP server, on the shared
 //! real transcripts imported at a 16k context.
 
-use crate::common::{BIN, TestDaemon, all_messages, api_error, user};
+use crate::common::{BIN, TestDaemon, all_messages, api_error, shared_transcripts, user};
 use compactd::client::Client;
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// The transcripts, or `None` (the test skips, saying so) where ../shared is absent.
-fn transcripts() -> Option<Vec<PathBuf>> {
-    let root = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/transcripts"
-    ));
-    if !root.exists() {
-        eprintln!("SKIP: {} is absent", root.display());
-        return None;
-    }
-    let mut files: Vec<PathBuf> = ["claude-code", "mini-swe-agent", "swe-agent"]
-        .iter()
-        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    Some(files)
-}
 
 fn outputs(message: &Value) -> Vec<String> {
     message["parts"]
@@ -92,7 +73,9 @@ async fn top3(client: &Client, session: &str, line: &str) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_left_the_context_is_found_in_the_top_3_and_read_back_whole() {
-    let Some(files) = transcripts() else { return };
+    let Some(files) = shared_transcripts() else {
+        return;
+    };
     let daemon = TestDaemon::start("");
     let client = daemon.client();
     let (mut probed, mut top, mut cli_probed, mut cli_top) = (0, 0, 0, 0);

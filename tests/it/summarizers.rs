@@ -3,7 +3,7 @@
 //! appends keep arriving.
 
 use crate::common::mock_model::{self, MockModel, Reply, nine_sections};
-use crate::common::{TestDaemon, api_error, bash_round, eventually, user};
+use crate::common::{TestDaemon, api_error, bash_round, eventually, gated_summarizer, user};
 use compactd::client::Client;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -679,17 +679,9 @@ async fn an_autonomous_agent_is_compacted_as_often_as_it_needs_within_one_turn()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_during_a_compaction_are_accepted_and_land_after_the_boundary() {
     let dir = tempfile::TempDir::new().unwrap();
-    // Two pipes: the summarizer says on `started` that it runs (so the compaction's plan is
-    // made), then waits on `gate` until the test lets it finish.
-    let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
-    for fifo in [&started, &gate] {
-        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-    }
+    let (started, gate, command) = gated_summarizer(dir.path(), "gated");
     let config = format!(
-        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; echo up > '{}'; read line < '{}'; printf '## 1. Primary Request and Intent\\\\ngated'\"\n",
-        started.display(),
-        gate.display()
+        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"{command}\"\n"
     );
     let daemon = TestDaemon::start(&config);
     let client = daemon.client();

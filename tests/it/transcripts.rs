@@ -1,29 +1,10 @@
 //! Real sessions: every shared transcript is imported into a running daemon and replayed
 //! through an in-process one. Skipped, with a message, where ../shared/transcripts is absent.
 
-use crate::common::{BIN, TestDaemon};
+use crate::common::{BIN, TestDaemon, shared_transcripts};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn transcripts() -> Option<Vec<PathBuf>> {
-    let root = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/transcripts"
-    ));
-    if !root.exists() {
-        eprintln!("SKIP: {} is absent", root.display());
-        return None;
-    }
-    let mut files = Vec::new();
-    for dir in ["claude-code", "mini-swe-agent", "swe-agent"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
-            files.push(entry.unwrap().path());
-        }
-    }
-    files.sort();
-    Some(files)
-}
 
 /// Tool calls and results in a transcript, counted straight from the file (not through the
 /// converters): what an import must deliver.
@@ -74,7 +55,9 @@ fn expected_tool_parts(path: &Path) -> (usize, usize) {
 
 #[tokio::test]
 async fn every_shared_transcript_imports_with_every_tool_call_and_result() {
-    let Some(files) = transcripts() else { return };
+    let Some(files) = shared_transcripts() else {
+        return;
+    };
     let daemon = TestDaemon::start("");
     let client = daemon.client();
     for (i, file) in files.iter().enumerate() {
@@ -193,7 +176,9 @@ fn outputs_larger_than_the_tail_budget_are_always_seen_by_the_next_step() {
 
 #[test]
 fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
-    let Some(files) = transcripts() else { return };
+    let Some(files) = shared_transcripts() else {
+        return;
+    };
     for limit in [16_000u64, 32_000, 128_000] {
         let out = Command::new(BIN)
             .args(["--json", "replay", "--context-limit", &limit.to_string()])

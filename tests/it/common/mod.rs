@@ -336,3 +336,49 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The next event; the timeout only turns a hang into a failure.
+pub async fn next_event(events: &mut compactd::client::EventStream) -> (String, Value) {
+    tokio::time::timeout(Duration::from_secs(30), events.next())
+        .await
+        .expect("event within 30 s")
+        .expect("stream open")
+        .unwrap()
+}
+
+/// The shared real transcripts (Claude Code, mini-swe-agent, SWE-agent), sorted, or `None`
+/// (the caller skips, saying so) where ../shared/transcripts is absent.
+pub fn shared_transcripts() -> Option<Vec<PathBuf>> {
+    let root = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/transcripts"
+    ));
+    if !root.exists() {
+        eprintln!("SKIP: {} is absent", root.display());
+        return None;
+    }
+    let mut files: Vec<PathBuf> = ["claude-code", "mini-swe-agent", "swe-agent"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(root.join(dir)).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    Some(files)
+}
+
+/// A command summarizer held by two named pipes in `dir`: it writes a line to `started` once
+/// it runs (so the compaction's plan is made), then waits for a line on `gate` before it
+/// answers a summary whose section 1 is `body`. Returns (started, gate, the command line).
+pub fn gated_summarizer(dir: &Path, body: &str) -> (PathBuf, PathBuf, String) {
+    let (started, gate) = (dir.join("started"), dir.join("gate"));
+    for fifo in [&started, &gate] {
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    }
+    let command = format!(
+        "cat > /dev/null; echo up > '{}'; read line < '{}'; printf '## 1. Primary Request and Intent\\\\n{body}'",
+        started.display(),
+        gate.display()
+    );
+    (started, gate, command)
+}
