@@ -12,7 +12,10 @@ pub mod memory;
 pub mod proxy;
 mod rate;
 mod recall;
+mod settings;
 pub mod views;
+
+pub use settings::Settings;
 
 use crate::protocol::{
     AppendResponse, CompactionHistory, ContextView, HistoryPage, SessionId, SessionView,
@@ -20,7 +23,6 @@ use crate::protocol::{
 pub use crate::protocol::{ConfigStatus, Event};
 pub use crate::store::StoreError;
 
-use crate::compaction::constants::BACKGROUND_AT;
 use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
 use crate::compactor::CompactError;
 use crate::config::{Config, compaction_with_overrides};
@@ -54,12 +56,6 @@ pub enum ServiceError {
     PinnedOverflow(#[from] PinnedOverflow),
     #[error("compactd is shutting down")]
     ShuttingDown,
-}
-
-/// The configuration in force and the summarizer built from it, swapped whole on reload.
-pub struct Settings {
-    pub config: Config,
-    pub summarizer: Arc<dyn Summarizer>,
 }
 
 /// A session to create; `None` fields take the configured defaults.
@@ -119,7 +115,7 @@ impl Service {
         let (events, _) = broadcast::channel(1024);
         Arc::new(Service {
             store,
-            settings: RwLock::new(Arc::new(Settings { config, summarizer })),
+            settings: RwLock::new(Arc::new(Settings::new(config, summarizer))),
             events,
             locks: SessionLocks::default(),
             hurries: hurry::Hurries::default(),
@@ -150,7 +146,7 @@ impl Service {
     pub fn apply_config(&self, config: Config) -> Result<(), SummarizeError> {
         let summarizer = summarize::from_config(&config.summarizer)?;
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) =
-            Arc::new(Settings { config, summarizer });
+            Arc::new(Settings::new(config, summarizer));
         Ok(())
     }
 
@@ -198,16 +194,9 @@ impl Service {
         self.tasks.wait().await;
     }
 
-    /// The compaction config of a session: global settings plus its overrides, fitted to
-    /// its context limit (see [`CompactionConfig::fitted_to`]).
-    /// An unset `background_at` is resolved by summarizer (see [`BACKGROUND_AT`]).
-    fn compaction_config(&self, session: &SessionRow) -> CompactionConfig {
-        let settings = self.settings();
-        let mut config = session_config(&settings.config.compaction, session);
-        if config.background_at.is_none() && !settings.summarizer.is_instant() {
-            config.background_at = Some(BACKGROUND_AT);
-        }
-        config
+    /// The compaction config of a session (see [`Settings::session_config`]).
+    fn compaction_config(&self, session: &SessionRow) -> Arc<CompactionConfig> {
+        self.settings().session_config(session)
     }
 
     /// Why `config` cannot apply to every live session (its compaction settings with a
@@ -407,9 +396,9 @@ impl Service {
     /// the current step, decided in the append's own transaction from the session as it is
     /// then (so an append reads nothing beforehand).
     fn append_rules(&self) -> impl Fn(&SessionRow) -> AppendRules + Send + 'static {
-        let global = self.settings().config.compaction.clone();
+        let settings = self.settings();
         move |session| {
-            let config = session_config(&global, session);
+            let config = settings.session_config(session);
             AppendRules {
                 task_max_tokens: config.pin_first_user_tokens,
                 max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
@@ -573,15 +562,6 @@ fn due(session: &SessionRow, config: &CompactionConfig) -> Due {
 }
 
 /// Idempotency keys: 1 to 128 printable ASCII characters without spaces (a UUID fits).
-/// A session's compaction config: `global` with its overrides, fitted to its context limit
-/// (see [`CompactionConfig::fitted_to`]).
-pub(crate) fn session_config(global: &CompactionConfig, session: &SessionRow) -> CompactionConfig {
-    compaction_with_overrides(global, &session.overrides)
-        .unwrap_or_else(|_| global.clone())
-        .fitted_to(session.context_limit)
-        .0
-}
-
 fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
     if (1..=128).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()) {
         Ok(())

@@ -282,9 +282,9 @@ impl Service {
     /// usable context.
     fn proxy_rules(&self) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + 'static {
         let base = self.append_rules();
-        let global = self.settings().config.compaction.clone();
+        let settings = self.settings();
         move |session| {
-            let config = super::session_config(&global, session);
+            let config = settings.session_config(session);
             AppendRules {
                 lenient: true,
                 pin_cap: config.usable(session.context_limit, session.overhead_tokens) / 4,

@@ -24,6 +24,9 @@ const IDLE: Duration = Duration::from_secs(1);
 /// After this long without writes, the writer indexes new messages for search: an agent's
 /// next append comes seconds later, a tight loop's within this.
 const INDEX_AFTER: Duration = Duration::from_millis(20);
+/// A busy writer asks how many messages wait for the search index once per this many
+/// batches: the question is a statement of its own, 5-10% of a one-append batch's work.
+const INDEX_CHECK_EVERY: u32 = 32;
 /// A WAL smaller than this is left alone when idle (SQLite reuses it).
 const WAL_WORTH_TRUNCATING: u64 = 4 * 1024 * 1024;
 
@@ -82,6 +85,7 @@ impl Writer {
 fn run(conn: Connection, database: DatabaseFile, jobs: Receiver<Job>) {
     // Whether messages may wait for the search index (see `search`): checked after writes.
     let mut index_pending = true;
+    let mut batches: u32 = 0;
     loop {
         let wait = if index_pending { INDEX_AFTER } else { IDLE };
         let first = match jobs.recv_timeout(wait) {
@@ -104,14 +108,16 @@ fn run(conn: Connection, database: DatabaseFile, jobs: Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        commit_batch(&conn, &database, batch);
+        batches = batches.wrapping_add(1);
+        commit_batch(&conn, &database, batch, batches.is_multiple_of(INDEX_CHECK_EVERY));
     }
     // Channel closed: fold the WAL back into the database before the connection closes.
     let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
 }
 
-/// Runs every job of the batch in one transaction and tells each caller the outcome.
-fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>) {
+/// Runs every job of the batch in one transaction and tells each caller the outcome; with
+/// `check_index`, also indexes for search if many messages wait.
+fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>, check_index: bool) {
     let begun = run_statement(conn, "BEGIN IMMEDIATE");
     if let Err(e) = begun {
         // Without a transaction nothing runs: every caller hears why.
@@ -122,7 +128,7 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>) {
     }
     let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(conn))).collect();
     // A client that never pauses still gets its messages indexed, a step at a time.
-    if super::search::unindexed(conn).is_ok_and(|n| n >= super::search::INDEX_LAG) {
+    if check_index && super::search::unindexed(conn).is_ok_and(|n| n >= super::search::INDEX_LAG) {
         index_in_savepoint(conn);
     }
     // Never acknowledge a write to a file nobody will find again.

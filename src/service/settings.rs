@@ -1,0 +1,78 @@
+//! The configuration in force, and each session's compaction settings derived from it.
+//!
+//! A session's settings are the global ones with its overrides, fitted to its context limit.
+//! Merging overrides is a serde round trip of the whole `[compaction]` table; an append
+//! needed it three times (its pin rules, masking, the trigger), a proxied append four, and
+//! it showed in the writer's profile. Sessions share few distinct overrides, so each merge is
+//! made once per settings and kept.
+
+use crate::compaction::CompactionConfig;
+use crate::compaction::constants::BACKGROUND_AT;
+use crate::config::{Config, compaction_with_overrides};
+use crate::store::SessionRow;
+use crate::summarize::Summarizer;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+/// Distinct (overrides, context limit) pairs kept; past this the memo starts over, so a
+/// client making sessions with ever new overrides costs a merge each, never memory.
+const MAX_MERGED: usize = 256;
+
+/// The configuration in force and the summarizer built from it, swapped whole on reload.
+pub struct Settings {
+    pub config: Config,
+    pub summarizer: Arc<dyn Summarizer>,
+    merged: Mutex<Vec<Merged>>,
+}
+
+struct Merged {
+    overrides: Value,
+    context_limit: usize,
+    config: Arc<CompactionConfig>,
+}
+
+impl Settings {
+    pub fn new(config: Config, summarizer: Arc<dyn Summarizer>) -> Settings {
+        Settings {
+            config,
+            summarizer,
+            merged: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The compaction settings of `session`: global settings plus its overrides, fitted to
+    /// its context limit (see [`CompactionConfig::fitted_to`]). An unset `background_at` is
+    /// resolved by summarizer (see [`BACKGROUND_AT`]). Overrides that no longer validate
+    /// (the global settings changed under them) give the global settings.
+    pub fn session_config(&self, session: &SessionRow) -> Arc<CompactionConfig> {
+        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = merged
+            .iter()
+            .find(|m| m.context_limit == session.context_limit && m.overrides == session.overrides)
+        {
+            return found.config.clone();
+        }
+        let config = Arc::new(self.merge(session));
+        if merged.len() >= MAX_MERGED {
+            merged.clear();
+        }
+        merged.push(Merged {
+            overrides: session.overrides.clone(),
+            context_limit: session.context_limit,
+            config: config.clone(),
+        });
+        config
+    }
+
+    fn merge(&self, session: &SessionRow) -> CompactionConfig {
+        let global = &self.config.compaction;
+        let mut config = compaction_with_overrides(global, &session.overrides)
+            .unwrap_or_else(|_| global.clone())
+            .fitted_to(session.context_limit)
+            .0;
+        if config.background_at.is_none() && !self.summarizer.is_instant() {
+            config.background_at = Some(BACKGROUND_AT);
+        }
+        config
+    }
+}
