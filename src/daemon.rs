@@ -1,7 +1,8 @@
 //! `compactd serve` as a library function: it runs until the `shutdown` future it is given
-//! resolves (`main` passes SIGTERM/SIGINT). The integration tests start it as a process
-//! (`compactd serve` on a temp socket and database), as systemd does; the replay and the
-//! property tests drive a [`Service`] in-process instead.
+//! resolves (`main` passes SIGTERM/SIGINT), on the listeners its options give or on ones it
+//! binds. Most integration tests start it as a process (`compactd serve` on a temp socket and
+//! database), as systemd does; one runs it in-process on listeners it made
+//! (tests/it/in_process.rs); the replay and the property tests drive a [`Service`] directly.
 
 use crate::config::Config;
 use crate::config_watch::{self, notify_systemd};
@@ -14,17 +15,29 @@ use sd_notify::NotifyState;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio::net::{TcpListener, UnixListener};
 
 /// Where the daemon keeps things; `None` means the config's setting, else the XDG default.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct DaemonOptions {
     pub socket: Option<PathBuf>,
     pub db: Option<PathBuf>,
     pub config: Option<PathBuf>,
+    /// Listeners the caller made (tests, embedders): served instead of binding `socket` or
+    /// adopting systemd's, and instead of `[proxy] listen`.
+    pub listeners: Option<Listeners>,
 }
 
-/// Runs the daemon until `shutdown` completes: then it stops accepting, cancels running
-/// compactions, finishes in-flight requests, closes the database and removes its socket.
+/// The listeners a daemon serves: its socket, and the proxy's loopback port if any.
+#[derive(Debug)]
+pub struct Listeners {
+    pub socket: UnixListener,
+    pub proxy: Option<TcpListener>,
+}
+
+/// Runs the daemon until `shutdown` completes: then it stops accepting on every listener,
+/// cancels running compactions, lets in-flight requests finish (within the shutdown grace;
+/// then they end), closes the database and removes the socket it bound.
 pub async fn run(
     options: DaemonOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -36,12 +49,6 @@ pub async fn run(
         .clone()
         .or_else(|| config.store.path.clone())
         .unwrap_or_else(paths::default_db);
-    let socket = options
-        .socket
-        .clone()
-        .or_else(|| config.server.socket.clone())
-        .unwrap_or_else(paths::default_socket);
-
     let store = Store::open(&db, config.store.synchronous).context("cannot open the database")?;
     let service = Service::new(store.clone(), config).context("cannot build the summarizer")?;
     service.set_config_status(|s| s.path = Some(config_path.display().to_string()));
@@ -51,45 +58,16 @@ pub async fn run(
     if !misfits.is_empty() {
         tracing::warn!(error = %config_watch::refused_for(&misfits), "the config does not fit every session; those compact with min_preserve lowered to fit");
     }
-
-    let (listener, bound) = match listener::from_systemd()? {
-        Some(listener) => (listener, None),
-        None => (listener::bind(&socket)?, Some(socket.clone())),
-    };
+    let (listeners, socket) = listen(options, &service).await?;
     config_watch::spawn(config_path, service.clone());
     spawn_watchdog(&service);
-    // Compactions a crash or kill interrupted, or a config change made due, run now.
-    match service.resume().await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(
-            sessions = n,
-            "resumed compactions of sessions over their trigger"
-        ),
-        Err(e) => tracing::warn!(error = %e, "cannot look for sessions over their trigger"),
-    }
+    resume(&service).await;
     tracing::info!(
-        socket = %bound.as_ref().map_or("(from systemd)".into(), |p| p.display().to_string()),
+        socket = %socket,
         db = %db.display(),
         summarizer = %service.settings().summarizer.name(),
         "compactd serving"
     );
-    if let Some(address) = service
-        .settings()
-        .config
-        .proxy
-        .listen_address()
-        .map_err(anyhow::Error::msg)?
-    {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen on {address} ([proxy] listen)"))?;
-        tracing::info!(%address, "proxy listening on loopback TCP");
-        tokio::spawn(server::serve_proxy(
-            listener,
-            service.clone(),
-            service.shutdown_token(),
-        ));
-    }
     notify_systemd(&[NotifyState::Ready, NotifyState::Status("serving")]);
 
     let token = service.shutdown_token();
@@ -99,13 +77,81 @@ pub async fn run(
         notify_systemd(&[NotifyState::Stopping]);
         token.cancel();
     };
-    let served = server::serve(listener, service.clone(), stop).await;
+    let servers = futures_util::future::join_all(
+        listeners
+            .into_iter()
+            .map(|listener| server::serve_on(listener, service.clone(), service.shutdown_token())),
+    );
+    // Every server has finished (or ended what outlived the grace) before the store closes.
+    tokio::join!(stop, servers);
     service.shutdown().await;
     store.close();
-    if let Some(path) = bound {
+    if let Socket::Bound(path) = socket {
         let _ = std::fs::remove_file(path);
     }
-    served.context("server error")
+    Ok(())
+}
+
+/// Where the daemon's socket came from; only one it bound is removed at exit.
+enum Socket {
+    Given,
+    Systemd,
+    Bound(PathBuf),
+}
+
+impl std::fmt::Display for Socket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Socket::Given => f.write_str("(given by the caller)"),
+            Socket::Systemd => f.write_str("(from systemd)"),
+            Socket::Bound(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// The listeners to serve: the caller's, else systemd's socket or a bound one, and the
+/// proxy's port if `[proxy] listen` names one; and where the socket came from.
+async fn listen(
+    options: DaemonOptions,
+    service: &Service,
+) -> Result<(Vec<server::Listener>, Socket)> {
+    if let Some(given) = options.listeners {
+        let mut listeners = vec![server::Listener::Unix(given.socket)];
+        listeners.extend(given.proxy.map(server::Listener::Tcp));
+        return Ok((listeners, Socket::Given));
+    }
+    let config = &service.settings().config;
+    let (socket, origin) = match listener::from_systemd()? {
+        Some(listener) => (listener, Socket::Systemd),
+        None => {
+            let path = options
+                .socket
+                .or_else(|| config.server.socket.clone())
+                .unwrap_or_else(paths::default_socket);
+            (listener::bind(&path)?, Socket::Bound(path))
+        }
+    };
+    let mut listeners = vec![server::Listener::Unix(socket)];
+    if let Some(address) = config.proxy.listen_address().map_err(anyhow::Error::msg)? {
+        let port = TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address} ([proxy] listen)"))?;
+        tracing::info!(%address, "proxy listening on loopback TCP");
+        listeners.push(server::Listener::Tcp(port));
+    }
+    Ok((listeners, origin))
+}
+
+/// Compactions a crash or kill interrupted, or a config change made due, run now.
+async fn resume(service: &Arc<Service>) {
+    match service.resume().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            sessions = n,
+            "resumed compactions of sessions over their trigger"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot look for sessions over their trigger"),
+    }
 }
 
 /// Pings systemd's watchdog at half its interval, while the runtime is healthy.

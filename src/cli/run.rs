@@ -50,7 +50,12 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve { db, config } => {
             crate::daemon::init_logging();
-            let options = crate::daemon::DaemonOptions { socket, db, config };
+            let options = crate::daemon::DaemonOptions {
+                socket,
+                db,
+                config,
+                listeners: None,
+            };
             crate::daemon::run(options, crate::daemon::shutdown_signal()).await?;
         }
         Command::Status => remote::status(&client(), out).await?,

@@ -109,7 +109,12 @@ fn run(conn: Connection, database: DatabaseFile, jobs: Receiver<Job>) {
             }
         }
         batches = batches.wrapping_add(1);
-        commit_batch(&conn, &database, batch, batches.is_multiple_of(INDEX_CHECK_EVERY));
+        commit_batch(
+            &conn,
+            &database,
+            batch,
+            batches.is_multiple_of(INDEX_CHECK_EVERY),
+        );
     }
     // Channel closed: fold the WAL back into the database before the connection closes.
     let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");

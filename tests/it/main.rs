@@ -17,6 +17,7 @@ mod daemon_api;
 mod database;
 mod engine_properties;
 mod hardening;
+mod in_process;
 mod openapi;
 mod operate;
 mod pinning;

@@ -29,6 +29,8 @@ pub enum Reply {
     },
     /// Never answers.
     Hang,
+    /// `OpenAiNumbered`, after this long.
+    After(Duration),
     /// As a model with a window of this many tokens (4 characters each): a request longer
     /// than that gets OpenAI's 400 `context_length_exceeded`, others `OpenAiNumbered`.
     Window(usize),
@@ -229,6 +231,13 @@ async fn handle(
         Reply::Hang => {
             std::future::pending::<()>().await;
             unreachable!()
+        }
+        Reply::After(wait) => {
+            tokio::time::sleep(wait).await;
+            axum::Json(openai_completion(&nine_sections(&format!(
+                "summary written by call {n}"
+            ))))
+            .into_response()
         }
     }
 }
