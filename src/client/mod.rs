@@ -8,6 +8,7 @@ mod events;
 
 pub use events::EventStream;
 
+use crate::protocol::ApiCode;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, StatusCode};
@@ -25,7 +26,7 @@ pub enum ClientError {
     #[error("{message} (HTTP {status}, {code})")]
     Api {
         status: u16,
-        code: String,
+        code: ApiCode,
         message: String,
     },
     #[error("talking to compactd on {socket}: {reason}")]
@@ -175,7 +176,7 @@ impl Client {
         let error = &json["error"];
         Err(ClientError::Api {
             status: answer.status.as_u16(),
-            code: error["code"].as_str().unwrap_or("unknown").to_string(),
+            code: ApiCode::parse(error["code"].as_str().unwrap_or("unknown")),
             message: error["message"]
                 .as_str()
                 .map(str::to_string)
@@ -207,7 +208,7 @@ impl Client {
                 // one that is not running, and waiting would only delay the error.
                 Err(ClientError::NotRunning { .. }) => self.socket.exists(),
                 Err(ClientError::Transport { .. }) => true,
-                Err(ClientError::Api { code, .. }) => code == "busy" || code == "shutting_down",
+                Err(ClientError::Api { code, .. }) => code.is_transient(),
                 Ok(_) => false,
             };
             if !retry || tokio::time::Instant::now() + pause > deadline {
@@ -241,7 +242,7 @@ impl Client {
         if !response.status().is_success() {
             return Err(ClientError::Api {
                 status: response.status().as_u16(),
-                code: "events".into(),
+                code: ApiCode::Unknown("events".into()),
                 message: "cannot subscribe to events".into(),
             });
         }

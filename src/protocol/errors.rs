@@ -77,9 +77,52 @@ impl ErrorCode {
     }
 }
 
+/// An error answer's `code` as a client reads it: one of [`ErrorCode`], or one this build
+/// does not know (a newer daemon's), kept as it was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiCode {
+    Known(ErrorCode),
+    Unknown(String),
+}
+
+impl ApiCode {
+    /// Reads a wire code.
+    pub fn parse(code: &str) -> ApiCode {
+        serde_json::from_value(serde_json::Value::String(code.to_string()))
+            .map_or_else(|_| ApiCode::Unknown(code.to_string()), ApiCode::Known)
+    }
+
+    /// Whether the answer says to retry shortly (`busy`, `shutting_down`).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ApiCode::Known(ErrorCode::Busy | ErrorCode::ShuttingDown)
+        )
+    }
+}
+
+impl std::fmt::Display for ApiCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiCode::Known(code) => f.write_str(code.as_str()),
+            ApiCode::Unknown(code) => f.write_str(code),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_reads_known_codes_as_such_and_keeps_unknown_ones() {
+        assert_eq!(ApiCode::parse("busy"), ApiCode::Known(ErrorCode::Busy));
+        assert!(ApiCode::parse("shutting_down").is_transient());
+        let newer = ApiCode::parse("quota_exceeded");
+        assert_eq!(newer, ApiCode::Unknown("quota_exceeded".into()));
+        assert_eq!(newer.to_string(), "quota_exceeded");
+        assert!(!newer.is_transient());
+    }
 
     #[test]
     fn codes_serialize_as_their_names() {

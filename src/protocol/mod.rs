@@ -15,7 +15,7 @@ mod session_id;
 pub use crate::compaction::{CompactionResult, Trigger};
 pub use crate::message::{Message, Part, Role};
 pub use crate::store::{CompactionRow, FailureRow, MaskingRow, StoredMessage, TokenSource};
-pub use errors::ErrorCode;
+pub use errors::{ApiCode, ErrorCode};
 pub use events::Event;
 pub use requests::*;
 pub use responses::*;

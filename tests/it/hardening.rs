@@ -6,6 +6,7 @@ use crate::common::{
     TestDaemon, all_messages, bash_round, daemon_pid, eventually, post_with_headers, raw_http, user,
 };
 use compactd::client::ClientError;
+use compactd::protocol::{ApiCode, ErrorCode};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -15,7 +16,7 @@ fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-fn api_status(e: ClientError) -> (u16, String, String) {
+fn api_status(e: ClientError) -> (u16, ApiCode, String) {
     match e {
         ClientError::Api {
             status,
@@ -109,7 +110,12 @@ async fn the_database_is_made_private_and_a_symlink_at_its_path_is_refused() {
             .post(&format!("/session/{id}/message"), &user("x"))
             .await
             .unwrap_err();
-        assert_eq!(api_status(e).0, 400, "{id}");
+        let (status, code, _) = api_status(e);
+        assert_eq!(
+            (status, code),
+            (400, ApiCode::Known(ErrorCode::BadRequest)),
+            "{id}"
+        );
     }
 }
 
@@ -530,7 +536,10 @@ async fn bad_numbers_a_locked_database_and_a_removed_one_get_clear_errors() {
         .await
         .unwrap_err();
     let (status, code, _) = api_status(e);
-    assert_eq!((status, code.as_str()), (503, "storage_gone"));
+    assert_eq!(
+        (status, code),
+        (503, ApiCode::Known(ErrorCode::StorageGone))
+    );
 }
 
 // 12. Malformed requests get the JSON error shape; a client that half-closes gets its answer.
