@@ -10,6 +10,7 @@
 //! [`crate::config_watch`]; per-session overrides are merged by [`compaction_with_overrides`].
 
 use crate::compaction::CompactionConfig;
+use crate::compaction::config::InvalidSetting;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -64,17 +65,20 @@ impl ProxyConfig {
 
     /// The loopback address to listen on, if any. Every local user can connect to it (the
     /// API key a call carries is what protects its sessions), so it is never more than local.
-    pub fn listen_address(&self) -> Result<Option<std::net::SocketAddr>, String> {
+    pub fn listen_address(&self) -> Result<Option<std::net::SocketAddr>, InvalidSetting> {
         let Some(listen) = &self.listen else {
             return Ok(None);
         };
-        let address: std::net::SocketAddr = listen
-            .parse()
-            .map_err(|_| format!("`{listen}` is not an address like 127.0.0.1:8484"))?;
+        let invalid = |reason: String| InvalidSetting::new("[proxy] listen", reason);
+        let address: std::net::SocketAddr = listen.parse().map_err(|_| {
+            invalid(format!(
+                "must be an address like 127.0.0.1:8484, not `{listen}`"
+            ))
+        })?;
         if !address.ip().is_loopback() {
-            return Err(format!(
-                "`{listen}` is not a loopback address: the proxy listens on 127.0.0.1 or ::1 only"
-            ));
+            return Err(invalid(format!(
+                "must be a loopback address (the proxy listens on 127.0.0.1 or ::1 only), not `{listen}`"
+            )));
         }
         Ok(Some(address))
     }
@@ -232,42 +236,41 @@ impl Config {
             path: path.to_path_buf(),
             message: parse_error_message(&e, text),
         })?;
-        config.validate().map_err(|message| ConfigError::Invalid {
+        config.validate().map_err(|e| ConfigError::Invalid {
             path: path.to_path_buf(),
-            message,
+            message: e.to_string(),
         })?;
         Ok(config)
     }
 
     /// Checks values that parse but cannot work, naming the key.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
         for (key, upstream) in [
             ("openai_upstream", &self.proxy.openai_upstream),
             ("anthropic_upstream", &self.proxy.anthropic_upstream),
         ] {
             if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
-                return Err(format!(
-                    "[proxy] {key} must be an http:// or https:// URL, not `{upstream}`"
+                return Err(InvalidSetting::new(
+                    format!("[proxy] {key}"),
+                    format!("must be an http:// or https:// URL, not `{upstream}`"),
                 ));
             }
         }
-        self.proxy
-            .listen_address()
-            .map_err(|e| format!("[proxy] listen: {e}"))?;
+        self.proxy.listen_address()?;
         if self.proxy.timeout_s == 0 {
-            return Err("[proxy] timeout_s must be at least 1".into());
+            return Err(InvalidSetting::new("[proxy] timeout_s", "must be at least 1"));
         }
         self.compaction
             .validate()
-            .map_err(|e| format!("[compaction] {e}"))?;
+            .map_err(|e| e.in_section("[compaction]"))?;
         let s = &self.summarizer;
         let needs = |what: bool, key: &str| {
             if what {
                 Ok(())
             } else {
-                Err(format!(
-                    "[summarizer] {key} is required for kind = \"{}\"",
-                    kind_name(s.kind)
+                Err(InvalidSetting::new(
+                    format!("[summarizer] {key}"),
+                    format!("is required for kind = \"{}\"", kind_name(s.kind)),
                 ))
             }
         };
@@ -279,28 +282,31 @@ impl Config {
             SummarizerKind::Command => needs(s.command.is_some(), "command")?,
         }
         if s.timeout_s == 0 {
-            return Err("[summarizer] timeout_s must be at least 1".into());
+            return Err(InvalidSetting::new("[summarizer] timeout_s", "must be at least 1"));
         }
         if s.max_output_tokens == 0 {
-            return Err("[summarizer] max_output_tokens must be at least 1".into());
+            return Err(InvalidSetting::new("[summarizer] max_output_tokens", "must be at least 1"));
         }
         if let Some(window) = s.context_window.filter(|&w| w <= s.max_output_tokens) {
-            return Err(format!(
-                "[summarizer] context_window ({window}) must exceed max_output_tokens ({})",
-                s.max_output_tokens
+            return Err(InvalidSetting::new(
+                "[summarizer] context_window",
+                format!(
+                    "({window}) must exceed max_output_tokens ({})",
+                    s.max_output_tokens
+                ),
             ));
         }
         if self.server.max_body_bytes < 1024 {
-            return Err("[server] max_body_bytes must be at least 1024".into());
+            return Err(InvalidSetting::new("[server] max_body_bytes", "must be at least 1024"));
         }
         if self.proxy.max_body_bytes < 1024 {
-            return Err("[proxy] max_body_bytes must be at least 1024".into());
+            return Err(InvalidSetting::new("[proxy] max_body_bytes", "must be at least 1024"));
         }
         if self.server.request_timeout_s == 0 {
-            return Err("[server] request_timeout_s must be at least 1".into());
+            return Err(InvalidSetting::new("[server] request_timeout_s", "must be at least 1"));
         }
         if self.server.max_connections == 0 {
-            return Err("[server] max_connections must be at least 1".into());
+            return Err(InvalidSetting::new("[server] max_connections", "must be at least 1"));
         }
         Ok(())
     }
@@ -340,27 +346,40 @@ fn kind_name(kind: SummarizerKind) -> &'static str {
     }
 }
 
+/// Why a session's config overrides cannot apply.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OverrideError {
+    #[error("config overrides must be a JSON object")]
+    NotAnObject,
+    /// An unknown key or a value of the wrong type, as serde names it.
+    #[error("config: {0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Invalid(#[from] InvalidSetting),
+}
+
 /// The compaction config of a session: the global one with the session's overrides (a JSON
 /// object of `[compaction]` keys) on top. Unknown keys and bad values are errors naming the key.
 pub fn compaction_with_overrides(
     global: &CompactionConfig,
     overrides: &Value,
-) -> Result<CompactionConfig, String> {
+) -> Result<CompactionConfig, OverrideError> {
     let Value::Object(overrides) = overrides else {
-        return Err("config overrides must be a JSON object".into());
+        return Err(OverrideError::NotAnObject);
     };
     if overrides.is_empty() {
-        // Most sessions: no overrides, and this runs on every append.
+        // Most sessions: no overrides.
         return Ok(global.clone());
     }
-    let mut merged = serde_json::to_value(global).map_err(|e| e.to_string())?;
+    let mut merged =
+        serde_json::to_value(global).map_err(|e| OverrideError::Unreadable(e.to_string()))?;
     if let Value::Object(map) = &mut merged {
         for (key, value) in overrides {
             map.insert(key.clone(), value.clone());
         }
     }
     let config: CompactionConfig =
-        serde_json::from_value(merged).map_err(|e| format!("config: {e}"))?;
+        serde_json::from_value(merged).map_err(|e| OverrideError::Unreadable(e.to_string()))?;
     config.validate()?;
     Ok(config)
 }
@@ -430,10 +449,13 @@ mod tests {
         assert_eq!(c.max_messages, 10);
         assert_eq!(c.min_preserve, global.min_preserve);
         let e = compaction_with_overrides(&global, &serde_json::json!({"bogus": 1})).unwrap_err();
-        assert!(e.contains("bogus"), "{e}");
+        assert!(e.to_string().contains("bogus"), "{e}");
         let e = compaction_with_overrides(&global, &serde_json::json!({"max_messages": 0}))
             .unwrap_err();
-        assert!(e.contains("max_messages"), "{e}");
+        assert_eq!(
+            e,
+            OverrideError::Invalid(InvalidSetting::new("max_messages", "must be at least 1"))
+        );
     }
 }
 

@@ -132,7 +132,7 @@ async fn listen(
         }
     };
     let mut listeners = vec![server::Listener::Unix(socket)];
-    if let Some(address) = config.proxy.listen_address().map_err(anyhow::Error::msg)? {
+    if let Some(address) = config.proxy.listen_address()? {
         let port = TcpListener::bind(address)
             .await
             .with_context(|| format!("cannot listen on {address} ([proxy] listen)"))?;

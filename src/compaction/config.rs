@@ -161,18 +161,24 @@ impl CompactionConfig {
     /// Checks that a session of `context_limit` tokens can compact under this config: its
     /// threshold must leave room for the smallest summary and tail (2 × min_preserve) and some
     /// for pinned messages.
-    pub fn check_context_limit(&self, context_limit: usize) -> Result<(), String> {
+    pub fn check_context_limit(&self, context_limit: usize) -> Result<(), InvalidSetting> {
         if !(MIN_CONTEXT_LIMIT..=MAX_CONTEXT_LIMIT).contains(&context_limit) {
-            return Err(format!(
-                "context_limit {context_limit} is out of range ({MIN_CONTEXT_LIMIT} to {MAX_CONTEXT_LIMIT} tokens)"
+            return Err(InvalidSetting::new(
+                "context_limit",
+                format!(
+                    "{context_limit} is out of range ({MIN_CONTEXT_LIMIT} to {MAX_CONTEXT_LIMIT} tokens)"
+                ),
             ));
         }
         let threshold = self.token_threshold(context_limit);
         if threshold <= 2 * self.min_preserve {
-            return Err(format!(
-                "context_limit {context_limit} is too small for min_preserve {}: its compaction threshold ({threshold} tokens) must exceed 2 × min_preserve ({}); raise context_limit or lower min_preserve",
-                self.min_preserve,
-                2 * self.min_preserve
+            return Err(InvalidSetting::new(
+                "context_limit",
+                format!(
+                    "{context_limit} is too small for min_preserve {}: its compaction threshold ({threshold} tokens) must exceed 2 × min_preserve ({}); raise context_limit or lower min_preserve",
+                    self.min_preserve,
+                    2 * self.min_preserve
+                ),
             ));
         }
         Ok(())
@@ -200,38 +206,70 @@ impl CompactionConfig {
     }
 
     /// Checks values that would make compaction meaningless.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.max_messages == 0 {
-            return Err("max_messages must be at least 1".into());
-        }
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let at_least_1 = |key, value: usize| match value {
+            0 => Err(InvalidSetting::new(key, "must be at least 1")),
+            _ => Ok(()),
+        };
+        at_least_1("max_messages", self.max_messages)?;
         if self.min_preserve > self.max_preserve {
-            return Err(format!(
-                "min_preserve ({}) must not exceed max_preserve ({})",
-                self.min_preserve, self.max_preserve
+            return Err(InvalidSetting::new(
+                "min_preserve",
+                format!(
+                    "({}) must not exceed max_preserve ({})",
+                    self.min_preserve, self.max_preserve
+                ),
             ));
         }
         self.check_context_limit(self.default_context_limit)
-            .map_err(|e| format!("default_{e}"))?;
-        if self.breaker_threshold == 0 {
-            return Err("breaker_threshold must be at least 1".into());
-        }
-        if self.microcompact_tokens == 0 {
-            return Err("microcompact_tokens must be at least 1".into());
-        }
+            .map_err(|e| InvalidSetting::new("default_context_limit", e.reason))?;
+        at_least_1("breaker_threshold", self.breaker_threshold as usize)?;
+        at_least_1("microcompact_tokens", self.microcompact_tokens)?;
         if let Some(share) = self.background_at
             && !(MIN_BACKGROUND_AT..=1.0).contains(&share)
         {
-            return Err(format!(
-                "background_at ({share}) must be between {MIN_BACKGROUND_AT} and 1.0 (1.0: compact only at the trigger)"
+            return Err(InvalidSetting::new(
+                "background_at",
+                format!(
+                    "({share}) must be between {MIN_BACKGROUND_AT} and 1.0 (1.0: compact only at the trigger)"
+                ),
             ));
         }
         if !(1..=MAX_WAIT_S_LIMIT).contains(&self.max_wait_s) {
-            return Err(format!(
-                "max_wait_s ({}) must be between 1 and {MAX_WAIT_S_LIMIT} seconds",
-                self.max_wait_s
+            return Err(InvalidSetting::new(
+                "max_wait_s",
+                format!(
+                    "({}) must be between 1 and {MAX_WAIT_S_LIMIT} seconds",
+                    self.max_wait_s
+                ),
             ));
         }
         Ok(())
+    }
+}
+
+/// A setting that cannot work, naming its key (`max_wait_s`, `[proxy] listen`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key} {reason}")]
+pub struct InvalidSetting {
+    pub key: String,
+    pub reason: String,
+}
+
+impl InvalidSetting {
+    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> InvalidSetting {
+        InvalidSetting {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The same, its key named within a config file's `section` (`[compaction]`).
+    pub fn in_section(self, section: &str) -> InvalidSetting {
+        InvalidSetting {
+            key: format!("{section} {}", self.key),
+            ..self
+        }
     }
 }
 
@@ -320,7 +358,7 @@ mod tests {
             max_preserve: 5,
             ..Default::default()
         };
-        assert!(c.validate().unwrap_err().contains("min_preserve"));
+        assert_eq!(c.validate().unwrap_err().key, "min_preserve");
         let c = CompactionConfig {
             max_messages: 0,
             ..Default::default()
@@ -330,14 +368,16 @@ mod tests {
             default_context_limit: 1_000_000_000,
             ..Default::default()
         };
-        assert!(c.validate().unwrap_err().contains("out of range"));
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "default_context_limit");
+        assert!(e.to_string().contains("out of range"), "{e}");
     }
 
     #[test]
     fn a_context_limit_must_leave_room_to_compact() {
         let c = CompactionConfig::default();
         let e = c.check_context_limit(1_000).unwrap_err();
-        assert!(e.contains("too small for min_preserve 2000"), "{e}");
+        assert!(e.to_string().contains("too small for min_preserve 2000"), "{e}");
         assert!(c.check_context_limit(5_000).is_err());
         assert!(c.check_context_limit(6_000).is_ok());
         let small = CompactionConfig {

@@ -122,7 +122,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::InvalidMessage { .. } => {
                 (StatusCode::BAD_REQUEST, ErrorCode::InvalidMessage)
             }
-            ServiceError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            ServiceError::BadRequest(_) | ServiceError::Overrides(_) => {
+                (StatusCode::BAD_REQUEST, ErrorCode::BadRequest)
+            }
             ServiceError::Summarizer(SummarizeError::Cancelled) => {
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown)
             }

@@ -25,7 +25,7 @@ pub use crate::store::StoreError;
 
 use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
 use crate::compactor::CompactError;
-use crate::config::{Config, compaction_with_overrides};
+use crate::config::{Config, OverrideError, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{
     AppendRules, ContextSnapshot, Idempotency, NewMessage, NewSession, SessionRow, SessionUpdate,
@@ -50,6 +50,9 @@ pub enum ServiceError {
     InvalidMessage { index: usize, error: MessageError },
     #[error("{0}")]
     BadRequest(String),
+    /// A session's config overrides or context limit that cannot work (the key is named).
+    #[error(transparent)]
+    Overrides(#[from] OverrideError),
     #[error(transparent)]
     Summarizer(#[from] SummarizeError),
     #[error(transparent)]
@@ -207,7 +210,7 @@ impl Service {
         let mut misfits = Vec::new();
         for session in self.store.sessions().await? {
             let why = compaction_with_overrides(&config.compaction, &session.overrides)
-                .and_then(|c| c.check_context_limit(session.context_limit));
+                .and_then(|c| Ok(c.check_context_limit(session.context_limit)?));
             if let Err(why) = why {
                 let owner = match &session.owner {
                     Some(owner) => format!(", proxy key sha256 {}…", &owner[..owner.len().min(12)]),
@@ -249,13 +252,12 @@ impl Service {
     ) -> Result<NewSession, ServiceError> {
         let settings = self.settings();
         let overrides = overrides.unwrap_or_else(|| Value::Object(Default::default()));
-        let config = compaction_with_overrides(&settings.config.compaction, &overrides)
-            .map_err(ServiceError::BadRequest)?;
+        let config = compaction_with_overrides(&settings.config.compaction, &overrides)?;
         let context_limit =
             context_limit.unwrap_or(settings.config.compaction.default_context_limit);
         config
             .check_context_limit(context_limit)
-            .map_err(ServiceError::BadRequest)?;
+            .map_err(OverrideError::from)?;
         Ok(NewSession {
             id,
             model,
@@ -322,11 +324,10 @@ impl Service {
         };
         let current = self.store.session(id.as_str()).await?;
         let overrides = update.overrides.as_ref().unwrap_or(&current.overrides);
-        let config = compaction_with_overrides(&self.settings().config.compaction, overrides)
-            .map_err(ServiceError::BadRequest)?;
+        let config = compaction_with_overrides(&self.settings().config.compaction, overrides)?;
         config
             .check_context_limit(update.context_limit.unwrap_or(current.context_limit))
-            .map_err(ServiceError::BadRequest)?;
+            .map_err(OverrideError::from)?;
         let session = self
             .store
             .update_session(id.to_string(), update, self.append_rules())

@@ -250,7 +250,7 @@ impl Service {
             .config
             .compaction
             .check_context_limit(context_limit)
-            .map_err(ServiceError::BadRequest)?;
+            .map_err(crate::config::OverrideError::from)?;
         let may_create = match caller.local {
             true => Ok(()),
             false => self
