@@ -258,7 +258,10 @@ impl Config {
         }
         self.proxy.listen_address()?;
         if self.proxy.timeout_s == 0 {
-            return Err(InvalidSetting::new("[proxy] timeout_s", "must be at least 1"));
+            return Err(InvalidSetting::new(
+                "[proxy] timeout_s",
+                "must be at least 1",
+            ));
         }
         self.compaction
             .validate()
@@ -282,10 +285,16 @@ impl Config {
             SummarizerKind::Command => needs(s.command.is_some(), "command")?,
         }
         if s.timeout_s == 0 {
-            return Err(InvalidSetting::new("[summarizer] timeout_s", "must be at least 1"));
+            return Err(InvalidSetting::new(
+                "[summarizer] timeout_s",
+                "must be at least 1",
+            ));
         }
         if s.max_output_tokens == 0 {
-            return Err(InvalidSetting::new("[summarizer] max_output_tokens", "must be at least 1"));
+            return Err(InvalidSetting::new(
+                "[summarizer] max_output_tokens",
+                "must be at least 1",
+            ));
         }
         if let Some(window) = s.context_window.filter(|&w| w <= s.max_output_tokens) {
             return Err(InvalidSetting::new(
@@ -297,16 +306,28 @@ impl Config {
             ));
         }
         if self.server.max_body_bytes < 1024 {
-            return Err(InvalidSetting::new("[server] max_body_bytes", "must be at least 1024"));
+            return Err(InvalidSetting::new(
+                "[server] max_body_bytes",
+                "must be at least 1024",
+            ));
         }
         if self.proxy.max_body_bytes < 1024 {
-            return Err(InvalidSetting::new("[proxy] max_body_bytes", "must be at least 1024"));
+            return Err(InvalidSetting::new(
+                "[proxy] max_body_bytes",
+                "must be at least 1024",
+            ));
         }
         if self.server.request_timeout_s == 0 {
-            return Err(InvalidSetting::new("[server] request_timeout_s", "must be at least 1"));
+            return Err(InvalidSetting::new(
+                "[server] request_timeout_s",
+                "must be at least 1",
+            ));
         }
         if self.server.max_connections == 0 {
-            return Err(InvalidSetting::new("[server] max_connections", "must be at least 1"));
+            return Err(InvalidSetting::new(
+                "[server] max_connections",
+                "must be at least 1",
+            ));
         }
         Ok(())
     }

@@ -367,26 +367,35 @@ pub struct SeqRange {
     pub to: u64,
 }
 
-impl std::str::FromStr for SeqRange {
-    type Err = String;
+/// Why a `SEQ[..SEQ]` argument cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSeqRange(String);
 
-    fn from_str(text: &str) -> Result<SeqRange, String> {
+impl std::str::FromStr for SeqRange {
+    type Err = BadSeqRange;
+
+    fn from_str(text: &str) -> Result<SeqRange, BadSeqRange> {
         let seq = |s: &str| {
             s.trim()
                 .parse::<u64>()
                 .ok()
                 .filter(|&n| n >= 1)
-                .ok_or_else(|| format!("{s:?} is not a seq (1, 2, 3, ...)"))
+                .ok_or_else(|| BadSeqRange(format!("{s:?} is not a seq (1, 2, 3, ...)")))
         };
         let (from, to) = match text.split_once("..") {
             Some((from, to)) => (seq(from)?, seq(to)?),
             None => (seq(text)?, seq(text)?),
         };
         if to < from {
-            return Err(format!("{text}: the range ends before it starts"));
+            return Err(BadSeqRange(format!(
+                "{text}: the range ends before it starts"
+            )));
         }
         if to - from >= 1_000 {
-            return Err(format!("{text}: at most 1,000 messages at once"));
+            return Err(BadSeqRange(format!(
+                "{text}: at most 1,000 messages at once"
+            )));
         }
         Ok(SeqRange { from, to })
     }

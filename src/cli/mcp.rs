@@ -123,37 +123,45 @@ impl Server {
             "tools/list" => answer(id, json!({"tools": tools()})),
             "tools/call" => match self.call(&params).await {
                 Ok(result) => answer(id, result),
-                Err(message) => error(id, -32602, &message),
+                Err(NoSuchTool(message)) => error(id, -32602, &message),
             },
             other => error(id, -32601, &format!("no method {other:?}")),
         })
     }
 
     /// A tool call's result; `Err` only for a call naming no tool of ours.
-    async fn call(&self, params: &Value) -> Result<Value, String> {
+    async fn call(&self, params: &Value) -> Result<Value, NoSuchTool> {
         let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
         let outcome = match params.get("name").and_then(Value::as_str) {
             Some("search_history") => self.search(&arguments).await,
             Some("read_messages") => self.read(&arguments).await,
-            Some(other) => return Err(format!("no tool {other:?}: search_history, read_messages")),
-            None => return Err("tools/call needs params.name".into()),
+            Some(other) => {
+                return Err(NoSuchTool(format!(
+                    "no tool {other:?}: search_history, read_messages"
+                )));
+            }
+            None => return Err(NoSuchTool("tools/call needs params.name".into())),
         };
         Ok(match outcome {
             Ok(text) => json!({"content": [{"type": "text", "text": text}], "isError": false}),
-            Err(text) => json!({"content": [{"type": "text", "text": text}], "isError": true}),
+            Err(ToolError(text)) => {
+                json!({"content": [{"type": "text", "text": text}], "isError": true})
+            }
         })
     }
 
-    fn session(&self, arguments: &Value) -> Result<SessionId, String> {
+    fn session(&self, arguments: &Value) -> Result<SessionId, ToolError> {
         match arguments.get("session").and_then(Value::as_str) {
-            Some(id) => id.parse().map_err(|e| format!("session {id:?}: {e}")),
+            Some(id) => id
+                .parse()
+                .map_err(|e| ToolError(format!("session {id:?}: {e}"))),
             None => self.session.clone().ok_or_else(|| {
-                "name the session: its id is in the context's masked placeholders and summary header ('session ID'), or run `compactd session list`".to_string()
+                "name the session: its id is in the context's masked placeholders and summary header ('session ID'), or run `compactd session list`".into()
             }),
         }
     }
 
-    async fn search(&self, arguments: &Value) -> Result<String, String> {
+    async fn search(&self, arguments: &Value) -> Result<String, ToolError> {
         let id = self.session(arguments)?;
         let query = arguments
             .get("query")
@@ -164,11 +172,7 @@ impl Server {
             .and_then(Value::as_u64)
             .unwrap_or(5)
             .clamp(1, 50);
-        let found = self
-            .client
-            .search(&id, query, limit as usize)
-            .await
-            .map_err(daemon_error)?;
+        let found = self.client.search(&id, query, limit as usize).await?;
         if found.results.is_empty() {
             return Ok(format!("Nothing in session {id} matches {query:?}."));
         }
@@ -190,7 +194,7 @@ impl Server {
         Ok(text)
     }
 
-    async fn read(&self, arguments: &Value) -> Result<String, String> {
+    async fn read(&self, arguments: &Value) -> Result<String, ToolError> {
         let id = self.session(arguments)?;
         let seq = |key: &str| {
             arguments
@@ -201,15 +205,11 @@ impl Server {
         let from = seq("from_seq").ok_or("read_messages needs `from_seq` (1 or more)")?;
         let to = seq("to_seq").unwrap_or(from);
         if to < from {
-            return Err(format!("to_seq {to} is before from_seq {from}"));
+            return Err(format!("to_seq {to} is before from_seq {from}").into());
         }
         let offset = arguments.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize;
         let count = (to - from + 1).min(MAX_READ_MESSAGES);
-        let page = self
-            .client
-            .history(&id, from - 1, count as usize)
-            .await
-            .map_err(daemon_error)?;
+        let page = self.client.history(&id, from - 1, count as usize).await?;
         let mut text = String::new();
         for m in page.messages.iter().filter(|m| m.seq <= to) {
             let parts: Vec<crate::message::Part> =
@@ -222,9 +222,7 @@ impl Server {
             ));
         }
         if text.is_empty() {
-            return Err(format!(
-                "session {id} has no message from seq {from} to {to}"
-            ));
+            return Err(format!("session {id} has no message from seq {from} to {to}").into());
         }
         Ok(page_of(&text, offset, from, to))
     }
@@ -244,8 +242,28 @@ fn page_of(text: &str, offset: usize, from: u64, to: u64) -> String {
     )
 }
 
-fn daemon_error(e: ClientError) -> String {
-    e.to_string()
+/// A tools/call naming no tool of ours: answered as a JSON-RPC invalid-params error.
+struct NoSuchTool(String);
+
+/// Why a tool call failed: the model reads it as an `isError` result, in words it can act on.
+struct ToolError(String);
+
+impl From<&str> for ToolError {
+    fn from(why: &str) -> ToolError {
+        ToolError(why.to_string())
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(why: String) -> ToolError {
+        ToolError(why)
+    }
+}
+
+impl From<ClientError> for ToolError {
+    fn from(e: ClientError) -> ToolError {
+        ToolError(e.to_string())
+    }
 }
 
 /// The `initialize` result. Whatever version the client asks for, this one is offered (the

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 type Frames =
-    Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, String>> + Send + 'static>>;
+    Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, ClientError>> + Send + 'static>>;
 
 /// Server-sent events from the daemon.
 pub struct EventStream {
@@ -33,9 +33,13 @@ impl EventStream {
         B: AsRef<[u8]>,
         E: std::fmt::Display,
     {
-        let frames = chunks
-            .eventsource()
-            .map(|item| item.map_err(|e| e.to_string()));
+        let on = socket.clone();
+        let frames = chunks.eventsource().map(move |item| {
+            item.map_err(|e| ClientError::Transport {
+                socket: on.clone(),
+                reason: e.to_string(),
+            })
+        });
         EventStream {
             frames: Box::pin(frames),
             socket,
@@ -47,12 +51,7 @@ impl EventStream {
         loop {
             let event = match self.frames.next().await? {
                 Ok(event) => event,
-                Err(reason) => {
-                    return Some(Err(ClientError::Transport {
-                        socket: self.socket.clone(),
-                        reason,
-                    }));
-                }
+                Err(e) => return Some(Err(e)),
             };
             if event.data.is_empty() {
                 continue;

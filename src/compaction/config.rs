@@ -377,7 +377,10 @@ mod tests {
     fn a_context_limit_must_leave_room_to_compact() {
         let c = CompactionConfig::default();
         let e = c.check_context_limit(1_000).unwrap_err();
-        assert!(e.to_string().contains("too small for min_preserve 2000"), "{e}");
+        assert!(
+            e.to_string().contains("too small for min_preserve 2000"),
+            "{e}"
+        );
         assert!(c.check_context_limit(5_000).is_err());
         assert!(c.check_context_limit(6_000).is_ok());
         let small = CompactionConfig {

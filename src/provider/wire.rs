@@ -14,6 +14,24 @@
 use crate::message::Message;
 use serde_json::Value;
 
+/// A request body the proxy cannot read as its API's conversation (what is wrong, and
+/// where); the client is answered 400, as the provider would answer it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnreadableRequest(pub String);
+
+impl From<String> for UnreadableRequest {
+    fn from(why: String) -> UnreadableRequest {
+        UnreadableRequest(why)
+    }
+}
+
+impl From<&str> for UnreadableRequest {
+    fn from(why: &str) -> UnreadableRequest {
+        UnreadableRequest(why.to_string())
+    }
+}
+
 /// The model API a proxied call speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
@@ -36,7 +54,7 @@ impl Wire {
 
     /// Reads a request body, taking its conversation (`messages` or `input`) out of it: the
     /// messages become the request's natives, held once ([`Wire::render`] borrows them back).
-    pub fn parse(self, body: &mut Value) -> Result<WireRequest, String> {
+    pub fn parse(self, body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
         match self {
             Wire::Chat => super::chat::request::parse(body),
             Wire::Anthropic => super::anthropic::request::parse(body),

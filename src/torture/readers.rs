@@ -77,17 +77,17 @@ impl LongLived {
 }
 
 /// The system `sqlite3`'s verdict on the file: `Ok` when `integrity_check` says ok.
-pub async fn integrity_check(db: &Path) -> Result<(), String> {
+pub async fn integrity_check(db: &Path) -> anyhow::Result<()> {
     let out = Command::new("sqlite3")
         .arg(db)
         .arg("pragma integrity_check")
         .output()
         .await
-        .map_err(|e| format!("cannot run sqlite3: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot run sqlite3: {e}"))?;
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if out.status.success() && said == "ok" {
         Ok(())
     } else {
-        Err(format!("{said}{}", String::from_utf8_lossy(&out.stderr)))
+        anyhow::bail!("{said}{}", String::from_utf8_lossy(&out.stderr))
     }
 }

@@ -13,7 +13,7 @@ use crate::compaction::instruction::{UserText, classify_user_text};
 use crate::message::{Message, Part, Role};
 use serde_json::Value;
 
-pub(super) fn convert(text: &str) -> Result<Draft, String> {
+pub(super) fn convert(text: &str) -> Result<Draft, super::Malformed> {
     let mut draft = Draft::default();
     let mut reply_id: Option<String> = None;
     for (number, line) in text.lines().enumerate() {
@@ -21,7 +21,7 @@ pub(super) fn convert(text: &str) -> Result<Draft, String> {
             continue;
         }
         let Ok(record) = serde_json::from_str::<Value>(line) else {
-            return Err(format!("line {} is not JSON", number + 1));
+            return Err(format!("line {} is not JSON", number + 1).into());
         };
         if draft.session_hint.is_none() {
             draft.session_hint = record["sessionId"].as_str().map(str::to_string);

@@ -47,6 +47,23 @@ pub struct Transcript {
     pub submission: Option<String>,
 }
 
+/// What a converter found wrong with a transcript's content (its file is named by the
+/// caller, in [`TranscriptError::Format`]).
+#[derive(Debug)]
+pub(crate) struct Malformed(String);
+
+impl From<&str> for Malformed {
+    fn from(why: &str) -> Malformed {
+        Malformed(why.to_string())
+    }
+}
+
+impl From<String> for Malformed {
+    fn from(why: String) -> Malformed {
+        Malformed(why)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
     #[error("cannot read {path}: {error}")]
@@ -119,7 +136,7 @@ pub fn load(path: &Path, format: Option<Format>) -> Result<Transcript, Transcrip
             }
         }
     }
-    .map_err(|message| TranscriptError::Format {
+    .map_err(|Malformed(message)| TranscriptError::Format {
         path: shown,
         message,
     })?;

@@ -6,7 +6,7 @@ use crate::message::{Message, Part, Role};
 use serde_json::Value;
 
 /// `[...]` or `{"messages": [...]}`.
-pub(super) fn convert_list(value: &Value) -> Result<Draft, String> {
+pub(super) fn convert_list(value: &Value) -> Result<Draft, super::Malformed> {
     let list = match value {
         Value::Array(list) => list,
         Value::Object(map) => map
@@ -24,7 +24,7 @@ pub(super) fn convert_list(value: &Value) -> Result<Draft, String> {
 
 /// `{"messages": [...], "trajectory_format": "mini-swe-agent-1.1", ...}`; the final `exit`
 /// message (the run's end, not sent to the model) is skipped.
-pub(super) fn convert_mini_swe_agent(value: &Value) -> Result<Draft, String> {
+pub(super) fn convert_mini_swe_agent(value: &Value) -> Result<Draft, super::Malformed> {
     let list = value["messages"].as_array().ok_or("no messages array")?;
     let mut draft = Draft {
         session_hint: value["instance_id"].as_str().map(str::to_string),

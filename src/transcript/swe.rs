@@ -7,7 +7,7 @@ use super::Draft;
 use super::openai::convert_message;
 use serde_json::Value;
 
-pub(super) fn convert(value: &Value) -> Result<Draft, String> {
+pub(super) fn convert(value: &Value) -> Result<Draft, super::Malformed> {
     let history = value["history"].as_array().ok_or("no history array")?;
     let mut draft = Draft {
         submission: value["info"]["submission"].as_str().map(str::to_string),

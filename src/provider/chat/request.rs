@@ -2,12 +2,12 @@
 //! and developer messages included), and the conversation put back in their place.
 
 use crate::message::{Message, Part, Role};
-use crate::provider::wire::{Outgoing, WireRequest, overhead_tokens, text_of};
+use crate::provider::wire::{Outgoing, UnreadableRequest, WireRequest, overhead_tokens, text_of};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// Reads the request, taking its `messages` out of `body` (they become the natives).
-pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
+pub fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
     let Value::Array(list) = body["messages"].take() else {
         return Err("expected a `messages` array".into());
     };

@@ -3,12 +3,12 @@
 
 use super::{group, message_of};
 use crate::message::Part;
-use crate::provider::wire::{Outgoing, WireRequest, overhead_tokens};
+use crate::provider::wire::{Outgoing, UnreadableRequest, WireRequest, overhead_tokens};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// Reads the request, taking its `input` out of `body` (its items become the natives).
-pub fn parse(body: &mut Value) -> Result<WireRequest, String> {
+pub fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
     let items = match body["input"].take() {
         Value::String(s) => vec![json!({"type": "message", "role": "user", "content": s})],
         Value::Array(items) => items,
