@@ -245,6 +245,22 @@ impl Config {
 
     /// Checks values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
+        self.validate_proxy()?;
+        self.compaction
+            .validate()
+            .map_err(|e| e.in_section("[compaction]"))?;
+        self.validate_summarizer()?;
+        at_least("[server] max_body_bytes", self.server.max_body_bytes, 1024)?;
+        at_least(
+            "[server] request_timeout_s",
+            self.server.request_timeout_s,
+            1,
+        )?;
+        at_least("[server] max_connections", self.server.max_connections, 1)?;
+        Ok(())
+    }
+
+    fn validate_proxy(&self) -> Result<(), InvalidSetting> {
         for (key, upstream) in [
             ("openai_upstream", &self.proxy.openai_upstream),
             ("anthropic_upstream", &self.proxy.anthropic_upstream),
@@ -257,15 +273,11 @@ impl Config {
             }
         }
         self.proxy.listen_address()?;
-        if self.proxy.timeout_s == 0 {
-            return Err(InvalidSetting::new(
-                "[proxy] timeout_s",
-                "must be at least 1",
-            ));
-        }
-        self.compaction
-            .validate()
-            .map_err(|e| e.in_section("[compaction]"))?;
+        at_least("[proxy] timeout_s", self.proxy.timeout_s, 1)?;
+        at_least("[proxy] max_body_bytes", self.proxy.max_body_bytes, 1024)
+    }
+
+    fn validate_summarizer(&self) -> Result<(), InvalidSetting> {
         let s = &self.summarizer;
         let needs = |what: bool, key: &str| {
             if what {
@@ -284,18 +296,8 @@ impl Config {
             }
             SummarizerKind::Command => needs(s.command.is_some(), "command")?,
         }
-        if s.timeout_s == 0 {
-            return Err(InvalidSetting::new(
-                "[summarizer] timeout_s",
-                "must be at least 1",
-            ));
-        }
-        if s.max_output_tokens == 0 {
-            return Err(InvalidSetting::new(
-                "[summarizer] max_output_tokens",
-                "must be at least 1",
-            ));
-        }
+        at_least("[summarizer] timeout_s", s.timeout_s, 1)?;
+        at_least("[summarizer] max_output_tokens", s.max_output_tokens, 1)?;
         if let Some(window) = s.context_window.filter(|&w| w <= s.max_output_tokens) {
             return Err(InvalidSetting::new(
                 "[summarizer] context_window",
@@ -305,32 +307,19 @@ impl Config {
                 ),
             ));
         }
-        if self.server.max_body_bytes < 1024 {
-            return Err(InvalidSetting::new(
-                "[server] max_body_bytes",
-                "must be at least 1024",
-            ));
-        }
-        if self.proxy.max_body_bytes < 1024 {
-            return Err(InvalidSetting::new(
-                "[proxy] max_body_bytes",
-                "must be at least 1024",
-            ));
-        }
-        if self.server.request_timeout_s == 0 {
-            return Err(InvalidSetting::new(
-                "[server] request_timeout_s",
-                "must be at least 1",
-            ));
-        }
-        if self.server.max_connections == 0 {
-            return Err(InvalidSetting::new(
-                "[server] max_connections",
-                "must be at least 1",
-            ));
-        }
         Ok(())
     }
+}
+
+/// `key` must be at least `least`.
+fn at_least(key: &str, value: impl TryInto<u64>, least: u64) -> Result<(), InvalidSetting> {
+    if value.try_into().is_ok_and(|v| v < least) {
+        return Err(InvalidSetting::new(
+            key,
+            format!("must be at least {least}"),
+        ));
+    }
+    Ok(())
 }
 
 /// A TOML error as `line N: what`, without the quoted source line toml adds: the error goes

@@ -8,8 +8,11 @@
 mod agent_loop;
 mod mock_model;
 mod proxy_cost;
+mod render;
 mod search;
 mod session_size;
+
+pub use render::render;
 
 use crate::client::{Client, Connection};
 use crate::compaction::{
@@ -146,40 +149,16 @@ pub async fn run(
     let get = |path: &str| (Method::GET, path.to_string(), String::new());
     let echo = latencies(&mut conn, sizes.echo, |_| get("/health")).await?;
 
-    progress("append, 1 client");
-    client
-        .post("/session", &unbounded_session("append-1"))
-        .await?;
-    let start = Instant::now();
-    let one = latencies(&mut conn, sizes.append_1, |i| {
-        (
-            Method::POST,
-            "/session/append-1/message".into(),
-            bench_message(i).to_string(),
-        )
-    })
+    let (append, raw_indexed) = append_figures(
+        &client,
+        &mut conn,
+        &sizes,
+        dir.path(),
+        synchronous,
+        &progress,
+    )
     .await?;
-    let clients_1 = throughput(&one, start.elapsed());
-
-    progress("append, 16 clients");
-    let clients_16 = append_16_clients(&client, sizes.append_16_each).await?;
-
-    progress("append by session size: 100, 10,000 and 100,000 messages");
-    let by_session_size = session_size::run(&client, sizes.append_1 / 3).await?;
-
-    progress("raw SQLite, one transaction per row");
-    let raw_sqlite_txn_per_s = raw_sqlite_rate(
-        &dir.path().join("raw.db"),
-        synchronous,
-        sizes.append_1,
-        false,
-    )?;
-    let raw_indexed = raw_sqlite_rate(
-        &dir.path().join("raw-fts.db"),
-        synchronous,
-        sizes.append_1,
-        true,
-    )?;
+    let raw_sqlite_txn_per_s = append.raw_sqlite_txn_per_s;
 
     progress("context at 100 and 100,000 messages");
     let context = context_figures(&client, &mut conn, sizes.context_requests).await?;
@@ -207,13 +186,8 @@ pub async fn run(
     let proxy = proxy_cost::run(quick).await?;
 
     Ok(BenchReport {
-        append_vs_echo_p50: clients_1.p50_us / percentile(&echo, 0.5),
-        append: AppendFigures {
-            clients_1,
-            clients_16,
-            by_session_size,
-            raw_sqlite_txn_per_s,
-        },
+        append_vs_echo_p50: append.clients_1.p50_us / percentile(&echo, 0.5),
+        append,
         echo: Echo {
             p50_us: percentile(&echo, 0.5),
         },
@@ -227,6 +201,53 @@ pub async fn run(
         agent_loop,
         proxy,
     })
+}
+
+/// Appends from one client, from 16, by session size, and raw SQLite's rate beside them
+/// (with and without the full-text index, for the search figure).
+async fn append_figures(
+    client: &Client,
+    conn: &mut Connection,
+    sizes: &Sizes,
+    dir: &Path,
+    synchronous: Synchronous,
+    progress: &impl Fn(&str),
+) -> Result<(AppendFigures, f64)> {
+    progress("append, 1 client");
+    client
+        .post("/session", &unbounded_session("append-1"))
+        .await?;
+    let start = Instant::now();
+    let one = latencies(conn, sizes.append_1, |i| {
+        (
+            Method::POST,
+            "/session/append-1/message".into(),
+            bench_message(i).to_string(),
+        )
+    })
+    .await?;
+    let clients_1 = throughput(&one, start.elapsed());
+
+    progress("append, 16 clients");
+    let clients_16 = append_16_clients(client, sizes.append_16_each).await?;
+
+    progress("append by session size: 100, 10,000 and 100,000 messages");
+    let by_session_size = session_size::run(client, sizes.append_1 / 3).await?;
+
+    progress("raw SQLite, one transaction per row");
+    let raw_sqlite_txn_per_s =
+        raw_sqlite_rate(&dir.join("raw.db"), synchronous, sizes.append_1, false)?;
+    let raw_indexed = raw_sqlite_rate(&dir.join("raw-fts.db"), synchronous, sizes.append_1, true)?;
+
+    Ok((
+        AppendFigures {
+            clients_1,
+            clients_16,
+            by_session_size,
+            raw_sqlite_txn_per_s,
+        },
+        raw_indexed,
+    ))
 }
 
 /// Appends from 16 clients at once, each on its own connection and session, `each` messages
@@ -419,150 +440,6 @@ pub fn plan_ms(n: usize, runs: usize) -> f64 {
         std::hint::black_box(plan.prompt(&input));
     }
     start.elapsed().as_secs_f64() * 1e3 / runs.max(1) as f64
-}
-
-/// The figures as a table, with the targets for this kind of machine.
-pub fn render(r: &BenchReport) -> String {
-    let a = &r.append;
-    let raw = a.raw_sqlite_txn_per_s;
-    let check = |ok: bool| if ok { "ok" } else { "MISSED" };
-    let rows = [
-        (
-            "append, 1 client",
-            format!(
-                "{:.0} msg/s, p50 {:.0} µs, p99 {:.0} µs",
-                a.clients_1.msgs_per_s, a.clients_1.p50_us, a.clients_1.p99_us
-            ),
-            format!("{:.2}x raw (target >= 0.5)", a.clients_1.msgs_per_s / raw),
-            check(a.clients_1.msgs_per_s >= 0.5 * raw),
-        ),
-        (
-            "append, 16 clients",
-            format!(
-                "{:.0} msg/s, p50 {:.0} µs, p99 {:.0} µs",
-                a.clients_16.msgs_per_s, a.clients_16.p50_us, a.clients_16.p99_us
-            ),
-            format!("{:.2}x raw (target >= 2.5)", a.clients_16.msgs_per_s / raw),
-            check(a.clients_16.msgs_per_s >= 2.5 * raw),
-        ),
-        (
-            "append p50 by size",
-            format!(
-                "{:.0} / {:.0} / {:.0} µs at 100 / 10k / 100k messages",
-                a.by_session_size.p50_us_100,
-                a.by_session_size.p50_us_10k,
-                a.by_session_size.p50_us_100k
-            ),
-            format!("ratio {:.2} (target <= 1.5)", a.by_session_size.ratio),
-            check(a.by_session_size.ratio <= 1.5),
-        ),
-        (
-            "raw SQLite txn/s",
-            format!("{raw:.0} rows/s"),
-            "one transaction per row".into(),
-            "",
-        ),
-        (
-            "echo (GET /health)",
-            format!("p50 {:.0} µs", r.echo.p50_us),
-            String::new(),
-            "",
-        ),
-        (
-            "append p50 / echo p50",
-            format!("{:.2}", r.append_vs_echo_p50),
-            "target <= 5".into(),
-            check(r.append_vs_echo_p50 <= 5.0),
-        ),
-        (
-            "context p50",
-            format!(
-                "{:.0} µs at 100, {:.0} µs at 100k messages",
-                r.context.p50_us_100, r.context.p50_us_100k
-            ),
-            format!("ratio {:.2} (target <= 1.5)", r.context.ratio),
-            check(r.context.ratio <= 1.5),
-        ),
-        (
-            "plan (engine)",
-            format!(
-                "{:.2} / {:.2} / {:.2} ms at 80 / 1k / 10k",
-                r.engine.plan_ms_80, r.engine.plan_ms_1000, r.engine.plan_ms_10000
-            ),
-            "target <= 50 ms at 10k".into(),
-            check(r.engine.plan_ms_10000 <= 50.0),
-        ),
-        (
-            "RSS idle",
-            format!("{:.1} MB", r.rss_mb.idle),
-            "target <= 20 MB".into(),
-            check(r.rss_mb.idle <= 20.0),
-        ),
-        (
-            "RSS, 1000 sessions",
-            format!("{:.1} MB", r.rss_mb.sessions_1000),
-            "target <= 150 MB".into(),
-            check(r.rss_mb.sessions_1000 <= 150.0),
-        ),
-    ];
-    let search_row = (
-        "search, 100k messages",
-        format!(
-            "p50 {:.1} ms, p99 {:.1} ms",
-            r.search.p50_ms_100k, r.search.p99_ms_100k
-        ),
-        format!(
-            "target p50 < 20 ms; inline index +{:.0} µs/txn",
-            r.search.index_us_inline
-        ),
-        check(r.search.p50_ms_100k < 20.0),
-    );
-    let l = &r.agent_loop;
-    let loop_row = |run: &agent_loop::LoopRun| {
-        format!(
-            "p50 {:.1} / p99 {:.1} / max {:.0} ms, {} waits, {} compactions ({} hurried), {} over trigger",
-            run.context_p50_ms,
-            run.context_p99_ms,
-            run.context_max_ms,
-            run.waits,
-            run.compactions,
-            run.hurried,
-            run.over_trigger
-        )
-    };
-    let loops = [
-        (
-            "agent loop, waiting",
-            loop_row(&l.waiting),
-            format!(
-                "{} steps, {} ms summarizer, {} ms/step",
-                l.steps, l.summarizer_ms, l.step_ms
-            ),
-            "",
-        ),
-        (
-            "agent loop, background",
-            loop_row(&l.background),
-            "target p99 < 50 ms, 0 over limit".into(),
-            check(l.background.context_p99_ms < 50.0 && l.background.over_limit == 0),
-        ),
-        (
-            "proxy, added per call",
-            format!(
-                "{:.1} / {:.1} / {:.1} ms at 10 / 1k / 10k messages",
-                r.proxy.added_ms_10, r.proxy.added_ms_1k, r.proxy.added_ms_10k
-            ),
-            format!("direct call at 10k: {:.1} ms", r.proxy.direct_ms_10k),
-            "",
-        ),
-    ];
-    let mut out = String::new();
-    for (what, figure, against, verdict) in rows.into_iter().chain([search_row]).chain(loops) {
-        out.push_str(&format!(
-            "{what:<24} {figure:<48} {against:<30} {verdict}\n"
-        ));
-    }
-    out
 }
 
 #[cfg(test)]

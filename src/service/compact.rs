@@ -14,10 +14,10 @@
 //! `/summarize` or a `/context` waiting for it is served in between.
 
 use super::locks::SessionGuard;
-use super::{Service, ServiceError, memory};
+use super::{Service, ServiceError, Settings, memory};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::microcompact::masking_thresholds;
-use crate::compaction::{CompactionConfig, CompactionPlan, FileLists, PlanInput, Trigger};
+use crate::compaction::{CompactionConfig, CompactionPlan, Due, FileLists, PlanInput, Trigger};
 use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::protocol::{CompactionStatus, Event, SessionId, SummarizeOutcome};
@@ -294,24 +294,7 @@ impl Service {
         let session = &loaded.snapshot.session;
         let config = self.compaction_config(session);
         let settings = self.settings();
-        let input = PlanInput {
-            pinned: &loaded.pinned,
-            pinned_tokens: session.pinned_tokens,
-            seqs: &loaded.seqs,
-            task_seq: session.task_seq,
-            prior_summary: loaded.snapshot.latest.as_ref().map(|l| l.summary.as_str()),
-            prior_files: &loaded.prior_files,
-            focus: focus.as_deref(),
-            estimator: self.estimator,
-            redact_secrets: settings.config.summarizer.redact_secrets,
-            session: id,
-            ..PlanInput::new(
-                &loaded.messages,
-                &loaded.tokens,
-                session.context_limit,
-                &config,
-            )
-        };
+        let input = self.plan_input(&loaded, &config, focus.as_deref(), &settings);
         let attempt = AttemptOf {
             id,
             trigger,
@@ -334,10 +317,7 @@ impl Service {
         // Started before any context needs it: the agent goes on meanwhile.
         let background = trigger != Trigger::Manual
             && config.in_background()
-            && !matches!(
-                super::due(session, &config),
-                crate::compaction::Due::Urgent(_)
-            );
+            && !matches!(super::due(session, &config), Due::Urgent(_));
         self.emit(Event::CompactionStarted {
             session_id: id.to_string(),
             trigger,
@@ -372,6 +352,35 @@ impl Service {
                     .await?;
                 Err(error.into())
             }
+        }
+    }
+
+    /// The engine's input for compacting `loaded`.
+    fn plan_input<'a>(
+        &self,
+        loaded: &'a Loaded,
+        config: &'a CompactionConfig,
+        focus: Option<&'a str>,
+        settings: &Settings,
+    ) -> PlanInput<'a> {
+        let session = &loaded.snapshot.session;
+        PlanInput {
+            pinned: &loaded.pinned,
+            pinned_tokens: session.pinned_tokens,
+            seqs: &loaded.seqs,
+            task_seq: session.task_seq,
+            prior_summary: loaded.snapshot.latest.as_ref().map(|l| l.summary.as_str()),
+            prior_files: &loaded.prior_files,
+            focus,
+            estimator: self.estimator,
+            redact_secrets: settings.config.summarizer.redact_secrets,
+            session: &session.id,
+            ..PlanInput::new(
+                &loaded.messages,
+                &loaded.tokens,
+                session.context_limit,
+                config,
+            )
         }
     }
 

@@ -223,29 +223,10 @@ impl Service {
             .transpose()?;
         let id = match (&named, &conversation) {
             (Some(named), _) => named.to_string(),
-            (None, Some(conversation)) => {
-                format!(
-                    "proxy-{}",
-                    &hex(&Sha256::digest(
-                        format!("{conversation}\0{system_hash}").as_bytes()
-                    ))[..24]
-                )
-            }
+            (None, Some(conversation)) => conversation_session(conversation, system_hash),
             (None, None) => format!("proxy-{}", fresh_suffix(&caller.owner)),
         };
-        let (context_limit, limit_source) = match identity.context_limit {
-            Some(limit) => (limit, "x-compactd-context-limit".to_string()),
-            None => settings
-                .config
-                .proxy
-                .model_window(&request.model)
-                .unwrap_or_else(|| {
-                    (
-                        settings.config.compaction.default_context_limit,
-                        "default_context_limit".to_string(),
-                    )
-                }),
-        };
+        let (context_limit, limit_source) = context_limit_of(identity, request, &settings);
         settings
             .config
             .compaction
@@ -362,6 +343,37 @@ fn fresh_suffix(owner: &str) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The session of a conversation its header names: the same for every call of it, and for
+/// its side calls with other instructions, another.
+fn conversation_session(conversation: &str, system_hash: i64) -> String {
+    let digest = hex(&Sha256::digest(
+        format!("{conversation}\0{system_hash}").as_bytes(),
+    ));
+    format!("proxy-{}", &digest[..24])
+}
+
+/// A new proxied session's context limit and why: the client's header, else the model's
+/// window ([proxy.models], then the table), else the default.
+fn context_limit_of(
+    identity: &Identity,
+    request: &WireRequest,
+    settings: &super::Settings,
+) -> (usize, String) {
+    match identity.context_limit {
+        Some(limit) => (limit, "x-compactd-context-limit".to_string()),
+        None => settings
+            .config
+            .proxy
+            .model_window(&request.model)
+            .unwrap_or_else(|| {
+                (
+                    settings.config.compaction.default_context_limit,
+                    "default_context_limit".to_string(),
+                )
+            }),
+    }
 }
 
 #[cfg(test)]

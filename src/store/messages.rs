@@ -380,27 +380,14 @@ fn insert_messages(
     };
     let mut parent = (session.head_seq > 0).then_some(session.head_seq);
     for (seq, message) in (session.message_count + 1..).zip(messages) {
-        // A proxied conversation's task is the message its first call ended with, wherever
-        // the branch has it; a session of the socket API's is its first instruction.
-        let is_task = done.task_seq.is_none()
-            && match session.task_hash {
-                Some(task) => message.opening == Some(task),
-                None => message.instruction,
-            };
+        let is_task = done.task_seq.is_none() && is_task(session, message);
         if is_task {
             done.task_seq = Some(seq);
         }
         if message.role == Role::Assistant.as_str() {
             done.step_calls = message.calls.len();
         }
-        // The client's preamble is pinned, but never half a tool call: a pinned call whose
-        // result was compacted (or the reverse) would break the conversation.
-        let preamble =
-            seq <= session.static_seq && message.calls.is_empty() && message.answers.is_empty();
-        let task = is_task && message.answers.is_empty() && message.tokens <= rules.task_max_tokens;
-        let wanted = message.system || preamble || task;
-        let pinned =
-            wanted && (!rules.lenient || done.pinned_tokens + message.tokens <= rules.pin_cap);
+        let pinned = is_pinned(session, seq, message, is_task, &rules, done.pinned_tokens);
         let (shortened_json, shortened_tokens) = match pinned {
             true => (None, None),
             false => shortened_form(
@@ -442,6 +429,35 @@ fn insert_messages(
         }
     }
     Ok(done)
+}
+
+/// Whether `message` is the session's task (when it has none yet): a proxied
+/// conversation's is the message its first call ended with, wherever the branch has it; a
+/// session of the socket API's is its first instruction.
+fn is_task(session: &SessionRow, message: &NewMessage) -> bool {
+    match session.task_hash {
+        Some(task) => message.opening == Some(task),
+        None => message.instruction,
+    }
+}
+
+/// Whether `message`, at `seq`, is pinned: a system message, the client's preamble (but
+/// never half a tool call: a pinned call whose result was compacted, or the reverse, would
+/// break the conversation), or a task small enough; leniently (the proxy), only while the
+/// pinned part stays within the rules' cap.
+fn is_pinned(
+    session: &SessionRow,
+    seq: u64,
+    message: &NewMessage,
+    is_task: bool,
+    rules: &AppendRules,
+    pinned_tokens: usize,
+) -> bool {
+    let preamble =
+        seq <= session.static_seq && message.calls.is_empty() && message.answers.is_empty();
+    let task = is_task && message.answers.is_empty() && message.tokens <= rules.task_max_tokens;
+    let wanted = message.system || preamble || task;
+    wanted && (!rules.lenient || pinned_tokens + message.tokens <= rules.pin_cap)
 }
 
 /// Where message `seq` of `session` is stored, as its masked or shortened forms say.

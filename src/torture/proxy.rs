@@ -133,7 +133,24 @@ pub async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
         ..Default::default()
     };
 
-    // A 100 MB answer: whole to the client, bounded in the record.
+    huge_answer(&client, &call, &mut figures).await?;
+    endless_answers(&client, &call, &mut figures).await?;
+    squatting(&client, &call, &mut figures).await?;
+    parallel(&client, &call, &mut figures).await?;
+    figures.misfit_refused = misfit(&client, &dir).await?;
+
+    figures.peak_rss_mb = daemon.peak_rss_mb().unwrap_or(f64::MAX);
+    daemon.stop()?;
+    server.abort();
+    Ok(figures)
+}
+
+/// A 100 MB answer: whole to the client, bounded in the record.
+async fn huge_answer<F, Fut>(client: &Client, call: &F, figures: &mut ProxyFigures) -> Result<()>
+where
+    F: Fn(&str, Option<&str>, Value) -> Fut,
+    Fut: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+{
     let answer = call(
         "sk-torture-owner",
         Some("huge"),
@@ -157,7 +174,19 @@ pub async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
         .await?;
     figures.recorded_kb = page["messages"][0]["parts"].to_string().len() as f64 / 1024.0;
 
-    // Answers that never end: the client reads a while, then hangs up.
+    Ok(())
+}
+
+/// Answers that never end: the client reads a while, then hangs up; the daemon stays up.
+async fn endless_answers<F, Fut>(
+    client: &Client,
+    call: &F,
+    figures: &mut ProxyFigures,
+) -> Result<()>
+where
+    F: Fn(&str, Option<&str>, Value) -> Fut,
+    Fut: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+{
     let endless: Vec<_> = (0..4)
         .map(|i| {
             call(
@@ -187,14 +216,7 @@ pub async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
         .is_ok_and(|r| r.is_ok());
     reading.await?;
 
-    squatting(&client, &call, &mut figures).await?;
-    parallel(&client, &call, &mut figures).await?;
-    figures.misfit_refused = misfit(&client, &dir).await?;
-
-    figures.peak_rss_mb = daemon.peak_rss_mb().unwrap_or(f64::MAX);
-    daemon.stop()?;
-    server.abort();
-    Ok(figures)
+    Ok(())
 }
 
 /// Another key names the session the owner made through the socket.
