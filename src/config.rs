@@ -217,6 +217,17 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// Keys read once, when the daemon starts (its listeners and its store are made then): an
+/// edit of one is accepted, said in the log, and applies at the next start. Every other key
+/// applies to every decision from the reload on. The README lists these; a test keeps it so.
+pub const READ_AT_START: &[&str] = &[
+    "[server] socket",
+    "[server] max_connections",
+    "[proxy] listen",
+    "[store] path",
+    "[store] synchronous",
+];
+
 impl Config {
     /// Loads `path`; a missing file is the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -241,6 +252,25 @@ impl Config {
             message: e.to_string(),
         })?;
         Ok(config)
+    }
+
+    /// The keys of [`READ_AT_START`] whose value differs in `new`.
+    pub fn changed_keys_read_at_start(&self, new: &Config) -> Vec<&'static str> {
+        let (old, new) = (
+            serde_json::to_value(self).unwrap_or_default(),
+            serde_json::to_value(new).unwrap_or_default(),
+        );
+        READ_AT_START
+            .iter()
+            .filter(|key| {
+                let (section, name) = key
+                    .trim_start_matches('[')
+                    .split_once("] ")
+                    .unwrap_or_default();
+                old[section][name] != new[section][name]
+            })
+            .copied()
+            .collect()
     }
 
     /// Checks values that parse but cannot work, naming the key.
@@ -397,6 +427,60 @@ pub fn compaction_with_overrides(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's config table names every key of every section (and nothing else), and
+    /// its list of keys read once at start is [`READ_AT_START`], in order.
+    #[test]
+    fn the_readme_says_what_the_config_is_and_what_a_reload_applies() {
+        let readme = include_str!("../README.md");
+        let backticked = |line: &'static str| {
+            line.split('`')
+                .skip(1)
+                .step_by(2)
+                .collect::<Vec<&'static str>>()
+        };
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        for (section, keys) in defaults.as_object().unwrap() {
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `[{section}]` |")))
+                .unwrap_or_else(|| panic!("the README's config table has no [{section}] row"));
+            let mut named: std::collections::BTreeSet<&str> = backticked(row)
+                .into_iter()
+                .filter(|w| !w.starts_with('['))
+                .collect();
+            if row.contains(&format!("`[{section}.models]`")) {
+                named.insert("models");
+            }
+            let keys: std::collections::BTreeSet<&str> = keys
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(named, keys, "the README's [{section}] row");
+        }
+        let listed = readme
+            .lines()
+            .find(|l| l.starts_with("Read once at start:"))
+            .map(backticked)
+            .expect("the README lists the keys read once at start");
+        assert_eq!(listed, READ_AT_START);
+    }
+
+    #[test]
+    fn a_reload_names_the_keys_it_cannot_apply_until_the_next_start() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.server.max_connections = 10;
+        new.server.max_body_bytes = 4096;
+        new.store.synchronous = crate::store::Synchronous::Normal;
+        assert_eq!(
+            old.changed_keys_read_at_start(&new),
+            ["[server] max_connections", "[store] synchronous"]
+        );
+        assert!(old.changed_keys_read_at_start(&old).is_empty());
+    }
 
     #[test]
     fn an_empty_file_is_the_spec_defaults() {

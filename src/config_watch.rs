@@ -114,8 +114,9 @@ pub async fn reload(path: &Path, service: &Service) {
         if new == old {
             return Ok(false);
         }
-        if new.store != old.store || new.server.socket != old.server.socket {
-            tracing::warn!("[store] and [server] socket changes take effect at the next start");
+        let at_start = old.changed_keys_read_at_start(&new);
+        if !at_start.is_empty() {
+            tracing::warn!(keys = %at_start.join(", "), "these keys are read once at start: their change takes effect at the next start");
         }
         notify_systemd(&[sd_notify::NotifyState::Reloading, monotonic_now()]);
         let applied = service.apply_config(new).map_err(|e| e.to_string());

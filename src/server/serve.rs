@@ -68,24 +68,11 @@ struct Admission {
 /// Serves `listener` until `stop` is cancelled, then finishes in-flight requests within
 /// [`SHUTDOWN_GRACE`] and aborts what is left.
 pub async fn serve_on(listener: Listener, service: Arc<Service>, stop: CancellationToken) {
-    let server = service.settings().config.server.clone();
-    let timeout = Duration::from_secs(server.request_timeout_s);
-    let most = max_connections(server.max_connections);
-    let (app, timeouts, rule) = match &listener {
-        Listener::Unix(_) => (
-            super::router(service),
-            Timeouts {
-                first: timeout,
-                next: timeout,
-            },
-            PeerRule::OwnUser,
-        ),
+    let most = max_connections(service.settings().config.server.max_connections);
+    let (app, rule) = match &listener {
+        Listener::Unix(_) => (super::router(service.clone()), PeerRule::OwnUser),
         Listener::Tcp(_) => (
-            super::proxy_router(service),
-            Timeouts {
-                first: timeout.min(FIRST_REQUEST_OVER_TCP),
-                next: timeout,
-            },
+            super::proxy_router(service.clone()),
             PeerRule::SharePerUser {
                 share: (most / USER_SHARE_DIVISOR).max(1),
                 users: Arc::default(),
@@ -111,6 +98,7 @@ pub async fn serve_on(listener: Listener, service: Arc<Service>, stop: Cancellat
         };
         match admit(&accepted, &rule, own_uid, &slots) {
             Ok(admission) => {
+                let timeouts = timeouts(&service, &listener);
                 let (app, stop) = (app.clone(), stop.clone());
                 connections.spawn(async move {
                     accepted.serve(app, timeouts, stop).await;
@@ -132,6 +120,20 @@ pub async fn serve_on(listener: Listener, service: Arc<Service>, stop: Cancellat
             "connections still open after the shutdown grace period; closing them"
         );
         connections.shutdown().await;
+    }
+}
+
+/// A new connection's timeouts, from the config in force (`[server] request_timeout_s`; on
+/// the loopback port the first request comes within [`FIRST_REQUEST_OVER_TCP`] too).
+fn timeouts(service: &Service, listener: &Listener) -> Timeouts {
+    let timeout = Duration::from_secs(service.settings().config.server.request_timeout_s);
+    let first = match listener {
+        Listener::Unix(_) => timeout,
+        Listener::Tcp(_) => timeout.min(FIRST_REQUEST_OVER_TCP),
+    };
+    Timeouts {
+        first,
+        next: timeout,
     }
 }
 
