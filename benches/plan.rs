@@ -6,7 +6,7 @@
 use compactd::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
-use compactd::synthetic::synthetic_session;
+use compactd::measure::synthetic::synthetic_session;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Instant;

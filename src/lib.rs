@@ -21,10 +21,11 @@
 //!   the OpenAPI document. [`daemon`] runs it all (`compactd serve`), `config_watch` reloads
 //!   [`config`].
 //! - [`client`]: a typed client of the socket API; [`cli`]: the commands.
-//! - [`transcript`]: converters from agents' session files; `replay`, `bench` and `torture`
-//!   measure and stress the daemon ([`synthetic`] and [`daemon_process`] serve them and the tests).
+//! - [`transcript`]: converters from agents' session files.
+//! - [`measure`]: what measures and stresses the daemon and is no part of it: `replay`,
+//!   `bench`, `torture`, and the synthetic sessions and daemon processes they (and the tests)
+//!   use.
 
-pub(crate) mod bench;
 pub mod cli;
 pub mod client;
 pub mod compaction;
@@ -32,16 +33,13 @@ pub(crate) mod compactor;
 pub mod config;
 pub(crate) mod config_watch;
 pub mod daemon;
-pub mod daemon_process;
+pub mod measure;
 pub mod message;
 pub(crate) mod paths;
 pub mod protocol;
 pub mod provider;
-pub(crate) mod replay;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod summarize;
-pub mod synthetic;
-pub(crate) mod torture;
 pub mod transcript;

@@ -158,7 +158,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .await?
         }
         Command::Bench { quick, synchronous } => {
-            let report = crate::bench::run(quick, synchronous, |what| {
+            let report = crate::measure::bench::run(quick, synchronous, |what| {
                 if !out.json {
                     eprintln!("measuring {what}…");
                 }
@@ -167,20 +167,21 @@ pub async fn run(cli: Cli) -> Result<()> {
             if out.json {
                 outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                out!("{}", crate::bench::render(&report));
+                out!("{}", crate::measure::bench::render(&report));
             }
         }
         Command::Torture { seconds } => {
-            let report = crate::torture::run(std::time::Duration::from_secs(seconds), |what| {
-                if !out.json {
-                    eprintln!("torture: {what}…");
-                }
-            })
-            .await?;
+            let report =
+                crate::measure::torture::run(std::time::Duration::from_secs(seconds), |what| {
+                    if !out.json {
+                        eprintln!("torture: {what}…");
+                    }
+                })
+                .await?;
             if out.json {
                 outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                out!("{}", crate::torture::render(&report));
+                out!("{}", crate::measure::torture::render(&report));
             }
             let failures = report.failures();
             if !failures.is_empty() {

@@ -4,9 +4,9 @@
 use super::render::Output;
 use crate::client::Client;
 use crate::config::Config;
+use crate::measure::replay::{ReplayReport, replay};
 use crate::message::Part;
 use crate::protocol::SessionId;
-use crate::replay::{ReplayReport, replay};
 use crate::transcript::{self, Format, Transcript, session_id_from};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -150,10 +150,10 @@ pub async fn replay_files(
 
 /// A synthetic session (`synthetic:NAME`) as a transcript.
 fn synthetic_transcript(name: &str) -> Result<Transcript> {
-    let messages = crate::synthetic::named(name).with_context(|| {
+    let messages = crate::measure::synthetic::named(name).with_context(|| {
         format!(
             "no synthetic session {name:?}; there are: {}",
-            crate::synthetic::NAMED.join(", ")
+            crate::measure::synthetic::NAMED.join(", ")
         )
     })?;
     Ok(Transcript {
@@ -170,8 +170,8 @@ pub fn cost_table(reports: &[(PathBuf, ReplayReport)]) -> String {
     let mut s = String::from(
         "| transcript | raw (A) | m10 (A) | compactd (A) | vs raw | vs m10 | raw (O) | m10 (O) | compactd (O) | vs raw | vs m10 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    let mut total = crate::replay::CachedCosts::default();
-    let row = |name: &str, c: &crate::replay::CachedCosts| {
+    let mut total = crate::measure::replay::CachedCosts::default();
+    let row = |name: &str, c: &crate::measure::replay::CachedCosts| {
         let ratio = |a: f64, b: f64| {
             if b > 0.0 {
                 format!("{:.2}", a / b)

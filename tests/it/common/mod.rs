@@ -192,7 +192,9 @@ impl TestDaemon {
 /// Waits for the daemon's READY=1 notification (or its early death).
 pub fn wait_ready(notify: &UnixDatagram, daemon: &mut TestDaemon) {
     let child = daemon.child.as_mut().expect("spawned");
-    if let Err(e) = compactd::daemon_process::wait_ready(notify, child, Duration::from_secs(60)) {
+    if let Err(e) =
+        compactd::measure::daemon_process::wait_ready(notify, child, Duration::from_secs(60))
+    {
         panic!("{e}:\n{}", daemon.log());
     }
 }

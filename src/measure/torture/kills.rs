@@ -10,7 +10,7 @@
 
 use super::readers;
 use crate::client::{Client, Connection};
-use crate::daemon_process::DaemonProcess;
+use crate::measure::daemon_process::DaemonProcess;
 use anyhow::{Context, Result};
 use hyper::Method;
 use serde::Serialize;

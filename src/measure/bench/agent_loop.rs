@@ -7,7 +7,7 @@
 use super::mock_model::{MockModel, SUMMARIZER_MODEL};
 use super::percentile;
 use crate::client::Client;
-use crate::daemon_process::DaemonProcess;
+use crate::measure::daemon_process::DaemonProcess;
 use anyhow::{Result, bail};
 use hyper::Method;
 use serde::Serialize;

@@ -19,9 +19,9 @@ use crate::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
 use crate::config::Synchronous;
-use crate::daemon_process::DaemonProcess;
+use crate::measure::daemon_process::DaemonProcess;
+use crate::measure::synthetic::synthetic_session;
 use crate::message::Message;
-use crate::synthetic::synthetic_session;
 use anyhow::{Result, bail};
 use hyper::Method;
 use serde::Serialize;
@@ -400,7 +400,7 @@ fn raw_sqlite_rate(
     ))?;
     // Writing as compactd's writer does: the schema's triggers refuse any other connection.
     crate::store::declare_writer(&conn)?;
-    conn.execute_batch(include_str!("../../schema.sql"))?;
+    conn.execute_batch(include_str!("../../../schema.sql"))?;
     conn.execute(
         "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('raw', 1000000, 'now', 'now')",
         [],

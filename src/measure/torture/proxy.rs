@@ -3,7 +3,7 @@
 //! parallel calls with one history, and a config edit that would not fit a live session.
 
 use crate::client::Client;
-use crate::daemon_process::DaemonProcess;
+use crate::measure::daemon_process::DaemonProcess;
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::body::{Body, Bytes};

@@ -4,7 +4,7 @@
 
 use super::http::{Exchange, exchange, request};
 use crate::client::Client;
-use crate::daemon_process::DaemonProcess;
+use crate::measure::daemon_process::DaemonProcess;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::json;
