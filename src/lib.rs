@@ -11,7 +11,7 @@
 //!   masking, secret redaction.
 //! - [`summarize`]: the `Summarizer` trait and its kinds: extractive (built in), OpenAI-compatible,
 //!   Anthropic, an external command; retries, timeouts and key scrubbing for the HTTP ones.
-//! - `compactor`: one compaction end to end (plan, summarize in chunks, redact, result), shared
+//! - `compaction_run`: one compaction end to end (plan, summarize in chunks, redact, result), shared
 //!   by the daemon, `compactd summarize` and replay.
 //! - [`store`]: SQLite: one writer thread with group commit, a read pool, migrations; all SQL.
 //! - [`protocol`]: the wire types (requests, responses, events, error codes), and [`provider`]:
@@ -29,7 +29,7 @@
 pub mod cli;
 pub mod client;
 pub mod compaction;
-pub(crate) mod compactor;
+pub(crate) mod compaction_run;
 pub mod config;
 pub(crate) mod config_watch;
 pub mod daemon;

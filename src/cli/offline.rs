@@ -5,7 +5,7 @@ use super::read_input;
 use crate::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, Pins, PlanInput, estimate_each,
 };
-use crate::compactor::{NOTHING_TO_COMPACT, compact};
+use crate::compaction_run::{NOTHING_TO_COMPACT, compact};
 use crate::message::{Message, parse_message_batch};
 use crate::summarize::extractive::Extractive;
 use anyhow::{Context, Result};

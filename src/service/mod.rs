@@ -5,13 +5,13 @@
 //! and `bench` all call this, so the socket is only a transport.
 
 mod answered;
-mod compact;
 mod hurry;
 mod locks;
 pub mod memory;
 pub mod proxy;
 mod rate;
 mod recall;
+mod scheduling;
 mod settings;
 pub mod views;
 
@@ -24,7 +24,7 @@ pub use crate::protocol::{ConfigStatus, Event};
 pub use crate::store::StoreError;
 
 use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
-use crate::compactor::CompactError;
+use crate::compaction_run::CompactError;
 use crate::config::{Config, OverrideError, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{

@@ -63,7 +63,7 @@ pub enum SummarizeError {
     Timeout(u64),
     #[error("summarizer answered HTTP {status}: {message}")]
     Http { status: u16, message: String },
-    /// The model refused the prompt as longer than its context window. The compactor answers
+    /// The model refused the prompt as longer than its context window. `compaction_run` answers
     /// this by cutting the conversation into smaller chunks and trying again.
     #[error("summarizer's context window exceeded: {0}")]
     ContextExceeded(String),

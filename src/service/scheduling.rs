@@ -1,5 +1,7 @@
-//! Running compactions: automatic ones after an append, manual ones on request, and the
-//! circuit breaker between them.
+//! Scheduling compactions (when they run; how one runs is `compaction_run`, what it computes
+//! is the engine, `compaction`): automatic ones after an append or in the background,
+//! manual ones on request, hurried ones past `max_wait_s`, and the circuit breaker between
+//! them.
 //!
 //! The breaker (SPEC.md 5.2) counts automatic attempts per user turn (from one user text
 //! message to the next). Every compaction that made the context smaller starts the count over:
@@ -18,7 +20,7 @@ use super::{Service, ServiceError, Settings, memory};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::microcompact::masking_thresholds;
 use crate::compaction::{CompactionConfig, CompactionPlan, Due, FileLists, PlanInput, Trigger};
-use crate::compactor::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
+use crate::compaction_run::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::protocol::{CompactionStatus, Event, SessionId, SummarizeOutcome};
 use crate::store::ContextSnapshot;
@@ -301,7 +303,7 @@ impl Service {
             focus: &focus,
             summarizer: settings.summarizer.name(),
         };
-        let plan = match compactor::plan(&input) {
+        let plan = match compaction_run::plan(&input) {
             Ok(Some(plan)) => plan,
             Ok(None) if trigger == Trigger::Manual => return Ok(Attempt::NothingToCompact),
             Ok(None) => {
@@ -495,10 +497,10 @@ impl Service {
     ) -> Result<(Compacted, Option<String>), CompactError> {
         let hurry = self.hurries.token(run.id);
         let attempt = tokio::select! {
-            result = compactor::run(input, plan, run.summarizer, run.num) => result,
+            result = compaction_run::run(input, plan, run.summarizer, run.num) => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
             _ = hurry.cancelled() => {
-                let done = compactor::run(input, plan, &Extractive, run.num).await?;
+                let done = compaction_run::run(input, plan, &Extractive, run.num).await?;
                 let why = format!(
                     "{}: a context over the trigger waited max_wait_s ({} s)",
                     run.summarizer.name(),
@@ -514,7 +516,7 @@ impl Service {
             }
             Err(error) if run.fallback => {
                 tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
-                let done = compactor::run(input, plan, &Extractive, run.num).await?;
+                let done = compaction_run::run(input, plan, &Extractive, run.num).await?;
                 Ok((done, Some(format!("{}: {error}", run.summarizer.name()))))
             }
             Err(error) => Err(error),
