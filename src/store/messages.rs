@@ -828,10 +828,7 @@ fn active_messages(
     branch: &Branch,
     masked: bool,
 ) -> Result<Vec<StoredMessage>> {
-    let columns = match masked {
-        true => StoredMessage::CONTEXT_COLUMNS,
-        false => StoredMessage::WHOLE_COLUMNS,
-    };
+    let columns = StoredMessage::context_columns(masked);
     let sql = format!(
         "SELECT {columns} FROM messages WHERE session_id = ?1 AND seq >= ?3 AND {} ORDER BY seq",
         branch.filter()

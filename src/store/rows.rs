@@ -195,28 +195,38 @@ pub struct StoredMessage {
 /// what the context holds.
 pub(super) fn shown_tokens(through: &str) -> String {
     format!(
-        "CASE WHEN seq < {through} AND masked_tokens IS NOT NULL THEN masked_tokens \
-         ELSE coalesce(shortened_tokens, tokens) END"
+        "CASE WHEN {} THEN masked_tokens ELSE coalesce(shortened_tokens, tokens) END",
+        shown_masked(through)
     )
+}
+
+/// Whether a `messages` row shows masked in the context: it has a masked form and its seq is
+/// below `through` (a SQL expression).
+fn shown_masked(through: &str) -> String {
+    format!("seq < {through} AND masked_parts IS NOT NULL")
 }
 
 impl StoredMessage {
     /// The columns of a message as stored.
     pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0, 0, \
         CASE WHEN seq > 1 AND parent_seq IS NOT seq - 1 THEN coalesce(parent_seq, 0) END";
-    /// The columns of a message as a context shows it: masked below `?2`, else shortened when
-    /// too large, else whole.
-    pub(super) const CONTEXT_COLUMNS: &'static str = "seq, role, \
-        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_parts ELSE coalesce(shortened_parts, parts) END, \
-        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE coalesce(shortened_tokens, tokens) END, \
-        created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL, \
-        shortened_parts IS NOT NULL AND NOT (seq < ?2 AND masked_parts IS NOT NULL), NULL";
-    /// The same, every message whole but counted as the context counts it: what a
-    /// compaction summarizes.
-    pub(super) const WHOLE_COLUMNS: &'static str = "seq, role, parts, \
-        CASE WHEN seq < ?2 AND masked_parts IS NOT NULL THEN masked_tokens ELSE coalesce(shortened_tokens, tokens) END, \
-        created_at, pinned, seq < ?2 AND masked_parts IS NOT NULL, \
-        shortened_parts IS NOT NULL AND NOT (seq < ?2 AND masked_parts IS NOT NULL), NULL";
+    /// The columns of a message as a context counts it (masked below `?2`, else shortened
+    /// when too large, else whole, by [`shown_tokens`]); its parts as the context shows them
+    /// with `shown_parts`, else whole (what a compaction summarizes).
+    pub(super) fn context_columns(shown_parts: bool) -> String {
+        let masked = shown_masked("?2");
+        let parts = match shown_parts {
+            true => format!(
+                "CASE WHEN {masked} THEN masked_parts ELSE coalesce(shortened_parts, parts) END"
+            ),
+            false => "parts".to_string(),
+        };
+        format!(
+            "seq, role, {parts}, {tokens}, created_at, pinned, {masked}, \
+             shortened_parts IS NOT NULL AND NOT ({masked}), NULL",
+            tokens = shown_tokens("?2")
+        )
+    }
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
         let role: String = row.get(1)?;
