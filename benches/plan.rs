@@ -11,7 +11,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use std::hint::black_box;
 use std::time::Instant;
 
-fn plan_once(messages: &[compactd::message::Message], tokens: &[usize]) -> usize {
+fn plan_once(messages: &[compactd::compaction::Message], tokens: &[usize]) -> usize {
     let config = CompactionConfig::default();
     let input = PlanInput::new(messages, tokens, 128_000, &config);
     let plan = CompactionPlan::new(&input);

@@ -2,10 +2,15 @@
 //! every message over a Unix socket, and when a session nears its model's limit the older part
 //! becomes one structured summary while a recent tail stays verbatim.
 //!
-//! The library holds everything; `main.rs` only parses arguments. Layers, lowest first; each
-//! uses only the ones above it in this list:
+//! The library holds everything; `main.rs` only parses arguments. Eight modules are public,
+//! one per thing the crate offers: the engine ([`compaction`], with the messages it reads),
+//! the summarizers ([`summarize`]), the socket API's wire types ([`protocol`]) and a typed
+//! client of it ([`client`]), the daemon ([`daemon`], with the few handles of its layers an
+//! embedder or a test needs), the commands ([`cli`]), the agents' session files
+//! ([`transcript`]) and what measures the daemon ([`measure`]). The layers under the daemon
+//! are the crate's own. Lowest first; each uses only the ones above it in this list:
 //!
-//! - [`message`]: messages and their parts, as stored and as the engine reads them.
+//! - `message`: messages and their parts, as stored and as the engine reads them.
 //! - [`compaction`]: the engine, pure (no I/O, clock or SQL): SPEC.md as functions: token
 //!   estimates, triggers, the preserved tail and its pair rule, file tracking, the prompt,
 //!   masking, secret redaction.
@@ -13,13 +18,13 @@
 //!   Anthropic, an external command; retries, timeouts and key scrubbing for the HTTP ones.
 //! - `compaction_run`: one compaction end to end (plan, summarize in chunks, redact, result), shared
 //!   by the daemon, `compactd summarize` and replay.
-//! - [`store`]: SQLite: one writer thread with group commit, a read pool, migrations; all SQL.
-//! - [`protocol`]: the wire types (requests, responses, events, error codes), and [`provider`]:
-//!   a context in OpenAI or Anthropic shape.
-//! - [`service`]: append, check, compact: per-session locks, the breaker, events.
-//! - [`server`]: HTTP over the Unix socket: accept loop, peer-uid check, routes, errors, SSE,
+//! - `store`: SQLite: one writer thread with group commit, a read pool, migrations; all SQL.
+//! - [`protocol`]: the wire types (requests, responses, events, error codes), and `provider`:
+//!   a context in OpenAI or Anthropic shape, and the proxy's reading of their requests.
+//! - `service`: append, check, compact: per-session locks, the breaker, events.
+//! - `server`: HTTP over the Unix socket: accept loop, peer-uid check, routes, errors, SSE,
 //!   the OpenAPI document. [`daemon`] runs it all (`compactd serve`), `config_watch` reloads
-//!   [`config`].
+//!   `config`.
 //! - [`client`]: a typed client of the socket API; [`cli`]: the commands.
 //! - [`transcript`]: converters from agents' session files.
 //! - [`measure`]: what measures and stresses the daemon and is no part of it: `replay`,
@@ -30,16 +35,50 @@ pub mod cli;
 pub mod client;
 pub mod compaction;
 pub(crate) mod compaction_run;
-pub mod config;
+pub(crate) mod config;
 pub(crate) mod config_watch;
 pub mod daemon;
 pub mod measure;
-pub mod message;
+pub(crate) mod message;
 pub(crate) mod paths;
 pub mod protocol;
-pub mod provider;
-pub mod server;
-pub mod service;
-pub mod store;
+pub(crate) mod provider;
+pub(crate) mod server;
+pub(crate) mod service;
+pub(crate) mod store;
 pub mod summarize;
 pub mod transcript;
+
+#[cfg(test)]
+mod tests {
+    /// The public surface stays what the crate offers: eight modules, each one thing (the
+    /// list in the crate doc). A ninth public module is a layer leaking, or a doc to update.
+    #[test]
+    fn the_crate_offers_eight_public_modules() {
+        let public: Vec<&str> = include_str!("lib.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub mod "))
+            .collect();
+        assert_eq!(
+            public,
+            [
+                "cli;",
+                "client;",
+                "compaction;",
+                "daemon;",
+                "measure;",
+                "protocol;",
+                "summarize;",
+                "transcript;"
+            ]
+        );
+        let doc = include_str!("lib.rs");
+        for module in &public {
+            let name = module.trim_end_matches(';');
+            assert!(
+                doc.contains(&format!("[`{name}`]")),
+                "the crate doc names {name}"
+            );
+        }
+    }
+}

@@ -42,6 +42,9 @@ pub mod step;
 pub mod trigger;
 pub mod truncate;
 
+/// The engine's input: messages and their parts (kept in `crate::message`, which the store
+/// and the wire types share).
+pub use crate::message::{Message, MessageError, Part, Role};
 pub use boundary::{Boundary, find_preserve_boundary};
 pub use config::CompactionConfig;
 pub use estimate::LazyEstimator;

@@ -11,7 +11,7 @@
 //! Both converters first put the conversation in [`Turns`]: each assistant message with the
 //! results of its calls gathered right after it, in call order, wherever they were stored. A
 //! call that never got a result (an interrupted tool, say) is answered with
-//! [`NO_RESULT`] so the request stays valid, except in the last assistant message, whose
+//! [`turns::NO_RESULT`] so the request stays valid, except in the last assistant message, whose
 //! results the agent is about to send. Reasoning parts are dropped: both APIs accept only
 //! their own signed or provider-specific forms of them.
 //!
@@ -29,7 +29,7 @@ pub mod wire;
 #[cfg(test)]
 mod fixtures;
 
-pub use turns::{NO_RESULT, Turn, Turns};
+pub use turns::{Turn, Turns};
 
 /// A tool or call name as the APIs accept it (`^[a-zA-Z0-9_-]{1,64}$`): other characters
 /// become `_`, and an empty name `tool`.

@@ -37,16 +37,6 @@ impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message)
     }
-
-    pub fn too_large(limit: usize) -> ApiError {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::TooLarge,
-            format!(
-                "request body is larger than the limit of {limit} bytes ([server] max_body_bytes)"
-            ),
-        )
-    }
 }
 
 impl IntoResponse for ApiError {

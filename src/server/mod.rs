@@ -20,7 +20,6 @@ mod routes;
 mod serve;
 mod tcp_peer;
 
-pub use error::ApiError;
 pub use peer::Peer;
 pub use serve::{Listener, SHUTDOWN_GRACE, serve_on};
 

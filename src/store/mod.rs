@@ -26,9 +26,9 @@ mod search;
 mod sessions;
 mod writer;
 
-pub use backup::{BackupReport, backup};
+pub use backup::backup;
 pub use compactions::{NewCompaction, NewFailure};
-pub use conversations::{Placed, ProxyCall};
+pub use conversations::ProxyCall;
 pub use error::StoreError;
 pub use maskings::MaskingRow;
 pub use messages::{AppendOutcome, AppendRules, Idempotency, NewMessage};
@@ -37,7 +37,7 @@ pub use path::Branch;
 pub use rows::{
     CompactionRow, ContextSnapshot, FailureRow, SessionKind, SessionRow, StoredMessage, TokenSource,
 };
-pub use search::{MAX_QUERY_WORDS, SearchHit, query_words, searchable_text};
+pub use search::{SearchHit, query_words, searchable_text};
 pub use sessions::{NewSession, SessionUpdate};
 
 use file::{DatabaseFile, NO_SYMLINK};

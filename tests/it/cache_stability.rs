@@ -5,12 +5,12 @@
 //! Random sessions through the real service and store.
 
 use crate::common::random_session::{Step, messages, step};
+use compactd::compaction::Part;
 use compactd::compaction::constants::PRESERVE_RECENT_OUTPUTS;
-use compactd::config::{Config, Synchronous};
-use compactd::message::Part;
+use compactd::daemon::Store;
+use compactd::daemon::{AppendRequest, CreateSession, HistoryRequest, Service};
+use compactd::daemon::{Config, Synchronous};
 use compactd::protocol::{ContextMessage, SessionId};
-use compactd::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-use compactd::store::Store;
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -40,7 +40,7 @@ async fn rewrites(service: &Arc<Service>) -> (u32, usize) {
     }
 }
 
-fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd::store::StoredMessage> {
+fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd::daemon::StoredMessage> {
     context.iter().filter_map(|m| match m {
         ContextMessage::Stored(s) => Some(s),
         ContextMessage::Summary { .. } => None,

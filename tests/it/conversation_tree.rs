@@ -4,13 +4,13 @@
 //! nothing of another branch. Checked through the service with random request sequences,
 //! small enough windows that they compact, and the request itself as ground truth.
 
-use compactd::config::{Config, Synchronous};
-use compactd::message::{Message, Part, Role};
+use compactd::compaction::{Message, Part, Role};
+use compactd::daemon::Service;
+use compactd::daemon::Store;
+use compactd::daemon::Wire;
+use compactd::daemon::{Caller, Identity, fingerprint};
+use compactd::daemon::{Config, Synchronous};
 use compactd::protocol::ContextMessage;
-use compactd::provider::wire::Wire;
-use compactd::service::Service;
-use compactd::service::proxy::{Caller, Identity, fingerprint};
-use compactd::store::Store;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -47,7 +47,7 @@ fn chat_body(messages: &[Value]) -> Value {
 fn check(
     request: &[Message],
     context: &[ContextMessage],
-    branch: &compactd::store::Branch,
+    branch: &compactd::daemon::Branch,
 ) -> Result<(), TestCaseError> {
     let mut last = None;
     for message in context {

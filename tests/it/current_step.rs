@@ -5,11 +5,11 @@
 //! own text, re-estimated, not on compactd's counters.
 
 use compactd::compaction::LazyEstimator;
-use compactd::config::{Config, Synchronous};
-use compactd::message::{Message, Part, Role};
+use compactd::compaction::{Message, Part, Role};
+use compactd::daemon::Store;
+use compactd::daemon::{AppendRequest, CreateSession, Service};
+use compactd::daemon::{Config, Synchronous};
 use compactd::protocol::SessionId;
-use compactd::service::{AppendRequest, CreateSession, Service};
-use compactd::store::Store;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -328,7 +328,7 @@ async fn masking_spares_every_result_of_the_current_step() {
     let history = service
         .compaction_history(
             &id,
-            compactd::service::HistoryRequest {
+            compactd::daemon::HistoryRequest {
                 after: 0,
                 failures_after: 0,
                 maskings_after: 0,

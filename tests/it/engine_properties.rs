@@ -7,7 +7,7 @@ use compactd::compaction::sections::{SUMMARY_SECTIONS, heading};
 use compactd::compaction::step::current_step_start;
 use compactd::compaction::truncate::truncate_chars;
 use compactd::compaction::{Boundary, find_preserve_boundary};
-use compactd::message::{Message, Part, Role};
+use compactd::compaction::{Message, Part, Role};
 use compactd::summarize::SummaryRequest;
 use compactd::summarize::extractive::extractive_summary;
 use proptest::prelude::*;

@@ -82,7 +82,7 @@ async fn a_daemon_on_given_listeners_finishes_a_proxied_call_in_flight_before_it
     );
     daemon.await.unwrap().expect("the daemon stops cleanly");
     assert!(
-        asked.elapsed() < compactd::server::SHUTDOWN_GRACE,
+        asked.elapsed() < compactd::daemon::SHUTDOWN_GRACE,
         "it stopped within the grace: {:?}",
         asked.elapsed()
     );

@@ -3,11 +3,11 @@
 //! and no context exceeds the limit.
 
 use crate::common::random_session::{messages, step};
-use compactd::config::{Config, Synchronous};
-use compactd::message::{Message, Role};
+use compactd::compaction::{Message, Role};
+use compactd::daemon::Store;
+use compactd::daemon::{AppendRequest, CreateSession, Service};
+use compactd::daemon::{Config, Synchronous};
 use compactd::protocol::{ContextMessage, SessionId};
-use compactd::service::{AppendRequest, CreateSession, Service};
-use compactd::store::Store;
 use proptest::prelude::*;
 use serde_json::json;
 

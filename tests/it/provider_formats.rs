@@ -4,8 +4,8 @@
 //! comparing with compactd's own output.
 
 use crate::common::TestDaemon;
-use compactd::message::{Message, Part, Role};
-use compactd::provider::{anthropic, chat as openai};
+use compactd::compaction::{Message, Part, Role};
+use compactd::daemon::{anthropic_conversation, openai_messages};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -214,17 +214,17 @@ fn every_shared_transcript_converts_to_valid_requests_with_nothing_dropped() {
         // Every prefix an agent could have sent (every 7th, to keep the test fast), and the whole.
         for end in (1..messages.len()).step_by(7).chain([messages.len()]) {
             let part = &messages[..end];
-            let o = openai::messages(part);
+            let o = openai_messages(part);
             check_openai(&o)
                 .map_err(|e| format!("{name} [..{end}] openai: {e}"))
                 .unwrap();
-            let a = serde_json::to_value(anthropic::conversation(part)).unwrap();
+            let a = serde_json::to_value(anthropic_conversation(part)).unwrap();
             check_anthropic(&a)
                 .map_err(|e| format!("{name} [..{end}] anthropic: {e}"))
                 .unwrap();
         }
-        let o = serde_json::to_string(&openai::messages(messages)).unwrap();
-        let a = serde_json::to_string(&anthropic::conversation(messages)).unwrap();
+        let o = serde_json::to_string(&openai_messages(messages)).unwrap();
+        let a = serde_json::to_string(&anthropic_conversation(messages)).unwrap();
         for text in texts(messages) {
             let encoded = serde_json::to_string(&text).unwrap();
             let encoded = &encoded[1..encoded.len() - 1];
@@ -237,7 +237,7 @@ fn every_shared_transcript_converts_to_valid_requests_with_nothing_dropped() {
         }
         let systems = messages.iter().filter(|m| m.role == Role::System).count();
         assert_eq!(
-            openai::messages(messages)
+            openai_messages(messages)
                 .iter()
                 .filter(|m| m["role"] == "system")
                 .count(),

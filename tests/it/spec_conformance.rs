@@ -13,7 +13,7 @@ use compactd::compaction::{
     CompactionConfig, CompactionPlan, CompactionResult, LazyEstimator, PlanInput, Trigger,
     check_trigger, estimate_each, find_preserve_boundary, is_blank,
 };
-use compactd::message::{Message, Part, Role};
+use compactd::compaction::{Message, Part, Role};
 use serde_json::{Value, json};
 
 fn call(id: &str, name: &str, args: Value) -> Message {

@@ -5,4 +5,4 @@ pub mod context;
 pub mod reply;
 pub mod request;
 
-pub use context::{CONTINUES, Conversation, conversation};
+pub use context::conversation;

@@ -143,7 +143,7 @@ mod tests {
         ];
         let out = messages(&conversation);
         assert_eq!(out[2]["role"], "tool");
-        assert_eq!(out[2]["content"], crate::provider::NO_RESULT);
+        assert_eq!(out[2]["content"], crate::provider::turns::NO_RESULT);
         assert_eq!(out[3]["content"], "stop, do something else");
         assert_eq!(out[4]["role"], "user");
         assert!(out[4]["content"].as_str().unwrap().contains("late output"));
