@@ -28,8 +28,8 @@ use crate::compaction_run::CompactError;
 use crate::config::{Config, OverrideError, compaction_with_overrides};
 use crate::message::{Message, MessageError};
 use crate::store::{
-    AppendRules, ContextSnapshot, Idempotency, NewMessage, NewSession, SessionRow, SessionUpdate,
-    Store,
+    Append, AppendRules, ContextSnapshot, Idempotency, NewMessage, NewSession, SessionRow,
+    SessionUpdate, Store,
 };
 use crate::summarize::{self, SummarizeError, Summarizer};
 use locks::SessionLocks;
@@ -224,7 +224,7 @@ impl Service {
 
     fn view(&self, session: SessionRow) -> SessionView {
         let config = self.compaction_config(&session);
-        let compacting = self.locks.is_busy(&session.id);
+        let compacting = self.locks.is_busy(session.id.as_str());
         SessionView::new(session, &config, compacting)
     }
 
@@ -233,19 +233,14 @@ impl Service {
         request: CreateSession,
     ) -> Result<SessionView, ServiceError> {
         let id = request.id.unwrap_or_else(SessionId::generate);
-        let new = self.new_session(
-            id.to_string(),
-            request.model,
-            request.context_limit,
-            request.config,
-        )?;
+        let new = self.new_session(id, request.model, request.context_limit, request.config)?;
         let session = self.store.create_session(new).await?;
         Ok(self.view(session))
     }
 
     fn new_session(
         &self,
-        id: String,
+        id: SessionId,
         model: Option<String>,
         context_limit: Option<usize>,
         overrides: Option<Value>,
@@ -307,7 +302,7 @@ impl Service {
     }
 
     pub async fn session(&self, id: &SessionId) -> Result<SessionView, ServiceError> {
-        Ok(self.view(self.store.session(id.as_str()).await?))
+        Ok(self.view(self.store.session(id).await?))
     }
 
     /// Changes a session; if the change puts it over its trigger (a lower `context_limit`,
@@ -322,7 +317,7 @@ impl Service {
             context_limit: request.context_limit,
             overrides: request.config,
         };
-        let current = self.store.session(id.as_str()).await?;
+        let current = self.store.session(id).await?;
         let overrides = update.overrides.as_ref().unwrap_or(&current.overrides);
         let config = compaction_with_overrides(&self.settings().config.compaction, overrides)?;
         config
@@ -330,7 +325,7 @@ impl Service {
             .map_err(OverrideError::from)?;
         let session = self
             .store
-            .update_session(id.to_string(), update, self.append_rules())
+            .update_session(id, update, self.append_rules())
             .await?;
         self.after_append(&session, false).await;
         Ok(self.view(session))
@@ -349,7 +344,7 @@ impl Service {
     }
 
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), ServiceError> {
-        Ok(self.store.delete_session(id.to_string()).await?)
+        Ok(self.store.delete_session(id).await?)
     }
 
     /// Appends messages (creating the session with defaults if it is new), then starts a
@@ -359,7 +354,6 @@ impl Service {
         id: &SessionId,
         request: AppendRequest,
     ) -> Result<AppendResponse, ServiceError> {
-        let id = id.as_str();
         if request.messages.is_empty() {
             return Err(ServiceError::BadRequest("no messages to append".into()));
         }
@@ -370,7 +364,7 @@ impl Service {
                 .map_err(|error| ServiceError::InvalidMessage { index, error })?;
             new_messages.push(NewMessage::new(message, self.estimator.message(message)));
         }
-        let create = self.new_session(id.to_string(), None, None, None)?;
+        let create = self.new_session(id.clone(), None, None, None)?;
         let idempotency = match request.idempotency_key {
             Some(key) => {
                 validate_idempotency_key(&key)?;
@@ -381,12 +375,14 @@ impl Service {
         let outcome = self
             .store
             .append(
-                id.to_string(),
-                Some(create),
-                new_messages,
-                request.input_tokens,
+                Append {
+                    session: id.clone(),
+                    create: Some(create),
+                    messages: new_messages,
+                    reported_tokens: request.input_tokens,
+                    idempotency,
+                },
                 self.append_rules(),
-                idempotency,
             )
             .await?;
         let compaction = self.after_append(&outcome.session, request.wait).await;
@@ -418,10 +414,7 @@ impl Service {
         after: u64,
         limit: usize,
     ) -> Result<HistoryPage, ServiceError> {
-        let (session, messages) = self
-            .store
-            .history(id.as_str(), after, limit, MAX_PAGE_BYTES)
-            .await?;
+        let (session, messages) = self.store.history(id, after, limit, MAX_PAGE_BYTES).await?;
         Ok(HistoryPage::new(&session, messages))
     }
 
@@ -438,14 +431,13 @@ impl Service {
         id: &SessionId,
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
-        let id = id.as_str();
         if !wait {
             return Ok(ContextView::new(self.store.context(id).await?));
         }
         let mut deadline = None;
         let served = self.wait_under_trigger(id, &mut deadline).await;
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            self.hurries.calm(id);
+            self.hurries.calm(id.as_str());
         }
         Ok(ContextView::new(served?))
     }
@@ -455,7 +447,7 @@ impl Service {
     /// wait; a compaction still running past it is hurried.
     async fn wait_under_trigger(
         self: &Arc<Self>,
-        id: &str,
+        id: &SessionId,
         deadline: &mut Option<Instant>,
     ) -> Result<ContextSnapshot, ServiceError> {
         for _ in 0..CONTEXT_WAIT_ROUNDS {
@@ -479,17 +471,17 @@ impl Service {
             }
             let until = *deadline
                 .get_or_insert_with(|| Instant::now() + Duration::from_secs(config.max_wait_s));
-            if tokio::time::timeout_at(until.into(), self.locks.wait_idle(id))
+            if tokio::time::timeout_at(until.into(), self.locks.wait_idle(id.as_str()))
                 .await
                 .is_err()
             {
                 tracing::info!(
-                    session = id,
+                    session = %id,
                     max_wait_s = config.max_wait_s,
                     "a context waited its bound for a compaction: finishing it with the extractive summarizer"
                 );
-                self.hurries.hurry(id);
-                self.locks.wait_idle(id).await;
+                self.hurries.hurry(id.as_str());
+                self.locks.wait_idle(id.as_str()).await;
             }
         }
         Ok(self.store.context(id).await?)
@@ -502,7 +494,6 @@ impl Service {
         id: &SessionId,
         page: HistoryRequest,
     ) -> Result<CompactionHistory, ServiceError> {
-        let id = id.as_str();
         let (session, compactions) = self
             .store
             .compactions(id, page.after, page.limit, MAX_PAGE_BYTES)

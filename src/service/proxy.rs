@@ -102,13 +102,12 @@ impl Service {
             self.session_rate
                 .made(&caller.owner, std::time::Instant::now());
         }
-        let id = SessionId::parse(placed.session.id.clone())
-            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        let id = placed.session.id.clone();
         if placed.matched < request.messages.len() {
             self.after_append(&placed.session, false).await;
         }
         let context = self.context(&id, true).await?;
-        let branch = self.store.branch(id.as_str()).await?;
+        let branch = self.store.branch(&id).await?;
         Ok(ProxyTurn {
             id,
             context,
@@ -133,9 +132,9 @@ impl Service {
         let Some((session, matched)) = self.store.preview_call(call).await? else {
             return Ok(None);
         };
-        let id = SessionId::unchecked(session.id.clone());
+        let id = session.id.clone();
         let context = self.context(&id, false).await?;
-        let branch = self.store.branch(id.as_str()).await?;
+        let branch = self.store.branch(&id).await?;
         Ok(Some(Preview {
             turn: ProxyTurn {
                 id,
@@ -171,13 +170,7 @@ impl Service {
             NewMessage::new(&reply, tokens).with_hash(fingerprint(&reply, bound), opening(&reply));
         let session = self
             .store
-            .append_reply(
-                id.as_str(),
-                after_seq,
-                message,
-                context_tokens,
-                self.proxy_rules(),
-            )
+            .append_reply(id, after_seq, message, context_tokens, self.proxy_rules())
             .await?;
         if let Some(session) = session {
             self.after_append(&session, false).await;
@@ -221,10 +214,13 @@ impl Service {
             .as_ref()
             .map(|n| caller.session_named(n))
             .transpose()?;
+        // `proxy-` and hex digits: an id by construction.
         let id = match (&named, &conversation) {
-            (Some(named), _) => named.to_string(),
-            (None, Some(conversation)) => conversation_session(conversation, system_hash),
-            (None, None) => format!("proxy-{}", fresh_suffix(&caller.owner)),
+            (Some(named), _) => named.clone(),
+            (None, Some(conversation)) => {
+                SessionId::unchecked(conversation_session(conversation, system_hash))
+            }
+            (None, None) => SessionId::unchecked(format!("proxy-{}", fresh_suffix(&caller.owner))),
         };
         let (context_limit, limit_source) = context_limit_of(identity, request, &settings);
         settings

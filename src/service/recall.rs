@@ -32,8 +32,8 @@ impl Service {
                 "the query has no word to search for (q=some words)".into(),
             ));
         }
-        let (_, hits) = self.store.search(id.as_str(), words, limit).await?;
-        let snapshot = self.store.context(id.as_str()).await?;
+        let (_, hits) = self.store.search(id, words, limit).await?;
+        let snapshot = self.store.context(id).await?;
         let whole: HashSet<u64> = snapshot
             .pinned
             .iter()

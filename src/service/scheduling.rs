@@ -46,7 +46,7 @@ fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) 
         .copied()
         .unwrap_or_else(|| seqs.last().map_or(first_seq, |last| last + 1));
     NewCompaction {
-        session_id: attempt.id.to_string(),
+        session_id: attempt.id.clone(),
         trigger: attempt.trigger,
         focus: attempt.focus.clone(),
         summary_tokens: done.summary_tokens,
@@ -72,7 +72,7 @@ struct Loaded {
 
 /// Which compaction attempt a failure belongs to.
 struct AttemptOf<'a> {
-    id: &'a str,
+    id: &'a SessionId,
     trigger: Trigger,
     focus: &'a Option<String>,
     summarizer: String,
@@ -100,7 +100,7 @@ impl Service {
             Decision::BreakerOpen(trigger) => return Some(CompactionStatus::breaker_open(trigger)),
             Decision::Compact(trigger) => trigger,
         };
-        let Some(guard) = self.locks.try_lock(&session.id) else {
+        let Some(guard) = self.locks.try_lock(session.id.as_str()) else {
             return Some(CompactionStatus::in_progress(trigger));
         };
         let service = self.clone();
@@ -120,7 +120,7 @@ impl Service {
     /// can fire the trigger again, hence the loop; the lock is given up between rounds. A
     /// round follows another only when something was appended in between (a compaction that
     /// left the context over the background line is not followed by one that cannot do better).
-    async fn auto_compact(self: Arc<Self>, id: String, guard: SessionGuard) -> CompactionStatus {
+    async fn auto_compact(self: Arc<Self>, id: SessionId, guard: SessionGuard) -> CompactionStatus {
         let mut status = None;
         let mut guard = guard;
         let mut last_round_from = None;
@@ -140,14 +140,11 @@ impl Service {
                 }
                 Decision::Compact(trigger) => trigger,
             };
-            let _ = self
-                .store
-                .record_attempt(id.clone(), session.turn_start_seq)
-                .await;
+            let _ = self.store.record_attempt(&id, session.turn_start_seq).await;
             match self.compact_once(&id, trigger, None).await {
                 Ok(Attempt::Compacted(row)) => {
                     if row.result.post_tokens < row.result.pre_tokens {
-                        let _ = self.store.reset_attempts(id.clone()).await;
+                        let _ = self.store.reset_attempts(&id).await;
                     }
                     self.mask_after_compaction(&id).await;
                     status = Some(CompactionStatus::completed(trigger, *row));
@@ -162,7 +159,7 @@ impl Service {
             }
             // Let whoever waits for the session (a manual compaction, a context) go first.
             drop(guard);
-            guard = self.locks.lock(&id).await;
+            guard = self.locks.lock(id.as_str()).await;
         }
         status.unwrap_or(CompactionStatus::not_needed())
     }
@@ -190,7 +187,7 @@ impl Service {
         };
         tracing::debug!(session = %session.id, through = row.through_seq, pre = row.pre_tokens, post = row.post_tokens, "masked old outputs");
         self.emit(Event::OutputsMasked {
-            session_id: session.id.clone(),
+            session_id: session.id.to_string(),
             through_seq: row.through_seq,
             outputs: row.outputs,
             pre_tokens: row.pre_tokens,
@@ -201,7 +198,7 @@ impl Service {
 
     /// Masks the old outputs of a just-compacted tail: the compaction rewrote everything after
     /// the pinned messages, so masking now costs no prompt cache.
-    async fn mask_after_compaction(&self, id: &str) {
+    async fn mask_after_compaction(&self, id: &SessionId) {
         let Ok(session) = self.store.session(id).await else {
             return;
         };
@@ -239,7 +236,7 @@ impl Service {
     }
 
     fn announce_breaker(&self, session: &SessionRow, config: &CompactionConfig) {
-        let key = (session.id.clone(), session.turn_start_seq);
+        let key = (session.id.to_string(), session.turn_start_seq);
         let fresh = self
             .breaker_announced
             .lock()
@@ -252,7 +249,7 @@ impl Service {
         if fresh {
             tracing::warn!(session = %session.id, attempts = session.turn_attempts, "circuit breaker open: automatic compaction paused until the next user message");
             self.emit(Event::BreakerOpen {
-                session_id: session.id.clone(),
+                session_id: session.id.to_string(),
                 attempts: session.turn_attempts,
                 threshold: config.breaker_threshold,
             });
@@ -266,14 +263,13 @@ impl Service {
         id: &SessionId,
         focus: Option<String>,
     ) -> Result<SummarizeOutcome, ServiceError> {
-        let id = id.as_str();
         self.store.session(id).await?;
-        let _guard = self.locks.lock(id).await;
+        let _guard = self.locks.lock(id.as_str()).await;
         let focus = focus.filter(|f| !f.trim().is_empty());
         match self.compact_once(id, Trigger::Manual, focus).await? {
             Attempt::Compacted(row) => {
                 if row.result.post_tokens < row.result.pre_tokens {
-                    let _ = self.store.reset_attempts(id.to_string()).await;
+                    let _ = self.store.reset_attempts(id).await;
                 }
                 Ok(SummarizeOutcome::compacted(*row))
             }
@@ -287,7 +283,7 @@ impl Service {
     /// automatic one is recorded as a failed attempt.
     async fn compact_once(
         &self,
-        id: &str,
+        id: &SessionId,
         trigger: Trigger,
         focus: Option<String>,
     ) -> Result<Attempt, ServiceError> {
@@ -335,7 +331,7 @@ impl Service {
             max_wait_s: config.max_wait_s,
         };
         let outcome = self.run_summarizer(&input, &plan, run).await;
-        self.hurries.finished(id);
+        self.hurries.finished(id.as_str());
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
             Ok((done, fallback_reason)) => {
@@ -349,7 +345,7 @@ impl Service {
                 )))
             }
             Err(error) => {
-                tracing::warn!(session = id, trigger = trigger.as_str(), reason = %error, "compaction failed");
+                tracing::warn!(session = %id, trigger = trigger.as_str(), reason = %error, "compaction failed");
                 self.record_failure(&attempt, error.to_string(), duration_ms)
                     .await?;
                 Err(error.into())
@@ -376,7 +372,7 @@ impl Service {
             focus,
             estimator: self.estimator,
             redact_secrets: settings.config.summarizer.redact_secrets,
-            session: &session.id,
+            session: session.id.as_str(),
             ..PlanInput::new(
                 &loaded.messages,
                 &loaded.tokens,
@@ -390,7 +386,7 @@ impl Service {
     /// no compaction can commit between these reads.
     /// What compacting the session will hold, from the compaction budget: a compaction waits
     /// until others leave room (one larger than the whole budget runs alone).
-    async fn compaction_charge(&self, id: &str) -> Result<memory::Charge, ServiceError> {
+    async fn compaction_charge(&self, id: &SessionId) -> Result<memory::Charge, ServiceError> {
         let session = self.store.session(id).await?;
         let bytes = session.active_messages * memory::COMPACTION_MESSAGE_COST
             + (session.active_tokens + session.summary_tokens) * memory::COMPACTION_TOKEN_COST;
@@ -400,7 +396,7 @@ impl Service {
         }
     }
 
-    async fn load(&self, id: &str) -> Result<Loaded, ServiceError> {
+    async fn load(&self, id: &SessionId) -> Result<Loaded, ServiceError> {
         let snapshot = self.store.compaction_input(id).await?;
         let messages = snapshot
             .tail
@@ -433,7 +429,7 @@ impl Service {
         let (row, _) = self.store.commit_compaction(new).await?;
         let num = row.result.compaction_num;
         tracing::info!(
-            session = id,
+            session = %id,
             num,
             trigger = trigger.as_str(),
             pre = row.result.pre_tokens,
@@ -441,7 +437,7 @@ impl Service {
             "compacted"
         );
         self.emit(Event::CompactionFinished {
-            session_id: id,
+            session_id: id.to_string(),
             trigger,
             compaction_num: num,
             pre_tokens: row.result.pre_tokens,
@@ -465,7 +461,7 @@ impl Service {
     ) -> Result<(), ServiceError> {
         self.store
             .record_failure(NewFailure {
-                session_id: attempt.id.to_string(),
+                session_id: attempt.id.clone(),
                 trigger: attempt.trigger,
                 focus: attempt.focus.clone(),
                 summarizer: attempt.summarizer.clone(),
@@ -477,7 +473,7 @@ impl Service {
         Ok(())
     }
 
-    fn announce_failure(&self, id: &str, trigger: Trigger, reason: &str) {
+    fn announce_failure(&self, id: &SessionId, trigger: Trigger, reason: &str) {
         self.emit(Event::CompactionFailed {
             session_id: id.to_string(),
             trigger,
@@ -495,7 +491,7 @@ impl Service {
         plan: &CompactionPlan,
         run: Run<'_>,
     ) -> Result<(Compacted, Option<String>), CompactError> {
-        let hurry = self.hurries.token(run.id);
+        let hurry = self.hurries.token(run.id.as_str());
         let attempt = tokio::select! {
             result = compaction_run::run(input, plan, run.summarizer, run.num) => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
@@ -526,7 +522,7 @@ impl Service {
 
 /// One compaction's summarizer and what decides when another stands in for it.
 struct Run<'a> {
-    id: &'a str,
+    id: &'a SessionId,
     summarizer: &'a dyn Summarizer,
     num: u32,
     /// The extractive fallback is configured.

@@ -4,18 +4,12 @@ use crate::compaction::{CompactionConfig, Trigger, summary_message};
 use crate::protocol::{
     AppendResponse, BreakerView, CompactionHistory, CompactionState, CompactionStatus,
     ContextFormat, ContextMessage, ContextView, HistoryMessage, HistoryPage, ProviderContext,
-    SessionId, SessionView,
+    SessionView,
 };
 use crate::store::{
     AppendOutcome, CompactionRow, ContextSnapshot, FailureRow, MaskingRow, SessionRow,
     StoredMessage,
 };
-
-/// A stored id was validated when it was stored; one that no longer parses (an older
-/// database edited by hand) is shown as it is rather than hidden.
-fn stored_id(id: String) -> SessionId {
-    SessionId::parse(id.clone()).unwrap_or_else(|_| SessionId::unchecked(id))
-}
 
 impl SessionView {
     pub fn new(session: SessionRow, config: &CompactionConfig, compacting: bool) -> SessionView {
@@ -31,7 +25,7 @@ impl SessionView {
             compacting,
             tokens,
             token_source,
-            id: stored_id(session.id),
+            id: session.id,
             model: session.model,
             context_limit: session.context_limit,
             config: session.overrides,
@@ -87,7 +81,7 @@ impl AppendResponse {
     pub fn new(outcome: AppendOutcome, compaction: Option<CompactionStatus>) -> AppendResponse {
         let (tokens, token_source) = outcome.session.context_tokens();
         AppendResponse {
-            session_id: stored_id(outcome.session.id),
+            session_id: outcome.session.id,
             first_seq: outcome.first_seq,
             last_seq: outcome.last_seq,
             message_count: outcome.session.message_count,
@@ -155,7 +149,7 @@ impl ContextView {
         let mut tokens = snapshot.session.pinned_tokens + snapshot.session.summary_tokens;
         messages.extend(snapshot.pinned.into_iter().map(ContextMessage::Stored));
         if let Some(latest) = &snapshot.latest {
-            let message = summary_message(&latest.summary, &snapshot.session.id);
+            let message = summary_message(&latest.summary, snapshot.session.id.as_str());
             messages.push(ContextMessage::Summary {
                 role: message.role,
                 parts: message.parts,
@@ -173,7 +167,7 @@ impl ContextView {
         messages.extend(snapshot.tail.into_iter().map(ContextMessage::Stored));
         tokens += super::answered::answer_orphans(&mut messages) * super::answered::NOTE_TOKENS;
         ContextView {
-            session_id: stored_id(snapshot.session.id),
+            session_id: snapshot.session.id,
             messages,
             tokens,
             context_limit: snapshot.session.context_limit,

@@ -4,12 +4,13 @@ use super::rows::{CompactionRow, FailureRow, SessionRow};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
+use crate::protocol::SessionId;
 use rusqlite::params;
 
 /// A successful compaction to store.
 #[derive(Debug, Clone)]
 pub struct NewCompaction {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub trigger: Trigger,
     pub focus: Option<String>,
     pub result: CompactionResult,
@@ -27,7 +28,7 @@ pub struct NewCompaction {
 /// A failed attempt to record.
 #[derive(Debug, Clone)]
 pub struct NewFailure {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub trigger: Trigger,
     pub focus: Option<String>,
     pub summarizer: String,
@@ -49,7 +50,7 @@ impl Store {
     /// and the session after it.
     pub async fn commit_compaction(&self, c: NewCompaction) -> Result<(CompactionRow, SessionRow)> {
         self.write(move |conn| {
-            let session = get_live(conn, &c.session_id)?;
+            let session = get_live(conn, c.session_id.as_str())?;
             // The branch may have changed meanwhile (a proxied client resent an earlier
             // request): the boundary must still be on the current one.
             let on_branch = super::path::Branch::current(conn, &session)?.contains(c.boundary_seq)
@@ -104,7 +105,7 @@ impl Store {
                  WHERE id = ?1"
             ))?
             .execute(params![c.session_id, c.boundary_seq, c.summary_tokens])?;
-            let session = super::counters::recount_active(conn, &get_live(conn, &c.session_id)?)?;
+            let session = super::counters::recount_active(conn, &get_live(conn, c.session_id.as_str())?)?;
             let sql = format!("SELECT {} FROM compactions WHERE id = ?1", CompactionRow::COLUMNS);
             let row = conn
                 .prepare_cached(&sql)?
@@ -140,7 +141,7 @@ impl Store {
     /// more once `max_bytes` of summaries are taken (the first is always taken).
     pub async fn compactions(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         after: u32,
         limit: usize,
         max_bytes: usize,
@@ -174,11 +175,11 @@ impl Store {
     /// and whether more follow.
     pub async fn failures(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         after: u64,
         limit: usize,
     ) -> Result<(Vec<FailureRow>, bool)> {
-        let page = (session_id, after, limit);
+        let page = (session_id.as_str(), after, limit);
         let table = "compaction_failures";
         super::rows::rows_after(self, table, FailureRow::COLUMNS, FailureRow::from_row, page).await
     }

@@ -23,6 +23,7 @@ use super::path::Branch;
 use super::rows::{SessionKind, SessionRow};
 use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
+use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// One proxied call, as the store needs it.
@@ -60,7 +61,7 @@ const CANDIDATES: usize = 32;
 
 impl Store {
     /// The session's current branch.
-    pub async fn branch(&self, id: &str) -> Result<Branch> {
+    pub async fn branch(&self, id: &SessionId) -> Result<Branch> {
         let id = id.to_string();
         self.read(move |conn| Branch::current(conn, &get_live(conn, &id)?))
             .await
@@ -79,7 +80,7 @@ impl Store {
             let Some(session) = find(conn, &call, &hashes)? else {
                 return Ok(None);
             };
-            let (matched, node) = walk(conn, &session.id, &hashes)?;
+            let (matched, node) = walk(conn, session.id.as_str(), &hashes)?;
             Ok((node.unwrap_or(0) == session.head_seq).then_some((session, matched)))
         })
         .await
@@ -92,7 +93,7 @@ impl Store {
     /// current one is left as it is.
     pub async fn append_reply(
         &self,
-        id: &str,
+        id: &SessionId,
         after_seq: u64,
         reply: NewMessage,
         context_tokens: Option<usize>,
@@ -144,7 +145,7 @@ fn place(
         Some(session) => (session, false),
         None => (create(conn, call, &hashes)?, true),
     };
-    let (matched, node) = walk(conn, &session.id, &hashes)?;
+    let (matched, node) = walk(conn, session.id.as_str(), &hashes)?;
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
     if matched < call.messages.len() {
         session = append_to(
@@ -165,7 +166,7 @@ fn place(
     conn.prepare_cached("UPDATE sessions SET overhead_tokens = ?2 WHERE id = ?1")?
         .execute(params![session.id, call.overhead_tokens])?;
     Ok(Placed {
-        session: get_live(conn, &session.id)?,
+        session: get_live(conn, session.id.as_str())?,
         matched,
         created,
     })
@@ -328,7 +329,7 @@ fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Session
         task.and_then(|t| call.messages[t].opening()),
         preamble as u64
     ])?;
-    get_live(conn, &session.id)
+    get_live(conn, session.id.as_str())
 }
 
 /// How many leading messages the call shares with another conversation of the caller's that

@@ -100,6 +100,6 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
         task_seq,
         step_calls
     ])?;
-    let switched = super::sessions::get_live(conn, &session.id)?;
+    let switched = super::sessions::get_live(conn, session.id.as_str())?;
     recount_active(conn, &switched)
 }

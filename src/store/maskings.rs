@@ -4,6 +4,7 @@
 use super::rows::SessionRow;
 use super::sessions::{NOW, get_live};
 use super::{Result, Store};
+use crate::protocol::SessionId;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
@@ -105,7 +106,7 @@ impl Store {
     /// session after it, or `None` when it would not be worth it.
     pub async fn mask_outputs(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         keep_recent: usize,
         min_saving: usize,
     ) -> Result<Option<(MaskingRow, SessionRow)>> {
@@ -148,11 +149,11 @@ impl Store {
     /// whether more follow.
     pub async fn maskings(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         after: u64,
         limit: usize,
     ) -> Result<(Vec<MaskingRow>, bool)> {
-        let page = (session_id, after, limit);
+        let page = (session_id.as_str(), after, limit);
         super::rows::rows_after(
             self,
             "maskings",

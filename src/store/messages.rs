@@ -10,6 +10,7 @@ use crate::compaction::microcompact::masked_parts;
 use crate::compaction::step;
 use crate::compaction::{LazyEstimator, Origin};
 use crate::message::{Message, Part, Role};
+use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 
@@ -191,15 +192,13 @@ fn earlier_append(
     }))
 }
 
-fn append(
+fn append_one(
     conn: &Connection,
-    session_id: &str,
-    create: Option<&NewSession>,
-    messages: &[NewMessage],
-    reported_tokens: Option<usize>,
+    append: &Append,
     rules: &dyn Fn(&SessionRow) -> AppendRules,
-    idempotency: Option<&Idempotency>,
 ) -> Result<AppendOutcome> {
+    let session_id = append.session.as_str();
+    let idempotency = append.idempotency.as_ref();
     if let Some(earlier) = idempotency
         .map(|i| earlier_append(conn, session_id, i))
         .transpose()?
@@ -207,7 +206,7 @@ fn append(
     {
         return Ok(earlier);
     }
-    let (session, created) = match (get_live(conn, session_id), create) {
+    let (session, created) = match (get_live(conn, session_id), &append.create) {
         (Ok(session), _) => (session, false),
         (Err(StoreError::NotFound(_)), Some(new)) => (insert(conn, new)?, true),
         (Err(e), _) => return Err(e),
@@ -221,7 +220,13 @@ fn append(
         )));
     }
     let rules = rules(&session);
-    let mut outcome = append_to(conn, &session, messages, reported_tokens, rules)?;
+    let mut outcome = append_to(
+        conn,
+        &session,
+        &append.messages,
+        append.reported_tokens,
+        rules,
+    )?;
     outcome.created = created;
     if let Some(idempotency) = idempotency {
         remember_key(
@@ -243,7 +248,7 @@ pub(super) fn append_to(
     reported_tokens: Option<usize>,
     rules: AppendRules,
 ) -> Result<AppendOutcome> {
-    let tools = tools_of_results(conn, &session.id, messages, rules.lenient)?;
+    let tools = tools_of_results(conn, session.id.as_str(), messages, rules.lenient)?;
     let first_seq = session.message_count + 1;
     let inserted = insert_messages(conn, session, messages, &tools, rules)?;
     if !rules.lenient
@@ -257,7 +262,7 @@ pub(super) fn append_to(
     }
     let after = count_appended(
         conn,
-        &session.id,
+        session.id.as_str(),
         messages.len(),
         reported_tokens,
         &inserted,
@@ -279,7 +284,12 @@ pub(super) fn append_leaf(
     parent: u64,
     message: &NewMessage,
 ) -> Result<()> {
-    let tools = tools_of_results(conn, &session.id, std::slice::from_ref(message), true)?;
+    let tools = tools_of_results(
+        conn,
+        session.id.as_str(),
+        std::slice::from_ref(message),
+        true,
+    )?;
     let rules = AppendRules {
         task_max_tokens: 0,
         max_pinned_tokens: 0,
@@ -463,7 +473,7 @@ fn is_pinned(
 /// Where message `seq` of `session` is stored, as its masked or shortened forms say.
 fn origin(session: &SessionRow, seq: u64) -> Origin<'_> {
     Origin {
-        session: &session.id,
+        session: session.id.as_str(),
         seq,
     }
 }
@@ -548,7 +558,7 @@ pub(super) fn reshorten_active(
         "UPDATE sessions SET reported_tokens = NULL, tokens_since_report = 0 WHERE id = ?1",
     )?
     .execute([&session.id])?;
-    super::counters::recount_active(conn, &get_live(conn, &session.id)?)
+    super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)
 }
 
 /// Parts as stored JSON, with their tokens.
@@ -727,37 +737,37 @@ fn messages_page(
     Ok(page)
 }
 
+/// One append as the writer takes it: messages for a session, and what makes the session
+/// when it does not exist yet.
+#[derive(Debug)]
+pub struct Append {
+    pub session: SessionId,
+    /// The session to make when there is none by that id (else the append is `NotFound`).
+    pub create: Option<NewSession>,
+    pub messages: Vec<NewMessage>,
+    /// The agent's `usage.input_tokens` for its last model call.
+    pub reported_tokens: Option<usize>,
+    /// A retried append with the same key is answered with the first one's outcome.
+    pub idempotency: Option<Idempotency>,
+}
+
 impl Store {
-    /// Appends `messages` to the session, creating it from `create` if it does not exist.
-    /// `reported_tokens` is the agent's `usage.input_tokens` for its last model call.
+    /// Appends the messages, making the session first if it does not exist; `rules` say,
+    /// for the session as stored, how much a message may take.
     pub async fn append(
         &self,
-        session_id: String,
-        create: Option<NewSession>,
-        messages: Vec<NewMessage>,
-        reported_tokens: Option<usize>,
+        append: Append,
         rules: impl Fn(&SessionRow) -> AppendRules + Send + 'static,
-        idempotency: Option<Idempotency>,
     ) -> Result<AppendOutcome> {
-        self.write(move |conn| {
-            append(
-                conn,
-                &session_id,
-                create.as_ref(),
-                &messages,
-                reported_tokens,
-                &rules,
-                idempotency.as_ref(),
-            )
-        })
-        .await
+        self.write(move |conn| append_one(conn, &append, &rules))
+            .await
     }
 
     /// Messages with seq greater than `after`, at most `limit` of them and at most
     /// `max_bytes` of parts (always at least one), and the session.
     pub async fn history(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         after: u64,
         limit: usize,
         max_bytes: usize,
@@ -772,7 +782,7 @@ impl Store {
     }
 
     /// The files the compaction the session's current branch starts from lists.
-    pub async fn prior_files(&self, session_id: &str) -> Result<FileLists> {
+    pub async fn prior_files(&self, session_id: &SessionId) -> Result<FileLists> {
         let session_id = session_id.to_string();
         self.read(move |conn| latest_files(conn, &get_live(conn, &session_id)?))
             .await
@@ -780,17 +790,17 @@ impl Store {
 
     /// The session, its pinned messages, its latest summary and its uncompacted messages, in
     /// one snapshot, as the context shows them (old outputs masked).
-    pub async fn context(&self, session_id: &str) -> Result<ContextSnapshot> {
+    pub async fn context(&self, session_id: &SessionId) -> Result<ContextSnapshot> {
         self.snapshot(session_id, true).await
     }
 
     /// The same snapshot with every message whole, its tokens as the context counts them: what
     /// a compaction summarizes.
-    pub async fn compaction_input(&self, session_id: &str) -> Result<ContextSnapshot> {
+    pub async fn compaction_input(&self, session_id: &SessionId) -> Result<ContextSnapshot> {
         self.snapshot(session_id, false).await
     }
 
-    async fn snapshot(&self, session_id: &str, masked: bool) -> Result<ContextSnapshot> {
+    async fn snapshot(&self, session_id: &SessionId, masked: bool) -> Result<ContextSnapshot> {
         let session_id = session_id.to_string();
         self.read(move |conn| {
             let session = get_live(conn, &session_id)?;

@@ -31,7 +31,7 @@ pub use compactions::{NewCompaction, NewFailure};
 pub use conversations::ProxyCall;
 pub use error::StoreError;
 pub use maskings::MaskingRow;
-pub use messages::{AppendOutcome, AppendRules, Idempotency, NewMessage};
+pub use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};
 pub use migrate::declare_writer;
 pub use path::Branch;
 pub use rows::{

@@ -3,6 +3,7 @@
 use super::Result;
 use crate::compaction::{CompactionResult, Trigger};
 use crate::message::{Message, Part, Role};
+use crate::protocol::SessionId;
 use rusqlite::Row;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -11,7 +12,7 @@ use serde_json::value::RawValue;
 /// A session and its counters.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionRow {
-    pub id: String,
+    pub id: SessionId,
     pub model: Option<String>,
     pub context_limit: usize,
     pub overrides: Value,
@@ -110,7 +111,7 @@ impl SessionRow {
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
         Ok(SessionRow {
-            id: row.get(0)?,
+            id: SessionId::unchecked(row.get(0)?),
             model: row.get(1)?,
             context_limit: row.get(2)?,
             overrides: serde_json::from_str(&overrides)
@@ -265,7 +266,7 @@ impl StoredMessage {
 pub struct CompactionRow {
     #[serde(flatten)]
     pub result: CompactionResult,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub trigger: Trigger,
     pub focus: Option<String>,
     pub first_seq: u64,
@@ -309,7 +310,7 @@ impl CompactionRow {
             started_at: row.get(13)?,
             finished_at: row.get(14)?,
             duration_ms: row.get(15)?,
-            session_id: row.get(16)?,
+            session_id: SessionId::unchecked(row.get(16)?),
         })
     }
 }
@@ -417,4 +418,11 @@ pub(super) async fn rows_after<R: Send + 'static>(
             Ok((rows, more))
         })
         .await
+}
+
+/// A session id is bound as the text it is (the store's tables key on it).
+impl rusqlite::ToSql for SessionId {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
 }

@@ -19,6 +19,7 @@ use super::rows::SessionRow;
 use super::sessions::get_live;
 use super::{Result, Store};
 use crate::message::Part;
+use crate::protocol::SessionId;
 use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
 
@@ -151,7 +152,7 @@ impl Store {
     /// newest first; at most `limit`.
     pub async fn search(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         words: Vec<String>,
         limit: usize,
     ) -> Result<(SessionRow, Vec<SearchHit>)> {

@@ -2,6 +2,7 @@
 
 use super::rows::SessionRow;
 use super::{Result, Store, StoreError};
+use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
@@ -11,7 +12,7 @@ pub(super) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 /// A session to create.
 #[derive(Debug, Clone)]
 pub struct NewSession {
-    pub id: String,
+    pub id: SessionId,
     pub model: Option<String>,
     pub context_limit: usize,
     /// Validated `[compaction]` overrides, a JSON object.
@@ -57,7 +58,7 @@ pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> 
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
         .query_row([&new.id], |r| r.get(0))?;
     if exists {
-        return Err(StoreError::Exists(new.id.clone()));
+        return Err(StoreError::Exists(new.id.to_string()));
     }
     conn.prepare_cached(&format!(
         "INSERT INTO sessions (id, model, context_limit, overrides, created_at, updated_at, owner,
@@ -72,7 +73,7 @@ pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> 
         new.owner,
         new.limit_source
     ])?;
-    get_live(conn, &new.id)
+    get_live(conn, new.id.as_str())
 }
 
 impl Store {
@@ -80,7 +81,7 @@ impl Store {
         self.write(move |conn| insert(conn, &new)).await
     }
 
-    pub async fn session(&self, id: &str) -> Result<SessionRow> {
+    pub async fn session(&self, id: &SessionId) -> Result<SessionRow> {
         let id = id.to_string();
         self.read(move |conn| get_live(conn, &id)).await
     }
@@ -118,10 +119,11 @@ impl Store {
     /// again for the step budget `rules` gives the changed session.
     pub async fn update_session(
         &self,
-        id: String,
+        id: &SessionId,
         update: SessionUpdate,
         rules: impl Fn(&SessionRow) -> super::AppendRules + Send + 'static,
     ) -> Result<SessionRow> {
+        let id = id.to_string();
         self.write(move |conn| {
             get_live(conn, &id)?;
             let reshape = update.context_limit.is_some() || update.overrides.is_some();
@@ -149,7 +151,8 @@ impl Store {
     }
 
     /// Marks the session deleted. Its rows stay for `sqlite3`; the API no longer shows it.
-    pub async fn delete_session(&self, id: String) -> Result<()> {
+    pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
+        let id = id.to_string();
         self.write(move |conn| {
             get_live(conn, &id)?;
             conn.prepare_cached(&format!(
@@ -163,7 +166,8 @@ impl Store {
 
     /// Counts an automatic compaction attempt in the current turn; returns the new count, or
     /// `None` if the turn has moved on (a user message arrived) since `turn_start_seq`.
-    pub async fn record_attempt(&self, id: String, turn_start_seq: u64) -> Result<Option<u32>> {
+    pub async fn record_attempt(&self, id: &SessionId, turn_start_seq: u64) -> Result<Option<u32>> {
+        let id = id.to_string();
         self.write(move |conn| {
             Ok(conn
                 .prepare_cached(
@@ -177,7 +181,8 @@ impl Store {
     }
 
     /// Closes the breaker again: a compaction brought the session back under its trigger.
-    pub async fn reset_attempts(&self, id: String) -> Result<()> {
+    pub async fn reset_attempts(&self, id: &SessionId) -> Result<()> {
+        let id = id.to_string();
         self.write(move |conn| {
             conn.prepare_cached("UPDATE sessions SET turn_attempts = 0 WHERE id = ?1")?
                 .execute([&id])?;
