@@ -16,6 +16,7 @@ pub mod listener;
 pub mod openapi;
 mod peer;
 mod proxy;
+mod request_heads;
 mod routes;
 mod serve;
 mod tcp_peer;
@@ -88,6 +89,5 @@ fn versioned(api: Router<Arc<Service>>, service: Arc<Service>) -> Router {
         .merge(api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(axum::middleware::from_fn(connection::head_limits))
         .with_state(service)
 }

@@ -740,29 +740,33 @@ fn the_cli_reports_a_refused_upload_instead_of_dying_of_sigpipe() {
     assert!(stderr.contains("max_body_bytes"), "{stderr}");
 }
 
-// Every request of a kept-alive connection is held to the header limit, with the JSON error.
+// Every request of a kept-alive connection is held to the head limits (64 headers, 64 KiB),
+// with the JSON error, as its first one is; the connection closes after it.
 #[test]
-fn a_later_request_of_a_connection_with_too_many_headers_gets_the_json_431() {
+fn a_later_request_of_a_connection_over_the_head_limits_gets_the_json_431() {
     let daemon = TestDaemon::start("");
     let flood: String = (0..120).map(|i| format!("x-h{i}: v\r\n")).collect();
-    let request = format!(
-        "GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nhost: x\r\n{flood}\r\n"
-    );
-    let answer = raw_http(&daemon.socket(), request.as_bytes());
-    let second = answer
-        .match_indices("HTTP/1.1 ")
-        .nth(1)
-        .map(|(at, _)| &answer[at..])
-        .unwrap_or_else(|| panic!("one answer only: {answer}"));
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(second.starts_with("HTTP/1.1 431"), "{second}");
-    let body = &second[second.find("\r\n\r\n").unwrap() + 4..];
-    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
-    assert_eq!(error["error"]["code"], "too_large");
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("64 headers")
-    );
+    let big = format!("x-big: {}\r\n", "v".repeat(70 * 1024));
+    for (what, extra) in [("120 headers", flood), ("a 70 KiB head", big)] {
+        let request = format!(
+            "GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nhost: x\r\n{extra}\r\n"
+        );
+        let answer = raw_http(&daemon.socket(), request.as_bytes());
+        let second = answer
+            .match_indices("HTTP/1.1 ")
+            .nth(1)
+            .map(|(at, _)| &answer[at..])
+            .unwrap_or_else(|| panic!("{what}: one answer only: {answer}"));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{what}: {answer}");
+        assert!(second.starts_with("HTTP/1.1 431"), "{what}: {second}");
+        let body = &second[second.find("\r\n\r\n").unwrap() + 4..];
+        let error: Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {body:?}"));
+        assert_eq!(error["error"]["code"], "too_large", "{what}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("64 headers") && message.contains("65536 bytes"),
+            "{what}: {message}"
+        );
+    }
 }
