@@ -14,7 +14,8 @@ use crate::compaction::{
 use crate::summarize::{SYSTEM_PROMPT, SummarizeError, Summarizer, SummaryRequest, TaskNote};
 
 /// Why a compaction did not happen when the whole history fits in the preserved tail.
-pub const NOTHING_TO_COMPACT: &str = "nothing to compact: every message fits in the preserved tail";
+pub(crate) const NOTHING_TO_COMPACT: &str =
+    "nothing to compact: every message fits in the preserved tail";
 
 /// Why a compaction failed. Either way the session is left as it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +28,7 @@ pub enum CompactError {
 
 /// A finished compaction, ready to be stored.
 #[derive(Debug, Clone)]
-pub struct Compacted {
+pub(crate) struct Compacted {
     pub result: CompactionResult,
     pub boundary: Boundary,
     /// Tokens of the summary message.
@@ -39,7 +40,7 @@ pub struct Compacted {
 }
 
 /// Compacts `input` with `summarizer`. `Ok(None)` when there is nothing before the boundary.
-pub async fn compact(
+pub(crate) async fn compact(
     input: &PlanInput<'_>,
     summarizer: &dyn Summarizer,
     compaction_num: u32,
@@ -53,7 +54,7 @@ pub async fn compact(
 }
 
 /// The plan of a compaction of `input`; `None` when there is nothing to compact.
-pub fn plan(input: &PlanInput) -> Result<Option<CompactionPlan>, CompactError> {
+pub(crate) fn plan(input: &PlanInput) -> Result<Option<CompactionPlan>, CompactError> {
     let plan = CompactionPlan::new(input);
     if let Some(overflow) = plan.pinned_overflow {
         return Err(overflow.into());
@@ -63,7 +64,7 @@ pub fn plan(input: &PlanInput) -> Result<Option<CompactionPlan>, CompactError> {
 
 /// Runs a planned compaction with `summarizer`. A panic of the summarizer is a failure like
 /// any other, so it is recorded and the session stays as it was.
-pub async fn run(
+pub(crate) async fn run(
     input: &PlanInput<'_>,
     plan: &CompactionPlan,
     summarizer: &dyn Summarizer,

@@ -220,7 +220,7 @@ pub enum ConfigError {
 /// Keys read once, when the daemon starts (its listeners and its store are made then): an
 /// edit of one is accepted, said in the log, and applies at the next start. Every other key
 /// applies to every decision from the reload on. The README lists these; a test keeps it so.
-pub const READ_AT_START: &[&str] = &[
+pub(crate) const READ_AT_START: &[&str] = &[
     "[server] socket",
     "[server] max_connections",
     "[proxy] listen",
@@ -400,7 +400,7 @@ pub enum OverrideError {
 
 /// The compaction config of a session: the global one with the session's overrides (a JSON
 /// object of `[compaction]` keys) on top. Unknown keys and bad values are errors naming the key.
-pub fn compaction_with_overrides(
+pub(crate) fn compaction_with_overrides(
     global: &CompactionConfig,
     overrides: &Value,
 ) -> Result<CompactionConfig, OverrideError> {

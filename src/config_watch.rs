@@ -23,7 +23,7 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 const REJECTED_REMINDER: Duration = Duration::from_secs(15 * 60);
 
 /// Starts watching `path`; reloads run until the service shuts down.
-pub fn spawn(path: PathBuf, service: Arc<Service>) {
+pub(crate) fn spawn(path: PathBuf, service: Arc<Service>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     // Keep a sender here too, so a missing watcher leaves the channel open (and SIGHUP works).
     let watcher = start_watcher(&path, tx.clone());
@@ -99,7 +99,7 @@ fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::R
 }
 
 /// Re-reads the config; applies it if valid, keeps the old one otherwise.
-pub async fn reload(path: &Path, service: &Service) {
+pub(crate) async fn reload(path: &Path, service: &Service) {
     let shown = path.display().to_string();
     let result = match Config::load(path) {
         Ok(new) => match service.misfits(&new).await {
@@ -145,7 +145,7 @@ pub async fn reload(path: &Path, service: &Service) {
 }
 
 /// The error of a config that does not fit some live sessions: the first few named.
-pub fn refused_for(misfits: &[String]) -> String {
+pub(crate) fn refused_for(misfits: &[String]) -> String {
     const NAMED: usize = 3;
     let mut error = format!(
         "it does not fit {} live session{} (lower the setting, or PATCH the session's context_limit or config first): {}",
@@ -165,7 +165,7 @@ fn monotonic_now() -> sd_notify::NotifyState<'static> {
 }
 
 /// Tells systemd about a state change; a no-op outside systemd (no NOTIFY_SOCKET).
-pub fn notify_systemd(states: &[sd_notify::NotifyState]) {
+pub(crate) fn notify_systemd(states: &[sd_notify::NotifyState]) {
     if let Err(e) = sd_notify::notify(states) {
         tracing::debug!(error = %e, "sd_notify failed");
     }

@@ -31,6 +31,8 @@
 //!   `bench`, `torture`, and the synthetic sessions and daemon processes they (and the tests)
 //!   use.
 
+#![warn(unreachable_pub)]
+
 pub mod cli;
 pub mod client;
 pub mod compaction;

@@ -221,7 +221,7 @@ impl Message {
 /// What a body of messages holds: one message, an array of them, or
 /// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct MessageBatch {
+pub(crate) struct MessageBatch {
     pub messages: Vec<Message>,
     /// The agent's `usage.input_tokens` for its last model call.
     pub input_tokens: Option<u64>,
@@ -230,7 +230,7 @@ pub struct MessageBatch {
 
 /// Why a body of messages could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BatchError {
+pub(crate) enum BatchError {
     #[error("invalid JSON: {0}")]
     Json(String),
     #[error("{0}")]
@@ -242,7 +242,7 @@ pub enum BatchError {
 /// Reads a body of messages (the one parser for the API, the CLI and the offline commands).
 /// Each message is parsed straight from its slice of the body: no whole-body JSON tree is
 /// built, so a large batch costs about its own size in memory, not several times it.
-pub fn parse_message_batch(json: &[u8]) -> Result<MessageBatch, BatchError> {
+pub(crate) fn parse_message_batch(json: &[u8]) -> Result<MessageBatch, BatchError> {
     use serde_json::value::RawValue;
     let first = json.iter().find(|b| !b.is_ascii_whitespace());
     let items: Vec<&RawValue> = match first {

@@ -12,7 +12,7 @@ fn project() -> Option<ProjectDirs> {
 }
 
 /// The default socket path.
-pub fn default_socket() -> PathBuf {
+pub(crate) fn default_socket() -> PathBuf {
     let runtime = BaseDirs::new()
         .and_then(|b| b.runtime_dir().map(PathBuf::from))
         .or_else(|| std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))
@@ -28,28 +28,28 @@ pub fn default_socket() -> PathBuf {
 }
 
 /// The default database path.
-pub fn default_db() -> PathBuf {
+pub(crate) fn default_db() -> PathBuf {
     project()
         .map(|p| p.data_dir().join("compactd.db"))
         .unwrap_or_else(|| PathBuf::from("compactd.db"))
 }
 
 /// The default config file path.
-pub fn default_config() -> PathBuf {
+pub(crate) fn default_config() -> PathBuf {
     project()
         .map(|p| p.config_dir().join("config.toml"))
         .unwrap_or_else(|| PathBuf::from("compactd.toml"))
 }
 
 /// The real uid of this process.
-pub fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
     unsafe { libc::getuid() }
 }
 
 /// Creates `dir` (and missing parents) readable by its owner only, if it does not exist.
 /// Existing directories are left as they are: they may be shared ones like /tmp.
-pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     if dir.as_os_str().is_empty() || dir.exists() {
         return Ok(());
@@ -65,7 +65,7 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 /// 0700 if others could write to it) or a sticky shared one like /tmp, where nobody can
 /// replace our files. Anything else (another user's directory, a symlink) is refused: whoever
 /// controls the directory can swap the socket and read every message.
-pub fn ensure_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn ensure_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     if dir.as_os_str().is_empty() {
         return Ok(());

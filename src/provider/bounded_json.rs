@@ -8,7 +8,7 @@ use super::wire::BoundedText;
 
 /// Captures one JSON document, fed in pieces.
 #[derive(Debug, Default)]
-pub struct BoundedJson {
+pub(crate) struct BoundedJson {
     /// What is kept: the document with every string bounded.
     out: Vec<u8>,
     /// The raw bytes of the string being read, not yet decoded.
@@ -38,14 +38,14 @@ const DECODE_PIECE: usize = 64 * 1024;
 
 impl BoundedJson {
     /// Keeps each string within `max_bytes`, and the whole within about twice that.
-    pub fn new(max_bytes: usize) -> BoundedJson {
+    pub(crate) fn new(max_bytes: usize) -> BoundedJson {
         BoundedJson {
             max_bytes,
             ..Default::default()
         }
     }
 
-    pub fn feed(&mut self, bytes: &[u8]) {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
         for &b in bytes {
             if self.abandoned {
                 return;
@@ -118,13 +118,13 @@ impl BoundedJson {
     }
 
     /// The bytes held.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.out.len() + self.raw.len() + self.text.as_ref().map_or(0, BoundedText::len)
     }
 
     /// The document kept, and how many characters its strings lost; `None` if abandoned or
     /// unfinished.
-    pub fn finish(self) -> Option<(Vec<u8>, usize)> {
+    pub(crate) fn finish(self) -> Option<(Vec<u8>, usize)> {
         (!self.abandoned && self.text.is_none()).then_some((self.out, self.dropped))
     }
 }

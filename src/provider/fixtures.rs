@@ -4,7 +4,7 @@ use crate::message::Part;
 use serde_json::json;
 
 /// A `bash` call to `ls` with this id.
-pub fn call(id: &str) -> Part {
+pub(crate) fn call(id: &str) -> Part {
     Part::ToolCall {
         id: id.into(),
         name: "bash".into(),
@@ -13,7 +13,7 @@ pub fn call(id: &str) -> Part {
 }
 
 /// A successful result of call `id`.
-pub fn result(id: &str, out: &str) -> Part {
+pub(crate) fn result(id: &str, out: &str) -> Part {
     Part::ToolResult {
         call_id: id.into(),
         name: None,

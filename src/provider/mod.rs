@@ -17,23 +17,23 @@
 //!
 //! Pure functions: no I/O.
 
-pub mod anthropic;
-pub mod bounded_json;
-pub mod chat;
-pub mod models;
-pub mod responses;
+pub(crate) mod anthropic;
+pub(crate) mod bounded_json;
+pub(crate) mod chat;
+pub(crate) mod models;
+pub(crate) mod responses;
 mod sse;
 mod turns;
-pub mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod fixtures;
 
-pub use turns::{Turn, Turns};
+pub(crate) use turns::{Turn, Turns};
 
 /// A tool or call name as the APIs accept it (`^[a-zA-Z0-9_-]{1,64}$`): other characters
 /// become `_`, and an empty name `tool`.
-pub fn api_name(name: &str) -> String {
+pub(crate) fn api_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|c| {
@@ -55,7 +55,7 @@ pub fn api_name(name: &str) -> String {
 /// A tool call id both APIs accept: `^[a-zA-Z0-9_-]+$` (Anthropic) and at most 40
 /// characters (OpenAI). A longer or odd id becomes `call_` and a hash of it, the same on the
 /// call and its result and in every request (so prompt caches still match).
-pub fn api_id(id: &str) -> String {
+pub(crate) fn api_id(id: &str) -> String {
     let acceptable = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     if !id.is_empty() && id.len() <= MAX_ID_CHARS && id.chars().all(acceptable) {
         return id.to_string();

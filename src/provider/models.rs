@@ -13,7 +13,7 @@ static WINDOWS: LazyLock<HashMap<String, usize>> =
     LazyLock::new(|| serde_json::from_str(include_str!("model_windows.json")).unwrap_or_default());
 
 /// The context window of `model`, if the table knows it.
-pub fn context_window(model: &str) -> Option<usize> {
+pub(crate) fn context_window(model: &str) -> Option<usize> {
     candidates(model).find_map(|name| WINDOWS.get(&name).copied())
 }
 

@@ -3,7 +3,7 @@
 //! gets every byte, since the stream itself passes through untouched).
 
 /// Splits a stream of SSE bytes into the `data` of each event.
-pub struct Splitter {
+pub(super) struct Splitter {
     /// The event being read: its `data` lines so far.
     data: String,
     /// The current line's bytes, until its end arrives.
@@ -14,7 +14,7 @@ pub struct Splitter {
 }
 
 impl Splitter {
-    pub fn new(max_bytes: usize) -> Splitter {
+    pub(super) fn new(max_bytes: usize) -> Splitter {
         Splitter {
             data: String::new(),
             line: Vec::new(),
@@ -24,12 +24,12 @@ impl Splitter {
     }
 
     /// The bytes held: the event being read.
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.data.len() + self.line.len()
     }
 
     /// The `data` of every event `bytes` completed (`[DONE]` left out).
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+    pub(super) fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
         let mut done = Vec::new();
         for &b in bytes {
             if b != b'\n' {

@@ -6,11 +6,11 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 /// What answers a call whose result was never recorded, so a request stays valid.
-pub const NO_RESULT: &str = "[no result was recorded for this call]";
+pub(super) const NO_RESULT: &str = "[no result was recorded for this call]";
 
 /// One turn of a conversation, in the order it is sent.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Turn {
+pub(crate) enum Turn {
     /// System text (instructions).
     System(String),
     /// What the user (or a harness speaking as the user) wrote; never empty.
@@ -25,7 +25,7 @@ pub enum Turn {
 
 /// A tool call of an assistant turn.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Call {
+pub(crate) struct Call {
     pub id: String,
     pub name: String,
     pub args: Value,
@@ -33,7 +33,7 @@ pub struct Call {
 
 /// The result of one call.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CallResult {
+pub(crate) struct CallResult {
     pub call_id: String,
     pub output: String,
     pub is_error: bool,
@@ -41,14 +41,14 @@ pub struct CallResult {
 
 /// A conversation as turns.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Turns(pub Vec<Turn>);
+pub(crate) struct Turns(pub Vec<Turn>);
 
 impl Turns {
     /// Regroups `messages`: results move next to their call (the nearest earlier unanswered
     /// call with that id), a result with no such call becomes user text (nothing is dropped),
     /// unanswered calls are answered with [`NO_RESULT`] unless the conversation ends with
     /// them, and reasoning and empty texts are left out.
-    pub fn of(messages: &[Message]) -> Turns {
+    pub(crate) fn of(messages: &[Message]) -> Turns {
         let mut builder = Builder::default();
         for message in messages {
             match message.role {

@@ -242,7 +242,7 @@ impl Recorder {
 /// cut again: [`bounded`] of a recorded answer is the answer, and [`bounded`] of the whole
 /// answer a client sends back is what was recorded of it (the two fingerprint the same).
 #[derive(Debug, Clone, Default)]
-pub struct BoundedText {
+pub(crate) struct BoundedText {
     head: String,
     tail: std::collections::VecDeque<char>,
     tail_bytes: usize,
@@ -250,10 +250,10 @@ pub struct BoundedText {
 }
 
 /// How far past its bound a text may go before it is cut (more than the marker takes).
-pub const BOUND_SLACK: usize = 256;
+pub(crate) const BOUND_SLACK: usize = 256;
 
 impl BoundedText {
-    pub fn push(&mut self, piece: &str, max_bytes: usize) {
+    pub(crate) fn push(&mut self, piece: &str, max_bytes: usize) {
         let half = max_bytes / 2;
         for c in piece.chars() {
             if self.head.len() + c.len_utf8() <= half {
@@ -272,17 +272,17 @@ impl BoundedText {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.head.is_empty() && self.tail.is_empty()
     }
 
     /// The bytes held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.head.len() + self.tail_bytes
     }
 
     /// The text, with a marker where its middle was dropped; and how many characters were.
-    pub fn finish_counted(mut self, max_bytes: usize) -> (String, usize) {
+    pub(crate) fn finish_counted(mut self, max_bytes: usize) -> (String, usize) {
         if self.dropped > 0 {
             // Cut: the tail keeps half the bound, like the head.
             while self.tail_bytes > max_bytes / 2 {
@@ -306,14 +306,14 @@ impl BoundedText {
     }
 
     /// The text, with a marker where its middle was dropped.
-    pub fn finish(self, max_bytes: usize) -> String {
+    pub(crate) fn finish(self, max_bytes: usize) -> String {
         self.finish_counted(max_bytes).0
     }
 }
 
 /// `text` as a recording within `max_bytes` keeps it: whole up to [`BOUND_SLACK`] past the
 /// bound, else its head and tail around a marker.
-pub fn bounded(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+pub(crate) fn bounded(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max_bytes {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -327,7 +327,7 @@ pub fn bounded(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
 
 /// Estimated tokens of a JSON value as a model server counts it: every string, key and
 /// number in it (a tool's schema is read whole), about four characters a token.
-pub fn json_tokens(value: &Value) -> usize {
+pub(crate) fn json_tokens(value: &Value) -> usize {
     fn chars(value: &Value) -> usize {
         match value {
             Value::String(s) => s.chars().count(),

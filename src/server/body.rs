@@ -30,12 +30,16 @@ use std::time::Duration;
 /// How long a request waits for room in the budget before it is told to retry.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 /// JSON objects and arrays one request may hold (a message is one, each of its parts one).
-pub const MAX_CONTAINERS: usize = 50_000;
+pub(super) const MAX_CONTAINERS: usize = 50_000;
 /// How deep JSON objects and arrays may nest in one request.
-pub const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 
 /// The API's routes: bodies up to `[server] max_body_bytes`.
-pub async fn api_bodies(State(service): State<Arc<Service>>, req: Request, next: Next) -> Response {
+pub(super) async fn api_bodies(
+    State(service): State<Arc<Service>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let limit = service.settings().config.server.max_body_bytes;
     bounded(
         &service,
@@ -48,7 +52,7 @@ pub async fn api_bodies(State(service): State<Arc<Service>>, req: Request, next:
 
 /// The proxy's routes: a whole conversation comes with every call, up to `[proxy]
 /// max_body_bytes`.
-pub async fn proxy_bodies(
+pub(super) async fn proxy_bodies(
     State(service): State<Arc<Service>>,
     req: Request,
     next: Next,

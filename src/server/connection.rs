@@ -20,15 +20,15 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// A connection's byte stream: the Unix socket's, or the proxy's loopback TCP listener's.
-pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+pub(super) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for S {}
 use tokio_util::sync::CancellationToken;
 
-pub use super::request_heads::{MAX_HEAD_BYTES, MAX_HEADERS};
+pub(super) use super::request_heads::{MAX_HEAD_BYTES, MAX_HEADERS};
 
 /// How long a connection has to send its first request head, and then each next one.
 #[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
+pub(super) struct Timeouts {
     /// A connection that sends no request within this is closed (on the loopback listener,
     /// a few seconds: idle connections there are any local user's to hoard).
     pub first: Duration,
@@ -38,7 +38,7 @@ pub struct Timeouts {
 
 /// Serves `stream` until the client closes it, a timeout hits, or `shutdown` fires (then the
 /// request in flight is finished first).
-pub async fn serve<S: Stream>(
+pub(super) async fn serve<S: Stream>(
     mut stream: S,
     app: Router,
     timeouts: Timeouts,
@@ -96,7 +96,7 @@ pub async fn serve<S: Stream>(
 }
 
 /// Writes `error` as a complete HTTP response and closes the connection.
-pub async fn refuse<S: Stream>(mut stream: S, error: ApiError) {
+pub(super) async fn refuse<S: Stream>(mut stream: S, error: ApiError) {
     let response = refusal_bytes(&error);
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         let _ = stream.write_all(&response).await;

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub(super) struct ApiError {
     pub status: StatusCode,
     pub code: ErrorCode,
     pub message: String,
@@ -19,7 +19,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
+    pub(super) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             code,
@@ -29,12 +29,12 @@ impl ApiError {
     }
 
     /// The same error, telling the client when to retry.
-    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+    pub(super) fn retry_after(mut self, seconds: u64) -> ApiError {
         self.retry_after = Some(seconds);
         self
     }
 
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message)
     }
 }

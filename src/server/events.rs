@@ -14,7 +14,7 @@ use tokio_stream::wrappers::BroadcastStream;
 #[utoipa::path(get, path = "/v1/events", tag = "events",
     responses((status = 200, description = "`text/event-stream`: `event: <kind>` then `data: <Event as JSON>`, until the daemon stops",
         content_type = "text/event-stream", body = crate::protocol::Event)))]
-pub async fn events(
+pub(crate) async fn events(
     State(service): State<Arc<Service>>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let shutdown = service.shutdown_token();

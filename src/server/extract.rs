@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// A request body, valid UTF-8. It was read within bounds and charged to the memory budget
 /// before the handler ran ([`super::body`]).
-pub struct Utf8Body(pub Bytes);
+pub(super) struct Utf8Body(pub Bytes);
 
 impl FromRequest<Arc<Service>> for Utf8Body {
     type Rejection = ApiError;
@@ -32,7 +32,7 @@ impl FromRequest<Arc<Service>> for Utf8Body {
 }
 
 /// A JSON body (see [`Utf8Body`]). An empty body reads as `{}`.
-pub struct JsonBody<T>(pub T);
+pub(super) struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<Arc<Service>> for JsonBody<T> {
     type Rejection = ApiError;
@@ -51,7 +51,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<Service>> for JsonBody<T> {
 }
 
 /// Query parameters.
-pub struct ApiQuery<T>(pub T);
+pub(super) struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -65,7 +65,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
 }
 
 /// The `{id}` of `/session/{id}/...`, checked here once.
-pub struct SessionPath(pub SessionId);
+pub(super) struct SessionPath(pub SessionId);
 
 impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
     type Rejection = ApiError;

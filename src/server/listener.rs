@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use tokio::net::UnixListener;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ListenError {
+pub(crate) enum ListenError {
     #[error("another compactd is already listening on {0}")]
     AlreadyRunning(PathBuf),
     #[error("{0} exists and is not a socket; refusing to replace it")]
@@ -24,7 +24,7 @@ pub enum ListenError {
 }
 
 /// The socket systemd passed us (LISTEN_FDS/LISTEN_PID), if we were socket-activated.
-pub fn from_systemd() -> Result<Option<UnixListener>, ListenError> {
+pub(crate) fn from_systemd() -> Result<Option<UnixListener>, ListenError> {
     let mut fds = sd_notify::listen_fds().map_err(ListenError::Activation)?;
     let Some(fd) = fds.next() else {
         return Ok(None);
@@ -69,7 +69,7 @@ fn check_activated(fd: std::os::fd::RawFd) -> io::Result<()> {
 }
 
 /// Binds a private socket at `path`.
-pub fn bind(path: &Path) -> Result<UnixListener, ListenError> {
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, ListenError> {
     let io_error = |source| ListenError::Io {
         path: path.to_path_buf(),
         error: source,

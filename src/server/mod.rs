@@ -12,8 +12,8 @@ mod connection;
 mod error;
 pub(crate) mod events;
 mod extract;
-pub mod listener;
-pub mod openapi;
+pub(crate) mod listener;
+pub(crate) mod openapi;
 mod peer;
 mod proxy;
 mod request_heads;
@@ -21,8 +21,9 @@ mod routes;
 mod serve;
 mod tcp_peer;
 
-pub use peer::Peer;
-pub use serve::{Listener, SHUTDOWN_GRACE, serve_on};
+pub(crate) use peer::Peer;
+pub use serve::SHUTDOWN_GRACE;
+pub(crate) use serve::{Listener, serve_on};
 
 use crate::service::Service;
 use axum::routing::{get, post};
@@ -30,7 +31,7 @@ use axum::{Extension, Router};
 use std::sync::Arc;
 
 /// The API's routes.
-pub fn router(service: Arc<Service>) -> Router {
+pub(crate) fn router(service: Arc<Service>) -> Router {
     let api = Router::new()
         .route("/health", get(routes::health))
         .route(

@@ -12,13 +12,13 @@ use tokio::net::UnixStream;
 
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone, Copy)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub uid: Option<u32>,
     pub pid: Option<i32>,
 }
 
 impl Peer {
-    pub fn of(stream: &UnixStream) -> Peer {
+    pub(crate) fn of(stream: &UnixStream) -> Peer {
         match stream.peer_cred() {
             Ok(cred) => Peer {
                 uid: Some(cred.uid()),
@@ -33,7 +33,7 @@ impl Peer {
 }
 
 /// The answer to another user.
-pub fn forbidden(own_uid: u32) -> ApiError {
+pub(super) fn forbidden(own_uid: u32) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         ErrorCode::Forbidden,

@@ -49,9 +49,9 @@ const CONVERSATION_HEADERS: [&str; 3] = ["x-claude-code-session-id", "session-id
 
 /// Marks a call that came over the loopback TCP listener, which any local user can reach.
 #[derive(Debug, Clone, Copy)]
-pub struct Network;
+pub(super) struct Network;
 
-pub async fn chat_completions(
+pub(super) async fn chat_completions(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
@@ -62,7 +62,7 @@ pub async fn chat_completions(
     logged(&call, proxied(&call, &service, body).await)
 }
 
-pub async fn messages(
+pub(super) async fn messages(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
@@ -73,7 +73,7 @@ pub async fn messages(
     logged(&call, proxied(&call, &service, body).await)
 }
 
-pub async fn responses(
+pub(super) async fn responses(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
@@ -102,7 +102,7 @@ pub async fn responses(
 
 /// `POST /v1/messages/count_tokens`, answered for the compacted request: what the agent
 /// counts is what really goes out.
-pub async fn count_tokens(
+pub(super) async fn count_tokens(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
@@ -142,7 +142,7 @@ pub async fn count_tokens(
 }
 
 /// `GET /v1/models`, passed on to the upstream the client's headers point to.
-pub async fn models(
+pub(super) async fn models(
     State(service): State<Arc<Service>>,
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,

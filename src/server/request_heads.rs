@@ -21,9 +21,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The most bytes a request head (request line and headers) may take.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub(super) const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most headers a request may have.
-pub const MAX_HEADERS: usize = 64;
+pub(super) const MAX_HEADERS: usize = 64;
 
 /// How long, and how much, a refused connection is read from before it closes.
 const LINGER: Duration = Duration::from_secs(2);
@@ -31,7 +31,7 @@ const MAX_DRAINED: usize = 1 << 20;
 
 /// What follows a request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(super) enum Framing {
     /// No body, or what is left of one of known length.
     Length(u64),
     /// A chunked body, at this point of it.
@@ -40,7 +40,7 @@ pub enum Framing {
 
 /// Where a chunked body is (RFC 9112 §7.1), byte by byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Chunk {
+pub(super) enum Chunk {
     /// The chunk-size line; `size` so far, `ext` once past the digits.
     Size { size: u64, digits: u8, ext: bool },
     /// Chunk data still to come.
@@ -52,14 +52,14 @@ pub enum Chunk {
 }
 
 /// Where a request head ends (after its blank line), if it has.
-pub fn find_head_end(buffer: &[u8]) -> Option<usize> {
+pub(super) fn find_head_end(buffer: &[u8]) -> Option<usize> {
     buffer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .map(|at| at + 4)
 }
 
-pub fn too_large_head() -> ApiError {
+pub(super) fn too_large_head() -> ApiError {
     ApiError::new(
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         ErrorCode::TooLarge,
@@ -70,7 +70,7 @@ pub fn too_large_head() -> ApiError {
 }
 
 /// A request head httparse accepts, within the limits, and how its body is framed.
-pub fn check_head(head: &[u8]) -> Result<Framing, ApiError> {
+pub(super) fn check_head(head: &[u8]) -> Result<Framing, ApiError> {
     if head.len() > MAX_HEAD_BYTES {
         return Err(too_large_head());
     }
@@ -194,7 +194,7 @@ enum Scan {
 }
 
 /// The connection's stream as hyper reads it: every head checked first (see the module doc).
-pub struct HeadGuard<S> {
+pub(super) struct HeadGuard<S> {
     inner: S,
     scan: Scan,
     /// The head being collected.
@@ -211,7 +211,7 @@ pub struct HeadGuard<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> HeadGuard<S> {
     /// Guards `inner`, whose first bytes (a head already checked, and what came after it)
     /// were read into `read`.
-    pub fn new(inner: S, read: Vec<u8>) -> HeadGuard<S> {
+    pub(super) fn new(inner: S, read: Vec<u8>) -> HeadGuard<S> {
         let mut guard = HeadGuard {
             inner,
             scan: Scan::Head,
@@ -357,7 +357,7 @@ fn follow_chunks(chunk: &mut Chunk, bytes: &[u8]) -> (usize, Option<Scan>) {
 }
 
 /// `error` as a complete HTTP response that closes the connection.
-pub fn refusal_bytes(error: &ApiError) -> Vec<u8> {
+pub(super) fn refusal_bytes(error: &ApiError) -> Vec<u8> {
     let body =
         serde_json::json!({"error": {"code": error.code, "message": error.message}}).to_string();
     let reason = error.status.canonical_reason().unwrap_or("Error");

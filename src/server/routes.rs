@@ -26,7 +26,7 @@ fn ok(value: impl serde::Serialize) -> ApiResult {
 
 #[utoipa::path(get, path = "/v1/health", tag = "daemon",
     responses((status = 200, description = "The daemon is up", body = Health)))]
-pub async fn health(State(service): Svc) -> ApiResult {
+pub(super) async fn health(State(service): Svc) -> ApiResult {
     let settings = service.settings();
     let mut config = service.config_status();
     config.exists = config
@@ -54,7 +54,7 @@ pub async fn health(State(service): Svc) -> ApiResult {
         (status = 201, description = "Created", body = SessionView),
         (status = 400, description = "`bad_request`: a bad id, config key or context_limit", body = ErrorBody),
         (status = 409, description = "`conflict`: the session exists", body = ErrorBody)))]
-pub async fn create_session(
+pub(super) async fn create_session(
     State(service): Svc,
     JsonBody(body): JsonBody<CreateSessionRequest>,
 ) -> ApiResult {
@@ -76,7 +76,7 @@ const MAX_SESSION_PAGE: usize = 1_000;
     responses(
         (status = 200, description = "A page of the sessions in id order (follow `next_after`)", body = SessionList),
         (status = 400, description = "`bad_request`", body = ErrorBody)))]
-pub async fn list_sessions(
+pub(super) async fn list_sessions(
     State(service): Svc,
     ApiQuery(query): ApiQuery<SessionListQuery>,
 ) -> ApiResult {
@@ -88,7 +88,7 @@ pub async fn list_sessions(
     responses(
         (status = 200, description = "The session", body = SessionView),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn get_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
+pub(super) async fn get_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
     ok(service.session(&id).await?)
 }
 
@@ -98,7 +98,7 @@ pub async fn get_session(State(service): Svc, SessionPath(id): SessionPath) -> A
         (status = 200, description = "The session after the change (a compaction may have started)", body = SessionView),
         (status = 400, description = "`bad_request`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn update_session(
+pub(super) async fn update_session(
     State(service): Svc,
     SessionPath(id): SessionPath,
     JsonBody(body): JsonBody<UpdateSessionRequest>,
@@ -110,7 +110,7 @@ pub async fn update_session(
     responses(
         (status = 200, description = "Hidden from the API; its rows stay in the database", body = Deleted),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn delete_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
+pub(super) async fn delete_session(State(service): Svc, SessionPath(id): SessionPath) -> ApiResult {
     service.delete_session(&id).await?;
     ok(Deleted { deleted: true, id })
 }
@@ -129,7 +129,7 @@ pub async fn delete_session(State(service): Svc, SessionPath(id): SessionPath) -
         (status = 413, description = "`too_large`", body = ErrorBody),
         (status = 503, description = "`busy` (Retry-After), `shutting_down`, `storage_gone`", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody)))]
-pub async fn append(
+pub(super) async fn append(
     State(service): Svc,
     SessionPath(id): SessionPath,
     headers: HeaderMap,
@@ -183,7 +183,7 @@ const MAX_PAGE: usize = 1_000;
         (status = 200, description = "A page of the history, every message whole", body = HistoryPage),
         (status = 400, description = "`bad_request`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn history(
+pub(super) async fn history(
     State(service): Svc,
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<HistoryQuery>,
@@ -201,7 +201,7 @@ const MAX_SEARCH_RESULTS: usize = 100;
         (status = 200, description = "The session's messages that best match the words, over its whole history (compacted and masked ones included); read one whole with `GET /v1/session/{id}/message?after=SEQ-1&limit=1`", body = SearchResults),
         (status = 400, description = "`bad_request` (no word to search for, a query over 2,000 bytes, a bad limit)", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn search(
+pub(super) async fn search(
     State(service): Svc,
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<SearchQuery>,
@@ -217,7 +217,7 @@ pub async fn search(
             body = inline(ContextAnswer)),
         (status = 400, description = "`bad_request`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn context(
+pub(super) async fn context(
     State(service): Svc,
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<ContextQuery>,
@@ -233,7 +233,7 @@ pub async fn context(
 #[derive(serde::Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum ContextAnswer {
+pub(super) enum ContextAnswer {
     Compactd(ContextView),
     Provider(ProviderContext),
 }
@@ -245,7 +245,7 @@ pub enum ContextAnswer {
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`conflict`, `pinned_too_large`", body = ErrorBody),
         (status = 503, description = "`summarizer_failed` (recorded), `shutting_down`", body = ErrorBody)))]
-pub async fn summarize(
+pub(super) async fn summarize(
     State(service): Svc,
     SessionPath(id): SessionPath,
     JsonBody(body): JsonBody<SummarizeRequest>,
@@ -270,7 +270,7 @@ const MAX_COMPACTION_PAGE: usize = 100;
         (status = 200, description = "Compactions, failed attempts and maskings, oldest first, paged", body = CompactionHistory),
         (status = 400, description = "`bad_request`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody)))]
-pub async fn compactions(
+pub(super) async fn compactions(
     State(service): Svc,
     SessionPath(id): SessionPath,
     ApiQuery(query): ApiQuery<CompactionQuery>,
@@ -287,11 +287,11 @@ pub async fn compactions(
 
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "daemon",
     responses((status = 200, description = "This API's OpenAPI 3.1 document")))]
-pub async fn openapi() -> ApiResult {
+pub(super) async fn openapi() -> ApiResult {
     ok(crate::server::openapi::document())
 }
 
-pub async fn not_found() -> ApiError {
+pub(super) async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         ErrorCode::NotFound,
@@ -299,7 +299,7 @@ pub async fn not_found() -> ApiError {
     )
 }
 
-pub async fn method_not_allowed() -> ApiError {
+pub(super) async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::MethodNotAllowed,

@@ -28,14 +28,14 @@ use tokio_util::sync::CancellationToken;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// On the loopback listener, a connection that sends no request within this is closed.
-pub const FIRST_REQUEST_OVER_TCP: Duration = Duration::from_secs(5);
+pub(super) const FIRST_REQUEST_OVER_TCP: Duration = Duration::from_secs(5);
 
 /// Each local user other than the daemon's own may hold this fraction of the loopback
 /// listener's connections.
-pub const USER_SHARE_DIVISOR: usize = 4;
+pub(super) const USER_SHARE_DIVISOR: usize = 4;
 
 /// A listener the daemon serves.
-pub enum Listener {
+pub(crate) enum Listener {
     /// The daemon's socket: the whole API, for the daemon's own user.
     Unix(UnixListener),
     /// The proxy's loopback port (`[proxy] listen`): the proxy's routes, for every local user.
@@ -67,7 +67,7 @@ struct Admission {
 
 /// Serves `listener` until `stop` is cancelled, then finishes in-flight requests within
 /// [`SHUTDOWN_GRACE`] and aborts what is left.
-pub async fn serve_on(listener: Listener, service: Arc<Service>, stop: CancellationToken) {
+pub(crate) async fn serve_on(listener: Listener, service: Arc<Service>, stop: CancellationToken) {
     let most = max_connections(service.settings().config.server.max_connections);
     let (app, rule) = match &listener {
         Listener::Unix(_) => (super::router(service.clone()), PeerRule::OwnUser),
@@ -207,7 +207,7 @@ impl Accepted {
 }
 
 /// Connections served at once: `configured`, within what the open-file limit allows.
-pub fn max_connections(configured: usize) -> usize {
+pub(super) fn max_connections(configured: usize) -> usize {
     let limit = raise_open_file_limit();
     configured.min((limit.saturating_sub(128) as usize).max(16))
 }

@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 /// The uid owning the client end of a loopback connection from `peer` to `local`.
-pub fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+pub(super) fn peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     // The client's socket: its source is our peer, its destination us.
     let request = DiagRequest::new(peer, local)?;
     // SAFETY: a plain socket(2) call; the descriptor is owned (and closed) by `OwnedFd`.
@@ -154,19 +154,19 @@ fn parse_answer(answer: &[u8]) -> Option<u32> {
 
 /// Connections held per local user, each counted while its [`Held`] lives.
 #[derive(Default)]
-pub struct PerUser {
+pub(super) struct PerUser {
     held: Mutex<HashMap<u32, usize>>,
 }
 
 /// One connection counted against its user; uncounted when dropped.
-pub struct Held {
+pub(super) struct Held {
     users: Arc<PerUser>,
     uid: u32,
 }
 
 impl PerUser {
     /// Counts a connection of `uid`, unless it holds `share` already.
-    pub fn take(users: &Arc<PerUser>, uid: u32, share: usize) -> Option<Held> {
+    pub(super) fn take(users: &Arc<PerUser>, uid: u32, share: usize) -> Option<Held> {
         let mut held = users.held.lock().unwrap_or_else(|e| e.into_inner());
         let count = held.entry(uid).or_insert(0);
         if *count >= share {

@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use std::collections::HashSet;
 
 /// Tokens the note around an orphaned result adds (counted in the context's size).
-pub const NOTE_TOKENS: usize = 16;
+pub(super) const NOTE_TOKENS: usize = 16;
 
 /// Just what is needed of a part to pair calls with results, read without copying outputs.
 #[derive(Deserialize)]
@@ -28,7 +28,7 @@ struct PartIds<'a> {
 }
 
 /// Rewrites the orphaned results of `messages` as text; returns how many it rewrote.
-pub fn answer_orphans(messages: &mut [ContextMessage]) -> usize {
+pub(super) fn answer_orphans(messages: &mut [ContextMessage]) -> usize {
     let mut calls: HashSet<String> = HashSet::new();
     let mut rewritten = 0;
     for message in messages.iter_mut() {

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Default)]
-pub struct Hurries {
+pub(super) struct Hurries {
     map: Mutex<HashMap<String, CancellationToken>>,
 }
 
@@ -23,22 +23,22 @@ impl Hurries {
 
     /// What a compaction of `id` watches while its summarizer runs (already cancelled if a
     /// waiter past its bound hurried the session before the compaction got this far).
-    pub fn token(&self, id: &str) -> CancellationToken {
+    pub(super) fn token(&self, id: &str) -> CancellationToken {
         self.with(|map| map.entry(id.to_string()).or_default().clone())
     }
 
     /// Asks the session's running compaction, or its next one, to finish now.
-    pub fn hurry(&self, id: &str) {
+    pub(super) fn hurry(&self, id: &str) {
         self.with(|map| map.entry(id.to_string()).or_default().cancel());
     }
 
     /// A compaction of `id` ended: the next one starts unhurried.
-    pub fn finished(&self, id: &str) {
+    pub(super) fn finished(&self, id: &str) {
         self.with(|map| map.remove(id));
     }
 
     /// A waiter that hurried `id` leaves: a later compaction nobody waits for takes its time.
-    pub fn calm(&self, id: &str) {
+    pub(super) fn calm(&self, id: &str) {
         self.with(|map| {
             if map.get(id).is_some_and(|t| t.is_cancelled()) {
                 map.remove(id);

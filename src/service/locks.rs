@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 #[derive(Default)]
-pub struct SessionLocks {
+pub(super) struct SessionLocks {
     map: Arc<Mutex<HashMap<String, Arc<AsyncMutex<()>>>>>,
 }
 
 /// Held while a session compacts; the map entry goes away with the last user.
-pub struct SessionGuard {
+pub(super) struct SessionGuard {
     guard: Option<OwnedMutexGuard<()>>,
     map: Arc<Mutex<HashMap<String, Arc<AsyncMutex<()>>>>>,
     id: String,
@@ -47,19 +47,19 @@ impl SessionLocks {
     }
 
     /// The lock if nobody holds it.
-    pub fn try_lock(&self, id: &str) -> Option<SessionGuard> {
+    pub(super) fn try_lock(&self, id: &str) -> Option<SessionGuard> {
         let guard = self.entry(id).try_lock_owned().ok()?;
         Some(self.guard(id, guard))
     }
 
     /// The lock, waiting for a running compaction to finish.
-    pub async fn lock(&self, id: &str) -> SessionGuard {
+    pub(super) async fn lock(&self, id: &str) -> SessionGuard {
         let guard = self.entry(id).lock_owned().await;
         self.guard(id, guard)
     }
 
     /// Waits until no compaction of the session is running.
-    pub async fn wait_idle(&self, id: &str) {
+    pub(super) async fn wait_idle(&self, id: &str) {
         let busy = {
             let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
             map.get(id).cloned()
@@ -71,7 +71,7 @@ impl SessionLocks {
         }
     }
 
-    pub fn is_busy(&self, id: &str) -> bool {
+    pub(super) fn is_busy(&self, id: &str) -> bool {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(id).is_some_and(|m| m.try_lock().is_err())
     }

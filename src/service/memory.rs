@@ -14,20 +14,20 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What bodies being read, parsed and answered, and answers being recorded, may hold.
-pub const REQUEST_BUDGET: usize = 128 << 20;
+pub(crate) const REQUEST_BUDGET: usize = 128 << 20;
 /// What compactions may hold: the session's messages, the plan and the summary's prompt.
-pub const COMPACTION_BUDGET: usize = 64 << 20;
+pub(crate) const COMPACTION_BUDGET: usize = 64 << 20;
 
 /// What a parsed request costs per JSON object or array it holds (the parsed value, the
 /// message it becomes, its row), measured with heaptrack on bodies of 220,000 tiny messages.
-pub const CONTAINER_COST: usize = 1024;
+pub(crate) const CONTAINER_COST: usize = 1024;
 /// What a parsed request costs per byte, on top of its containers (its text is held about
 /// twice: parsed, then as the message stored and sent on).
-pub const BYTE_COST: usize = 2;
+pub(crate) const BYTE_COST: usize = 2;
 /// What a compaction costs per message it loads, and per token of their text (four bytes a
 /// token, held as parts, in the prompt and in the plan).
-pub const COMPACTION_MESSAGE_COST: usize = 1024;
-pub const COMPACTION_TOKEN_COST: usize = 12;
+pub(crate) const COMPACTION_MESSAGE_COST: usize = 1024;
+pub(crate) const COMPACTION_TOKEN_COST: usize = 12;
 
 /// The daemon's two budgets.
 #[derive(Debug, Clone)]

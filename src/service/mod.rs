@@ -7,21 +7,21 @@
 mod answered;
 mod hurry;
 mod locks;
-pub mod memory;
-pub mod proxy;
+pub(crate) mod memory;
+pub(crate) mod proxy;
 mod rate;
 mod recall;
 mod scheduling;
 mod settings;
-pub mod views;
+pub(crate) mod views;
 
-pub use settings::Settings;
+pub(crate) use settings::Settings;
 
 use crate::protocol::{
     AppendResponse, CompactionHistory, ContextView, HistoryPage, SessionId, SessionView,
 };
-pub use crate::protocol::{ConfigStatus, Event};
-pub use crate::store::StoreError;
+pub(crate) use crate::protocol::{ConfigStatus, Event};
+pub(crate) use crate::store::StoreError;
 
 use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
 use crate::compaction_run::CompactError;
@@ -520,7 +520,7 @@ const CONTEXT_WAIT_ROUNDS: usize = 8;
 
 /// Answers hold at most about this many bytes of messages or summaries (always at least one
 /// item), so no request makes the daemon build an unbounded response.
-pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Which page of a compaction history.
 #[derive(Debug, Clone, Copy)]

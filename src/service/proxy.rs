@@ -308,7 +308,7 @@ pub fn fingerprint(message: &Message, bound: usize) -> i64 {
 /// The fingerprint of a message's opening: its role and its first paragraph (up to a blank
 /// line, at most 500 characters). Clients put the same instruction back with reminders
 /// appended or trailing spaces (aider restoring its history): the opening stays.
-pub fn opening(message: &Message) -> i64 {
+pub(crate) fn opening(message: &Message) -> i64 {
     let text = message.joined_text();
     let first = text.trim().split("\n\n").next().unwrap_or_default();
     let first: String = first.trim().chars().take(500).collect();

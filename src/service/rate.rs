@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub const PER_KEY: usize = 120;
-pub const ALL_KEYS: usize = 1_200;
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(super) const PER_KEY: usize = 120;
+pub(super) const ALL_KEYS: usize = 1_200;
+pub(super) const WINDOW: Duration = Duration::from_secs(60);
 const MAX_KEYS: usize = 4_096;
 
 #[derive(Default)]
-pub struct SessionRate {
+pub(super) struct SessionRate {
     windows: Mutex<Windows>,
 }
 
@@ -45,7 +45,7 @@ impl Window {
 
 impl SessionRate {
     /// Whether `owner` may make a session now; if not, the seconds until it may.
-    pub fn allows(&self, owner: &str, now: Instant) -> Result<(), u64> {
+    pub(super) fn allows(&self, owner: &str, now: Instant) -> Result<(), u64> {
         let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let key = Window::current(windows.keys.get(owner).copied(), now);
         let all = Window::current(windows.all, now);
@@ -61,7 +61,7 @@ impl SessionRate {
     }
 
     /// Counts a session `owner` made.
-    pub fn made(&self, owner: &str, now: Instant) {
+    pub(super) fn made(&self, owner: &str, now: Instant) {
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let mut all = Window::current(windows.all, now);
         all.made += 1;

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 /// Characters of text a snippet shows.
 const SNIPPET_CHARS: usize = 240;
 /// The longest query taken, in bytes.
-pub const MAX_QUERY_BYTES: usize = 2_000;
+pub(super) const MAX_QUERY_BYTES: usize = 2_000;
 
 impl Service {
     /// The session's messages that best match `query`, at most `limit`.
@@ -65,7 +65,7 @@ fn result(hit: SearchHit, query: &str, whole: &HashSet<u64>) -> SearchResult {
 
 /// About [`SNIPPET_CHARS`] of `text` around the first of `query`'s words found in it
 /// (case-insensitive), on one line, `…` where it was cut.
-pub fn snippet(text: &str, query: &str) -> String {
+pub(super) fn snippet(text: &str, query: &str) -> String {
     let lower = text.to_lowercase();
     // Lowercasing may change byte lengths; positions are found in chars.
     let found = query

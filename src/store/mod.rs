@@ -26,19 +26,18 @@ mod search;
 mod sessions;
 mod writer;
 
-pub use backup::backup;
-pub use compactions::{NewCompaction, NewFailure};
-pub use conversations::ProxyCall;
-pub use error::StoreError;
+pub(crate) use backup::backup;
+pub(crate) use compactions::{NewCompaction, NewFailure};
+pub(crate) use conversations::ProxyCall;
+pub(crate) use error::StoreError;
 pub use maskings::MaskingRow;
-pub use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};
-pub use migrate::declare_writer;
+pub(crate) use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};
+pub(crate) use migrate::declare_writer;
 pub use path::Branch;
-pub use rows::{
-    CompactionRow, ContextSnapshot, FailureRow, SessionKind, SessionRow, StoredMessage, TokenSource,
-};
-pub use search::{SearchHit, query_words, searchable_text};
-pub use sessions::{NewSession, SessionUpdate};
+pub use rows::{CompactionRow, FailureRow, StoredMessage, TokenSource};
+pub(crate) use rows::{ContextSnapshot, SessionKind, SessionRow};
+pub(crate) use search::{SearchHit, query_words, searchable_text};
+pub(crate) use sessions::{NewSession, SessionUpdate};
 
 use file::{DatabaseFile, NO_SYMLINK};
 use rusqlite::{Connection, OpenFlags};
@@ -50,13 +49,13 @@ use tokio::sync::Semaphore;
 use writer::Writer;
 
 /// Reads running at once; more wait their turn (each holds a connection and its results).
-pub const MAX_READERS: usize = 8;
+pub(crate) const MAX_READERS: usize = 8;
 /// How long a write waits for a lock another process holds before answering "busy".
 pub(super) const BUSY_WAIT: Duration = Duration::from_secs(2);
 /// After a checkpoint, SQLite truncates the WAL file to at most this size.
-pub const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+pub(crate) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// The database: a writer thread and a pool of read connections. Cheap to clone.
 #[derive(Clone)]

@@ -24,12 +24,12 @@ use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
 
 /// Messages waiting for the index past which a commit batch indexes them itself.
-pub const INDEX_LAG: i64 = 256;
+pub(super) const INDEX_LAG: i64 = 256;
 /// Messages one indexing transaction takes at most (a large backlog goes in steps).
-pub const INDEX_STEP: usize = 2_000;
+pub(super) const INDEX_STEP: usize = 2_000;
 
 /// Words of a query beyond this many are ignored (each adds a posting list to merge).
-pub const MAX_QUERY_WORDS: usize = 32;
+pub(super) const MAX_QUERY_WORDS: usize = 32;
 
 /// One message a search found.
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ pub struct SearchHit {
 }
 
 /// What a message is found by: its texts, its calls (tool name and arguments) and its outputs.
-pub fn searchable_text(parts: &[Part]) -> String {
+pub(crate) fn searchable_text(parts: &[Part]) -> String {
     let mut text = String::new();
     for part in parts {
         let piece = match part {
@@ -111,7 +111,7 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
 
 /// The words of a person's query, each a quoted FTS5 string (inner quotes doubled); words
 /// without a letter or digit are dropped (FTS5 would find nothing in them).
-pub fn query_words(query: &str) -> Vec<String> {
+pub(crate) fn query_words(query: &str) -> Vec<String> {
     query
         .split_whitespace()
         .filter(|w| w.chars().any(char::is_alphanumeric))
@@ -124,7 +124,7 @@ pub fn query_words(query: &str) -> Vec<String> {
 /// so a word in every message of a 100,000-message session would take most of a second to
 /// rank whole; a message matching that broadly is no one's distinctive detail, and a rarer
 /// one is found by an earlier, narrower stage.
-pub const MAX_SCORED: usize = 1_000;
+pub(super) const MAX_SCORED: usize = 1_000;
 
 /// The stages a search goes through, narrowest first, until it has enough: the words as one
 /// phrase (a line quoted whole), then messages with every word, then with any of them.

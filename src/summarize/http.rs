@@ -34,7 +34,7 @@ pub struct CallPolicy {
 }
 
 /// POSTs `body` as JSON to `url` with `headers`; returns the answer's JSON.
-pub async fn post_json(
+pub(crate) async fn post_json(
     url: &str,
     headers: &[(&str, String)],
     body: &Value,
@@ -211,7 +211,7 @@ fn describe(e: &reqwest::Error) -> String {
 }
 
 /// Scrubs the API key from an error (see [`scrub_secret`]).
-pub fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
+pub(crate) fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
     let scrub = |text: String| scrub_secret(&text, policy.secret.as_deref());
     match error {
         SummarizeError::Unavailable(t) => SummarizeError::Unavailable(scrub(t)),
@@ -236,7 +236,7 @@ const MASKED_TAIL: usize = 4;
 /// `text` without the key: whole, any run of 8 or more of its characters (APIs quote keys in
 /// part: a prefix, a suffix, the middle), its last 4 characters after a mask (`***WXYZ`), and
 /// base64-encoded (as in a Basic credential), whatever its offset within the encoded text.
-pub fn scrub_secret(text: &str, secret: Option<&str>) -> String {
+pub(crate) fn scrub_secret(text: &str, secret: Option<&str>) -> String {
     let Some(secret) = secret.filter(|s| s.chars().count() >= FRAGMENT) else {
         return text.to_string();
     };

@@ -102,7 +102,7 @@ pub(crate) fn anthropic_reply(content: &Value) -> Message {
 }
 
 impl Draft {
-    pub fn skip(&mut self, reason: &str) {
+    pub(crate) fn skip(&mut self, reason: &str) {
         *self.skipped.entry(reason.to_string()).or_default() += 1;
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AgentLoopFigures {
+pub(crate) struct AgentLoopFigures {
     pub steps: usize,
     pub summarizer_ms: u64,
     /// The agent's own time per step (its model call), simulated.
@@ -28,7 +28,7 @@ pub struct AgentLoopFigures {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct LoopRun {
+pub(crate) struct LoopRun {
     pub context_p50_ms: f64,
     pub context_p99_ms: f64,
     pub context_max_ms: f64,
@@ -50,7 +50,7 @@ struct Shape {
     context_limit: usize,
 }
 
-pub async fn run(quick: bool) -> Result<AgentLoopFigures> {
+pub(super) async fn run(quick: bool) -> Result<AgentLoopFigures> {
     let shape = if quick {
         Shape {
             steps: 60,

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// The model name the bench's summarizer asks for (anything else is an agent's call).
-pub const SUMMARIZER_MODEL: &str = "bench-summarizer";
+pub(super) const SUMMARIZER_MODEL: &str = "bench-summarizer";
 
-pub struct MockModel {
+pub(super) struct MockModel {
     /// `http://127.0.0.1:PORT/v1`, the base URL a summarizer or the proxy takes.
     pub base: String,
     server: tokio::task::JoinHandle<()>,
@@ -25,7 +25,7 @@ impl Drop for MockModel {
 
 impl MockModel {
     /// Serves on a free loopback port; every answer comes `delay` after its request.
-    pub async fn start(delay: Duration) -> Result<MockModel> {
+    pub(super) async fn start(delay: Duration) -> Result<MockModel> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}/v1", listener.local_addr()?);
         let app = Router::new()

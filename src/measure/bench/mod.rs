@@ -12,7 +12,7 @@ mod render;
 mod search;
 mod session_size;
 
-pub use render::render;
+pub(crate) use render::render;
 
 use crate::client::{Client, Connection};
 use crate::compaction::{
@@ -30,7 +30,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     pub append: AppendFigures,
     pub echo: Echo,
     /// append p50 / echo p50: the cost of the work over the cost of merely talking.
@@ -44,7 +44,7 @@ pub struct BenchReport {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AppendFigures {
+pub(crate) struct AppendFigures {
     pub clients_1: Throughput,
     pub clients_16: Throughput,
     /// One client's append p50 on sessions of 100, 10,000 and 100,000 messages.
@@ -54,19 +54,19 @@ pub struct AppendFigures {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Throughput {
+pub(crate) struct Throughput {
     pub msgs_per_s: f64,
     pub p50_us: f64,
     pub p99_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Echo {
+pub(crate) struct Echo {
     pub p50_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ContextFigures {
+pub(crate) struct ContextFigures {
     pub p50_us_100: f64,
     pub p50_us_100k: f64,
     /// p50 at 100,000 messages of history / p50 at 100.
@@ -74,14 +74,14 @@ pub struct ContextFigures {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct EngineFigures {
+pub(crate) struct EngineFigures {
     pub plan_ms_80: f64,
     pub plan_ms_1000: f64,
     pub plan_ms_10000: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Rss {
+pub(crate) struct Rss {
     pub idle: f64,
     pub sessions_1000: f64,
 }
@@ -125,7 +125,7 @@ fn bench_message(i: usize) -> Value {
 
 /// Runs the whole benchmark with the daemon (and the raw SQLite baseline) at `synchronous`;
 /// `progress` hears what is being measured.
-pub async fn run(
+pub(crate) async fn run(
     quick: bool,
     synchronous: Synchronous,
     progress: impl Fn(&str),
@@ -428,7 +428,7 @@ fn raw_sqlite_rate(
 
 /// Mean milliseconds of the engine's `plan` (estimates, boundary, files, masked prompt) on a
 /// synthetic session of `n` messages (about 1 KB each).
-pub fn plan_ms(n: usize, runs: usize) -> f64 {
+pub(crate) fn plan_ms(n: usize, runs: usize) -> f64 {
     let messages = synthetic_session(n);
     let config = CompactionConfig::default();
     let estimator = LazyEstimator::default();

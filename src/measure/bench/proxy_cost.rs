@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ProxyFigures {
+pub(crate) struct ProxyFigures {
     pub calls_per_size: usize,
     /// p50 of (through the proxy) - p50 of (straight to the model), in ms.
     pub added_ms_10: f64,
@@ -40,7 +40,7 @@ fn conversation(n: usize) -> Vec<Value> {
     messages
 }
 
-pub async fn run(quick: bool) -> Result<ProxyFigures> {
+pub(super) async fn run(quick: bool) -> Result<ProxyFigures> {
     let calls = if quick { 5 } else { 20 };
     let model = MockModel::start(Duration::ZERO).await?;
     let dir = tempfile::TempDir::new()?;

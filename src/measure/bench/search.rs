@@ -10,7 +10,7 @@ use hyper::Method;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct SearchFigures {
+pub(crate) struct SearchFigures {
     pub p50_ms_100k: f64,
     pub p99_ms_100k: f64,
     /// Raw SQLite rows/s with the index insert beside those without, same run.
@@ -21,7 +21,11 @@ pub struct SearchFigures {
 }
 
 /// Queries against session `id` (filled by the context figures).
-pub async fn latencies_100k(conn: &mut Connection, id: &str, requests: usize) -> Result<Vec<f64>> {
+pub(super) async fn latencies_100k(
+    conn: &mut Connection,
+    id: &str,
+    requests: usize,
+) -> Result<Vec<f64>> {
     let queries = ["cat src/m123.rs", "item", "nowhere-to-be-found"];
     let mut ms = latencies(conn, requests, |i| {
         let q = queries[i % queries.len()].replace(' ', "%20");
@@ -36,7 +40,7 @@ pub async fn latencies_100k(conn: &mut Connection, id: &str, requests: usize) ->
     Ok(ms)
 }
 
-pub fn figures(ms: &[f64], raw: f64, raw_indexed: f64) -> SearchFigures {
+pub(super) fn figures(ms: &[f64], raw: f64, raw_indexed: f64) -> SearchFigures {
     SearchFigures {
         p50_ms_100k: percentile(ms, 0.5),
         p99_ms_100k: percentile(ms, 0.99),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::json;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct BySize {
+pub(crate) struct BySize {
     pub p50_us_100: f64,
     pub p50_us_10k: f64,
     pub p50_us_100k: f64,
@@ -18,7 +18,7 @@ pub struct BySize {
     pub ratio: f64,
 }
 
-pub async fn run(client: &Client, appends: usize) -> Result<BySize> {
+pub(super) async fn run(client: &Client, appends: usize) -> Result<BySize> {
     let mut p50 = Vec::new();
     for size in [100, 10_000, 100_000] {
         let id = format!("size-{size}");

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 /// Running costs of one strategy's calls.
 #[derive(Debug, Clone, Default)]
-pub struct CacheMeter {
+pub(crate) struct CacheMeter {
     /// The previous call's messages: (content hash, tokens).
     previous: Vec<(u64, usize)>,
     cost: CacheCost,
@@ -42,7 +42,7 @@ const OPENAI_CACHED: f64 = 0.5;
 
 impl CacheMeter {
     /// Counts one call whose context is `messages` (hash, tokens), oldest first.
-    pub fn call(&mut self, messages: Vec<(u64, usize)>) {
+    pub(crate) fn call(&mut self, messages: Vec<(u64, usize)>) {
         let shared = self
             .previous
             .iter()
@@ -59,13 +59,13 @@ impl CacheMeter {
         self.previous = messages;
     }
 
-    pub fn cost(&self) -> CacheCost {
+    pub(crate) fn cost(&self) -> CacheCost {
         self.cost
     }
 }
 
 /// A stable 64-bit hash of bytes (FNV-1a): message identity for prefix matching.
-pub fn content_hash(bytes: &[u8]) -> u64 {
+pub(crate) fn content_hash(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         hash ^= u64::from(*b);

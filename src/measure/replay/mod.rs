@@ -8,8 +8,8 @@
 //!
 //! It also takes the continuation [`probes`]: what the agent would continue from.
 
-pub mod cost;
-pub mod probes;
+pub(crate) mod cost;
+pub(crate) mod probes;
 
 use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
 use crate::compaction::{FileLists, LazyEstimator, track_files};
@@ -26,7 +26,7 @@ use serde::Serialize;
 use std::collections::HashSet;
 
 /// Observations kept verbatim by the masking baseline.
-pub const MASKING_BASELINE_KEEP: usize = 10;
+pub(crate) const MASKING_BASELINE_KEEP: usize = 10;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplayReport {
@@ -79,7 +79,7 @@ pub struct CachedCosts {
 }
 
 /// Replays `transcript` with a session of `context_limit` tokens under `config`.
-pub async fn replay(
+pub(crate) async fn replay(
     transcript: &Transcript,
     context_limit: usize,
     config: Config,

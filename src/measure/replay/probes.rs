@@ -131,7 +131,7 @@ impl Probes {
 }
 
 /// The files a submitted diff changes, created or deleted, as the diff names them.
-pub fn diff_files(submission: &str) -> Vec<String> {
+pub(crate) fn diff_files(submission: &str) -> Vec<String> {
     patch_targets(submission, None)
         .into_iter()
         .map(|(_, path)| path)

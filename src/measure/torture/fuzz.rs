@@ -18,10 +18,10 @@ const TIMEOUT_S: u64 = 2;
 /// Bodies at most this large (and the shared body budget is 4 times it).
 const MAX_BODY: usize = 8 * 1024 * 1024;
 /// Peak resident memory the daemon must stay under through the run.
-pub const RSS_BOUND_MB: f64 = 400.0;
+pub(super) const RSS_BOUND_MB: f64 = 400.0;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct FuzzFigures {
+pub(crate) struct FuzzFigures {
     pub requests: usize,
     pub refused_with_json: usize,
     pub refused_without_json: usize,
@@ -47,7 +47,7 @@ pub struct FuzzFigures {
 }
 
 impl FuzzFigures {
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.refused_without_json > 0 {
             out.push(format!(
@@ -77,7 +77,7 @@ impl FuzzFigures {
     }
 }
 
-pub async fn run(duration: Duration) -> Result<FuzzFigures> {
+pub(super) async fn run(duration: Duration) -> Result<FuzzFigures> {
     let dir = tempfile::TempDir::new()?;
     // The proxy's upstream is a closed local port: nothing leaves the machine.
     let config = format!(

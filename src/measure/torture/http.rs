@@ -7,7 +7,7 @@ use tokio::net::UnixStream;
 
 /// What came back for a raw request.
 #[derive(Debug, Clone)]
-pub struct Exchange {
+pub(super) struct Exchange {
     /// The status code, if a response head came back.
     pub status: Option<u16>,
     pub body: Vec<u8>,
@@ -15,14 +15,14 @@ pub struct Exchange {
 
 impl Exchange {
     /// Whether the body is the API's error shape: `{"error": {"code", "message"}}`.
-    pub fn is_json_error(&self) -> bool {
+    pub(super) fn is_json_error(&self) -> bool {
         serde_json::from_slice::<serde_json::Value>(&self.body)
             .is_ok_and(|v| v["error"]["code"].is_string() && v["error"]["message"].is_string())
     }
 }
 
 /// Sends `request`, closes the write side, and reads the answer (within `timeout`).
-pub async fn exchange(socket: &Path, request: &[u8], timeout: Duration) -> Exchange {
+pub(super) async fn exchange(socket: &Path, request: &[u8], timeout: Duration) -> Exchange {
     let attempt = async {
         let mut stream = UnixStream::connect(socket).await.ok()?;
         stream.write_all(request).await.ok()?;
@@ -40,7 +40,7 @@ pub async fn exchange(socket: &Path, request: &[u8], timeout: Duration) -> Excha
 }
 
 /// Splits a raw HTTP/1.1 response into its status and body (de-chunked when chunked).
-pub fn parse(answer: &[u8]) -> Exchange {
+pub(super) fn parse(answer: &[u8]) -> Exchange {
     let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
         return Exchange {
             status: None,
@@ -76,7 +76,12 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
 }
 
 /// A request with a body, as raw bytes.
-pub fn request(method: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
+pub(super) fn request(
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut out = format!("{method} {path} HTTP/1.1\r\nHost: compactd\r\n");
     for (name, value) in headers {
         out.push_str(&format!("{name}: {value}\r\n"));

@@ -23,7 +23,7 @@ const CLIENTS: usize = 8;
 const CONTEXT_LIMIT: u64 = 16_000;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct KillFigures {
+pub(crate) struct KillFigures {
     pub cycles: usize,
     pub kills_during_compaction: usize,
     pub acknowledged_appends: usize,
@@ -44,7 +44,7 @@ pub struct KillFigures {
 }
 
 impl KillFigures {
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (count, what) in [
             (self.lost, "acknowledged messages lost"),
@@ -83,7 +83,7 @@ struct ClientLog {
     pending: Option<(String, Value, Vec<String>)>,
 }
 
-pub async fn run(duration: Duration) -> Result<KillFigures> {
+pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
     let dir = tempfile::TempDir::new()?;
     let config = "[compaction]\nmax_messages = 16\n";
     let mut daemon = DaemonProcess::start(dir.path(), config)?;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ProxyFigures {
+pub(crate) struct ProxyFigures {
     pub huge_answer_mb: f64,
     /// Every byte of the huge answer reached the client.
     pub huge_answer_whole: bool,
@@ -36,7 +36,7 @@ pub struct ProxyFigures {
 const RECORDED_BOUND: usize = 1 << 20;
 
 impl ProxyFigures {
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         if !self.huge_answer_whole {
             out.push("a huge upstream answer did not reach the client whole".into());
@@ -102,7 +102,7 @@ async fn upstream(body: Bytes) -> Response {
     }
 }
 
-pub async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
+pub(super) async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
     let mock = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mock_address = mock.local_addr()?;
     let server = tokio::spawn(async move {

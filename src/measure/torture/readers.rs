@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// Whether the system `sqlite3` is there (without it, the readers are left out).
-pub fn available() -> bool {
+pub(super) fn available() -> bool {
     std::process::Command::new("sqlite3")
         .arg("-version")
         .stdout(Stdio::null())
@@ -19,7 +19,7 @@ pub fn available() -> bool {
 
 /// Runs short-lived `sqlite3` readers one after another until `stop` is cancelled, and
 /// returns how many ran.
-pub async fn short_lived(db: PathBuf, stop: tokio_util::sync::CancellationToken) -> usize {
+pub(super) async fn short_lived(db: PathBuf, stop: tokio_util::sync::CancellationToken) -> usize {
     let mut ran = 0;
     while !stop.is_cancelled() {
         let query = Command::new("sqlite3")
@@ -40,14 +40,14 @@ pub async fn short_lived(db: PathBuf, stop: tokio_util::sync::CancellationToken)
 }
 
 /// One `sqlite3` session kept open for the whole run, asked a question now and then.
-pub struct LongLived {
+pub(super) struct LongLived {
     _child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
 impl LongLived {
-    pub fn open(db: &Path) -> std::io::Result<LongLived> {
+    pub(super) fn open(db: &Path) -> std::io::Result<LongLived> {
         let mut child = Command::new("sqlite3")
             .arg(db)
             .stdin(Stdio::piped())
@@ -65,7 +65,7 @@ impl LongLived {
     }
 
     /// How many messages it sees now (`None` if it stopped answering).
-    pub async fn count(&mut self) -> Option<u64> {
+    pub(super) async fn count(&mut self) -> Option<u64> {
         self.stdin
             .write_all(b"select count(*) from messages;\n")
             .await
@@ -77,7 +77,7 @@ impl LongLived {
 }
 
 /// The system `sqlite3`'s verdict on the file: `Ok` when `integrity_check` says ok.
-pub async fn integrity_check(db: &Path) -> anyhow::Result<()> {
+pub(super) async fn integrity_check(db: &Path) -> anyhow::Result<()> {
     let out = Command::new("sqlite3")
         .arg(db)
         .arg("pragma integrity_check")

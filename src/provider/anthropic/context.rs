@@ -18,7 +18,7 @@ pub struct Conversation {
 
 /// What opens a conversation that would otherwise start with the assistant (the API wants a
 /// user message first).
-pub const CONTINUES: &str = "[the conversation continues]";
+pub(crate) const CONTINUES: &str = "[the conversation continues]";
 
 /// A tool result with no output (the API wants content).
 const NO_OUTPUT: &str = "(no output)";

@@ -5,7 +5,7 @@
 use crate::provider::wire::{BoundedText, WireReply};
 use serde_json::{Value, json};
 
-pub fn of(answer: &Value) -> Option<WireReply> {
+pub(crate) fn of(answer: &Value) -> Option<WireReply> {
     Some(WireReply {
         message: crate::transcript::anthropic_reply(&answer["content"]),
         context_tokens: usage(&answer["usage"], None),
@@ -27,7 +27,7 @@ fn usage(usage: &Value, output: Option<u64>) -> Option<usize> {
 const MAX_BLOCKS: usize = 128;
 
 #[derive(Default)]
-pub struct Assembly {
+pub(crate) struct Assembly {
     blocks: Vec<Block>,
     start_usage: Value,
     output: Option<u64>,
@@ -43,7 +43,7 @@ struct Block {
 }
 
 impl Assembly {
-    pub fn event(&mut self, event: &Value, max_bytes: usize) {
+    pub(crate) fn event(&mut self, event: &Value, max_bytes: usize) {
         let index = event["index"].as_u64().unwrap_or(0) as usize;
         match event["type"].as_str() {
             Some("message_start") => self.start_usage = event["message"]["usage"].clone(),
@@ -83,14 +83,14 @@ impl Assembly {
     }
 
     /// The bytes held.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.blocks
             .iter()
             .map(|b| b.start_bytes + b.text.len() + b.json.len())
             .sum()
     }
 
-    pub fn finish(self, max_bytes: usize) -> Option<WireReply> {
+    pub(crate) fn finish(self, max_bytes: usize) -> Option<WireReply> {
         let mut unrecorded = 0;
         let blocks: Vec<Value> = self
             .blocks

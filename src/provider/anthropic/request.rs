@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// Reads the request, taking its `messages` out of `body` (they become the natives).
-pub fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
+pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
     let Value::Array(list) = body["messages"].take() else {
         return Err("expected a `messages` array".into());
     };
@@ -69,7 +69,7 @@ pub(crate) fn parts(role: Role, content: &Value) -> Vec<Part> {
 }
 
 /// The `messages` that go upstream (the client's own borrowed, not copied).
-pub fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
+pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
     outgoing
         .iter()
         .map(|o| match o {

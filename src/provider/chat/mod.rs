@@ -2,8 +2,8 @@
 //! call's request ([`request`]) and answer ([`reply`]). DeepSeek, vLLM, llama.cpp, Ollama and
 //! every OpenAI-compatible server take the same shape.
 
-pub mod context;
-pub mod reply;
-pub mod request;
+pub(crate) mod context;
+pub(crate) mod reply;
+pub(crate) mod request;
 
 pub use context::messages;

@@ -5,7 +5,7 @@ use crate::provider::wire::{BoundedText, WireReply};
 use serde_json::{Value, json};
 
 /// The answer of a non-streamed call.
-pub fn of(answer: &Value) -> Option<WireReply> {
+pub(crate) fn of(answer: &Value) -> Option<WireReply> {
     let message = &answer["choices"][0]["message"];
     let message = crate::transcript::openai_message(message.is_object().then_some(message)?)?;
     Some(WireReply {
@@ -28,7 +28,7 @@ const MAX_CALLS: usize = 128;
 
 /// A streamed answer being put together.
 #[derive(Default)]
-pub struct Assembly {
+pub(crate) struct Assembly {
     content: BoundedText,
     reasoning: BoundedText,
     calls: Vec<Call>,
@@ -43,7 +43,7 @@ struct Call {
 }
 
 impl Assembly {
-    pub fn event(&mut self, chunk: &Value, max_bytes: usize) {
+    pub(crate) fn event(&mut self, chunk: &Value, max_bytes: usize) {
         self.tokens = usage(&chunk["usage"]).or(self.tokens);
         let delta = &chunk["choices"][0]["delta"];
         if let Some(piece) = delta["content"].as_str() {
@@ -78,7 +78,7 @@ impl Assembly {
     }
 
     /// The bytes held.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.content.len()
             + self.reasoning.len()
             + self
@@ -88,7 +88,7 @@ impl Assembly {
                 .sum::<usize>()
     }
 
-    pub fn finish(self, max_bytes: usize) -> Option<WireReply> {
+    pub(crate) fn finish(self, max_bytes: usize) -> Option<WireReply> {
         if self.content.is_empty() && self.calls.is_empty() && self.reasoning.is_empty() {
             return None;
         }

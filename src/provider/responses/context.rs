@@ -6,7 +6,7 @@ use crate::message::Message;
 use crate::provider::{Turn, Turns, api_id, api_name};
 use serde_json::{Value, json};
 
-pub fn items(messages: &[Message]) -> Vec<Value> {
+pub(crate) fn items(messages: &[Message]) -> Vec<Value> {
     let mut out = Vec::new();
     for turn in Turns::of(messages).0 {
         match turn {

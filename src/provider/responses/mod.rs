@@ -9,9 +9,9 @@
 //! preceded. A client that sends `previous_response_id` keeps its history upstream; such calls
 //! are passed on unchanged.
 
-pub mod context;
-pub mod reply;
-pub mod request;
+pub(crate) mod context;
+pub(crate) mod reply;
+pub(crate) mod request;
 
 use crate::message::{Message, Part, Role};
 use serde_json::Value;

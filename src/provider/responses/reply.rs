@@ -5,7 +5,7 @@ use super::message_of;
 use crate::provider::wire::WireReply;
 use serde_json::Value;
 
-pub fn of(answer: &Value) -> Option<WireReply> {
+pub(crate) fn of(answer: &Value) -> Option<WireReply> {
     let items = answer["output"].as_array()?;
     reply(items, &answer["usage"])
 }
@@ -28,7 +28,7 @@ fn reply(items: &[Value], usage: &Value) -> Option<WireReply> {
 const MAX_ITEMS: usize = 128;
 
 #[derive(Default)]
-pub struct Assembly {
+pub(crate) struct Assembly {
     items: Vec<Value>,
     completed: Option<(Vec<Value>, Value)>,
     /// About the bytes held (each event is at most the recording's bound).
@@ -36,7 +36,7 @@ pub struct Assembly {
 }
 
 impl Assembly {
-    pub fn event(&mut self, event: &Value, _max_bytes: usize) {
+    pub(crate) fn event(&mut self, event: &Value, _max_bytes: usize) {
         match event["type"].as_str() {
             Some("response.output_item.done")
                 if self.items.len() < MAX_ITEMS && event["item"].is_object() =>
@@ -58,11 +58,11 @@ impl Assembly {
     }
 
     /// The bytes held.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held
     }
 
-    pub fn finish(self, _max_bytes: usize) -> Option<WireReply> {
+    pub(crate) fn finish(self, _max_bytes: usize) -> Option<WireReply> {
         match self.completed {
             Some((output, usage)) if !output.is_empty() => reply(&output, &usage),
             Some((_, usage)) => reply(&self.items, &usage),

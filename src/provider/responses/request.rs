@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// Reads the request, taking its `input` out of `body` (its items become the natives).
-pub fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
+pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
     let items = match body["input"].take() {
         Value::String(s) => vec![json!({"type": "message", "role": "user", "content": s})],
         Value::Array(items) => items,
@@ -29,7 +29,7 @@ pub fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
 }
 
 /// The `input` items that go upstream (the client's own borrowed, not copied).
-pub fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
+pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
     let mut input = Vec::new();
     for o in outgoing {
         match o {

@@ -28,7 +28,7 @@ pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
 pub(super) const WRITER_CACHE_KIB: i64 = 16_411;
 
 /// Declares `conn` compactd's writer, so the schema's triggers let its writes through.
-pub fn declare_writer(conn: &Connection) -> Result<()> {
+pub(crate) fn declare_writer(conn: &Connection) -> Result<()> {
     conn.execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB};"))?;
     Ok(())
 }
@@ -148,7 +148,7 @@ fn index_for_search(conn: &Connection) -> Result<()> {
 }
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
+pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 
 /// For each version from 2 on that added columns or tables, one it was the first to have: how
 /// the version of a database that lost its `user_version` (restored from `.dump`) is found.
@@ -165,7 +165,7 @@ const VERSION_MARKERS: &[(usize, &str, &str)] = &[
     (2, "sessions", "pinned_tokens"),
 ];
 
-pub fn migrate(conn: &Connection) -> Result<()> {
+pub(super) fn migrate(conn: &Connection) -> Result<()> {
     let (version, recorded) = stored_version(conn)?;
     if version > SCHEMA_VERSION {
         return Err(StoreError::Corrupt(format!(

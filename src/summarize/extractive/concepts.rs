@@ -9,7 +9,7 @@ use std::fmt::Write;
 const TOOLS: &str = "- Tools used: ";
 const TYPES: &str = "- File types touched: ";
 
-pub fn section(sources: &Sources, detail: Detail) -> String {
+pub(super) fn section(sources: &Sources, detail: Detail) -> String {
     let mut tools: BTreeSet<String> = sources.prior[1]
         .as_deref()
         .and_then(|p| p.lines().find_map(|l| l.strip_prefix(TOOLS)))

@@ -61,7 +61,7 @@ fn limits(detail: Detail) -> (usize, usize) {
     }
 }
 
-pub fn section(sources: &Sources, detail: Detail) -> String {
+pub(super) fn section(sources: &Sources, detail: Detail) -> String {
     let (lines_per_entry, kept) = limits(detail);
     let messages = &sources.request.messages;
     let calls = calls_by_id(messages);
@@ -120,7 +120,7 @@ pub(super) struct Outcome<'a> {
 }
 
 impl<'a> Outcome<'a> {
-    pub fn of(output: &'a str, is_error: bool) -> Outcome<'a> {
+    pub(super) fn of(output: &'a str, is_error: bool) -> Outcome<'a> {
         let (exit, body) = unwrap_output(output);
         // An exit code is the tool's own verdict; the text is read only without one.
         let failed = is_error

@@ -17,7 +17,7 @@ fn caps(detail: Detail) -> [usize; 4] {
     }
 }
 
-pub fn section(sources: &Sources, detail: Detail) -> String {
+pub(super) fn section(sources: &Sources, detail: Detail) -> String {
     let files = &sources.request.files;
     let ranking = recently_changed(&sources.request.messages);
     let [modified, created, deleted, read] = caps(detail);

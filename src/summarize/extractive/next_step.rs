@@ -22,7 +22,7 @@ static INTENT: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid regex")
 });
 
-pub fn section(sources: &Sources) -> String {
+pub(super) fn section(sources: &Sources) -> String {
     let messages = &sources.request.messages;
     let last_instruction = messages.iter().rposition(is_instruction);
     let last_assistant = messages.iter().rposition(|m| m.role == Role::Assistant);

@@ -17,7 +17,7 @@ const ORIGINAL: &str = "Original request: ";
 const CURRENT: &str = "Current request: ";
 const FOCUS: &str = "Focus requested for this compaction: ";
 
-pub fn section(sources: &Sources) -> String {
+pub(super) fn section(sources: &Sources) -> String {
     let prior = sources.prior[0].as_deref().filter(|p| p.trim() != "(none)");
     let messages = &sources.request.messages;
     let instructions: Vec<String> = messages

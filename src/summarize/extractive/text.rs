@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 /// The first non-blank line, trimmed.
-pub fn first_line(text: &str) -> &str {
+pub(super) fn first_line(text: &str) -> &str {
     text.lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
@@ -15,12 +15,12 @@ pub fn first_line(text: &str) -> &str {
 }
 
 /// Text on one line: newlines and runs of spaces become single spaces.
-pub fn squash(text: &str) -> String {
+pub(super) fn squash(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The entries of a prior section: each a `- ` line with the indented lines under it.
-pub fn bullet_blocks(section: Option<&str>) -> Vec<String> {
+pub(super) fn bullet_blocks(section: Option<&str>) -> Vec<String> {
     let mut blocks: Vec<String> = Vec::new();
     for line in section.unwrap_or_default().lines() {
         if line.starts_with("- ") {
@@ -34,7 +34,7 @@ pub fn bullet_blocks(section: Option<&str>) -> Vec<String> {
 }
 
 /// The last `n` entries, one per line.
-pub fn keep_last(entries: &[String], n: usize) -> String {
+pub(super) fn keep_last(entries: &[String], n: usize) -> String {
     let mut out = String::new();
     for entry in &entries[entries.len().saturating_sub(n)..] {
         let _ = writeln!(out, "{entry}");
@@ -43,7 +43,9 @@ pub fn keep_last(entries: &[String], n: usize) -> String {
 }
 
 /// The assistant's text parts (reasoning excluded), newest message last.
-pub fn assistant_texts(messages: &[Message]) -> impl DoubleEndedIterator<Item = String> + '_ {
+pub(super) fn assistant_texts(
+    messages: &[Message],
+) -> impl DoubleEndedIterator<Item = String> + '_ {
     messages
         .iter()
         .filter(|m| m.role == Role::Assistant)
@@ -53,7 +55,7 @@ pub fn assistant_texts(messages: &[Message]) -> impl DoubleEndedIterator<Item = 
 
 /// `text` cut to `max_chars` with a plain `…`: for the summary's own lines, where what was
 /// cut stays in the stored messages (quotes of user messages say how much was cut instead).
-pub fn shorten(text: &str, max_chars: usize) -> String {
+pub(super) fn shorten(text: &str, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {
         None => text.to_string(),
         Some((cut, _)) => format!("{}…", &text[..cut]),
@@ -62,7 +64,7 @@ pub fn shorten(text: &str, max_chars: usize) -> String {
 
 /// A tool call as one line: `name(args)`, args squashed and cut to `max_chars`. A shell
 /// call shows its command line, not the JSON around it.
-pub fn call_line(name: &str, args: &Value, max_chars: usize) -> String {
+pub(super) fn call_line(name: &str, args: &Value, max_chars: usize) -> String {
     let args = match args.get("command").and_then(Value::as_str) {
         Some(command) => squash(command),
         None => squash(&render_args(args)),
@@ -71,7 +73,7 @@ pub fn call_line(name: &str, args: &Value, max_chars: usize) -> String {
 }
 
 /// Tool calls by id, so a result can be shown with the call it answers.
-pub fn calls_by_id(messages: &[Message]) -> HashMap<&str, (&str, &Value)> {
+pub(super) fn calls_by_id(messages: &[Message]) -> HashMap<&str, (&str, &Value)> {
     messages
         .iter()
         .flat_map(|m| &m.parts)

@@ -16,13 +16,13 @@ const TODO_TOOLS: &[&str] = &[
 ];
 
 /// One unfinished item.
-pub struct Todo {
+pub(super) struct Todo {
     pub status: String,
     pub task: String,
 }
 
 /// The unfinished items of the newest todo list in `messages`; `None` when they hold none.
-pub fn latest_todos(messages: &[Message]) -> Option<Vec<Todo>> {
+pub(super) fn latest_todos(messages: &[Message]) -> Option<Vec<Todo>> {
     let args = messages
         .iter()
         .rev()
@@ -61,7 +61,7 @@ pub fn latest_todos(messages: &[Message]) -> Option<Vec<Todo>> {
     )
 }
 
-pub fn section(sources: &Sources, detail: Detail) -> String {
+pub(super) fn section(sources: &Sources, detail: Detail) -> String {
     let Some(todos) = latest_todos(&sources.request.messages) else {
         return sources.prior[6].clone().unwrap_or_default();
     };

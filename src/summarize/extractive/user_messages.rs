@@ -30,7 +30,7 @@ struct Entry {
     text: String,
 }
 
-pub struct UserMessages {
+pub(super) struct UserMessages {
     /// A prior section 6 without our markers, kept as written.
     unstructured: Option<String>,
     /// Entries `[#1]` to `[#collapsed_through]` were folded away to fit the budget.
@@ -47,7 +47,7 @@ static COLLAPSED_SEQS: LazyLock<Regex> =
 
 impl UserMessages {
     /// The entries of a prior section 6.
-    pub fn carried(prior: Option<&str>) -> UserMessages {
+    pub(super) fn carried(prior: Option<&str>) -> UserMessages {
         let mut out = UserMessages {
             unstructured: None,
             collapsed_through: 0,
@@ -94,7 +94,7 @@ impl UserMessages {
     }
 
     /// Adds the request's user messages (and the pinned task's pointer, in its place).
-    pub fn add_all(&mut self, request: &SummaryRequest) {
+    pub(super) fn add_all(&mut self, request: &SummaryRequest) {
         let pinned_task = request
             .task
             .as_ref()
@@ -135,7 +135,7 @@ impl UserMessages {
 
     /// Adds one user message: quoted up to `max_chars`, named if it is a pasted summary, left
     /// out if it is a CLI note.
-    pub fn push(&mut self, text: &str, seq: Option<u64>, max_chars: usize) {
+    pub(super) fn push(&mut self, text: &str, seq: Option<u64>, max_chars: usize) {
         let text = text.trim();
         let shown = match classify_user_text(text) {
             UserText::Meta => return,
@@ -155,7 +155,7 @@ impl UserMessages {
 
     /// Shortens entries to `max_chars`, oldest first and never the newest ten, until about
     /// `enough` characters are saved.
-    pub fn shorten_oldest(&mut self, max_chars: usize, enough: usize) {
+    pub(super) fn shorten_oldest(&mut self, max_chars: usize, enough: usize) {
         let older = self.entries.len().saturating_sub(RECENT_KEPT_WHOLE);
         let mut saved = 0;
         for entry in &mut self.entries[..older] {
@@ -173,7 +173,7 @@ impl UserMessages {
 
     /// Folds the oldest tenth of the entries (at least one, never the newest ten) into the
     /// collapsed count; false when nothing is left to fold.
-    pub fn collapse_oldest(&mut self) -> bool {
+    pub(super) fn collapse_oldest(&mut self) -> bool {
         let foldable = self.entries.len().saturating_sub(RECENT_KEPT_WHOLE);
         if foldable == 0 {
             return false;
@@ -193,7 +193,7 @@ impl UserMessages {
         true
     }
 
-    pub fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         let mut out = self.unstructured.clone().unwrap_or_default();
         if self.collapsed_through > 0 {
             let seqs = self

@@ -13,7 +13,7 @@ use std::fmt::Write;
 /// Assistant texts shorter than this are acknowledgements, not notes.
 const NOTE_MIN_CHARS: usize = 40;
 
-pub fn problem_solving(sources: &Sources, detail: Detail) -> String {
+pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
     let (kept, note_chars, prose_chars) = match detail {
         Detail::Full => (10, 300, usize::MAX),
         Detail::Reduced => (5, 200, 2_000),
@@ -39,7 +39,7 @@ pub fn problem_solving(sources: &Sources, detail: Detail) -> String {
     keep_last(&entries, kept)
 }
 
-pub fn current_work(sources: &Sources, detail: Detail) -> String {
+pub(super) fn current_work(sources: &Sources, detail: Detail) -> String {
     let messages = &sources.request.messages;
     let (text_chars, recent_calls) = match detail {
         Detail::Full => (600, 3),
