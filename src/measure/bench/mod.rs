@@ -9,6 +9,7 @@ mod agent_loop;
 mod mock_model;
 mod proxy_cost;
 mod render;
+mod rounds;
 mod search;
 mod session_size;
 
@@ -21,7 +22,6 @@ use crate::compaction::{
 use crate::config::Synchronous;
 use crate::measure::daemon_process::DaemonProcess;
 use crate::measure::synthetic::synthetic_session;
-use crate::message::Message;
 use anyhow::{Result, bail};
 use hyper::Method;
 use serde::Serialize;
@@ -145,11 +145,7 @@ pub(crate) async fn run(
     conn.raw(Method::GET, "/health", "").await?;
     let rss_idle = daemon.rss_mb()?;
 
-    progress("echo");
-    let get = |path: &str| (Method::GET, path.to_string(), String::new());
-    let echo = latencies(&mut conn, sizes.echo, |_| get("/health")).await?;
-
-    let (append, raw_indexed) = append_figures(
+    let (append, echo, raw_indexed) = append_figures(
         &client,
         &mut conn,
         &sizes,
@@ -186,11 +182,9 @@ pub(crate) async fn run(
     let proxy = proxy_cost::run(quick).await?;
 
     Ok(BenchReport {
-        append_vs_echo_p50: append.clients_1.p50_us / percentile(&echo, 0.5),
+        append_vs_echo_p50: append.clients_1.p50_us / echo.p50_us,
         append,
-        echo: Echo {
-            p50_us: percentile(&echo, 0.5),
-        },
+        echo,
         context,
         search,
         engine,
@@ -203,8 +197,9 @@ pub(crate) async fn run(
     })
 }
 
-/// Appends from one client, from 16, by session size, and raw SQLite's rate beside them
-/// (with and without the full-text index, for the search figure).
+/// Appends from one client and from 16 in rounds with the echo and raw SQLite's rate (with
+/// and without the full-text index, for the search figure; see [`rounds`]), then by
+/// session size.
 async fn append_figures(
     client: &Client,
     conn: &mut Connection,
@@ -212,67 +207,23 @@ async fn append_figures(
     dir: &Path,
     synchronous: Synchronous,
     progress: &impl Fn(&str),
-) -> Result<(AppendFigures, f64)> {
-    progress("append, 1 client");
-    client
-        .post("/session", &unbounded_session("append-1"))
-        .await?;
-    let start = Instant::now();
-    let one = latencies(conn, sizes.append_1, |i| {
-        (
-            Method::POST,
-            "/session/append-1/message".into(),
-            bench_message(i).to_string(),
-        )
-    })
-    .await?;
-    let clients_1 = throughput(&one, start.elapsed());
-
-    progress("append, 16 clients");
-    let clients_16 = append_16_clients(client, sizes.append_16_each).await?;
+) -> Result<(AppendFigures, Echo, f64)> {
+    progress("echo, append from 1 and 16 clients, raw SQLite: in alternating rounds");
+    let rounds = rounds::run(client, conn, sizes, dir, synchronous).await?;
 
     progress("append by session size: 100, 10,000 and 100,000 messages");
     let by_session_size = session_size::run(client, sizes.append_1 / 3).await?;
 
-    progress("raw SQLite, one transaction per row");
-    let raw_sqlite_txn_per_s =
-        raw_sqlite_rate(&dir.join("raw.db"), synchronous, sizes.append_1, false)?;
-    let raw_indexed = raw_sqlite_rate(&dir.join("raw-fts.db"), synchronous, sizes.append_1, true)?;
-
-    Ok((
-        AppendFigures {
-            clients_1,
-            clients_16,
-            by_session_size,
-            raw_sqlite_txn_per_s,
-        },
-        raw_indexed,
-    ))
-}
-
-/// Appends from 16 clients at once, each on its own connection and session, `each` messages
-/// apiece.
-async fn append_16_clients(client: &Client, each: usize) -> Result<Throughput> {
-    let mut tasks = Vec::new();
-    for c in 0..16 {
-        let id = format!("append-16-{c}");
-        client.post("/session", &unbounded_session(&id)).await?;
-        let mut conn = client.keep_alive().await?;
-        tasks.push(tokio::spawn(async move {
-            let path = format!("/session/{id}/message");
-            latencies(&mut conn, each, |i| {
-                (Method::POST, path.clone(), bench_message(i).to_string())
-            })
-            .await
-        }));
-    }
-    let start = Instant::now();
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(task.await??);
-    }
-    all.sort_by(f64::total_cmp);
-    Ok(throughput(&all, start.elapsed()))
+    let figures = AppendFigures {
+        clients_1: throughput(&rounds.one, rounds.one_elapsed),
+        clients_16: throughput(&rounds.sixteen, rounds.sixteen_elapsed),
+        by_session_size,
+        raw_sqlite_txn_per_s: rounds.raw,
+    };
+    let echo = Echo {
+        p50_us: percentile(&rounds.echo, 0.5),
+    };
+    Ok((figures, echo, rounds.raw_indexed))
 }
 
 /// A session that never compacts: compaction runs after the acknowledgement and is measured
@@ -386,46 +337,6 @@ async fn fill_session(client: &Client, id: &str, n: usize) -> Result<()> {
 
 /// Rows per second rusqlite inserts, one transaction per row, with the daemon's journal and
 /// synchronous settings, into the daemon's schema, on the same disk.
-/// With `indexed`, each row is also added to the full-text index, as an append does.
-fn raw_sqlite_rate(
-    path: &Path,
-    synchronous: Synchronous,
-    rows: usize,
-    indexed: bool,
-) -> Result<f64> {
-    let conn = rusqlite::Connection::open(path)?;
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
-        synchronous.pragma()
-    ))?;
-    // Writing as compactd's writer does: the schema's triggers refuse any other connection.
-    crate::store::declare_writer(&conn)?;
-    conn.execute_batch(include_str!("../../../schema.sql"))?;
-    conn.execute(
-        "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('raw', 1000000, 'now', 'now')",
-        [],
-    )?;
-    let estimator = LazyEstimator::default();
-    let start = Instant::now();
-    for i in 0..rows {
-        let message: Message = serde_json::from_value(bench_message(i))?;
-        let parts = serde_json::to_string(&message.parts)?;
-        conn.execute_batch("BEGIN")?;
-        conn.execute(
-            "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at) VALUES ('raw', ?1, 'user', ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-            rusqlite::params![i as i64 + 1, parts, estimator.message(&message) as i64],
-        )?;
-        if indexed {
-            conn.execute(
-                "INSERT INTO messages_fts (rowid, session, text) VALUES (last_insert_rowid(), 'sraw', ?1)",
-                [crate::store::searchable_text(&message.parts)],
-            )?;
-        }
-        conn.execute_batch("COMMIT")?;
-    }
-    Ok(rows as f64 / start.elapsed().as_secs_f64())
-}
-
 /// Mean milliseconds of the engine's `plan` (estimates, boundary, files, masked prompt) on a
 /// synthetic session of `n` messages (about 1 KB each).
 pub(crate) fn plan_ms(n: usize, runs: usize) -> f64 {
@@ -453,8 +364,12 @@ mod tests {
     fn raw_sqlite_baseline_writes_into_the_daemons_schema() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("raw.db");
-        let rate = raw_sqlite_rate(&path, Synchronous::Normal, 25, true).unwrap();
-        assert!(rate > 0.0);
+        // In two rounds, as the bench writes it: the second continues the first.
+        let mut raw = rounds::RawSqlite::open(&path, Synchronous::Normal, true).unwrap();
+        raw.write(10).unwrap();
+        raw.write(15).unwrap();
+        assert!(raw.rate() > 0.0);
+        drop(raw);
         let conn = rusqlite::Connection::open(&path).unwrap();
         let rows: i64 = conn
             .query_row(

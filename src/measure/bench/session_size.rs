@@ -1,7 +1,8 @@
 //! Append latency by session size: one client appending to sessions that already hold 100,
 //! 10,000 and 100,000 active messages (nothing compacts them), so a cost that grows with the
-//! session's length shows as a ratio above 1.
+//! session's length shows as a ratio above 1. The sizes take turns, in rounds.
 
+use super::rounds::ROUNDS;
 use super::{bench_message, latencies, percentile};
 use crate::client::Client;
 use anyhow::Result;
@@ -19,8 +20,9 @@ pub(crate) struct BySize {
 }
 
 pub(super) async fn run(client: &Client, appends: usize) -> Result<BySize> {
-    let mut p50 = Vec::new();
-    for size in [100, 10_000, 100_000] {
+    const SIZES: [usize; 3] = [100, 10_000, 100_000];
+    let mut sessions = Vec::new();
+    for size in SIZES {
         let id = format!("size-{size}");
         client
             .post("/session", &super::unbounded_session(&id))
@@ -36,18 +38,27 @@ pub(super) async fn run(client: &Client, appends: usize) -> Result<BySize> {
                 )
                 .await?;
         }
-        let mut conn = client.keep_alive().await?;
         let path = format!("/session/{id}/message");
-        let measured = latencies(&mut conn, appends, |i| {
-            (
-                Method::POST,
-                path.clone(),
-                bench_message(size + i).to_string(),
-            )
-        })
-        .await?;
-        p50.push(percentile(&measured, 0.5));
+        sessions.push((path, size, client.keep_alive().await?, Vec::new()));
     }
+    // In rounds across the sizes (see `rounds`), so a disk that slows down midway does not
+    // read as a cost of the session's length.
+    let each = appends / ROUNDS;
+    for round in 0..ROUNDS {
+        for (path, size, conn, measured) in &mut sessions {
+            let from = *size + round * each;
+            let body = |i| bench_message(from + i).to_string();
+            measured
+                .extend(latencies(conn, each, |i| (Method::POST, path.clone(), body(i))).await?);
+        }
+    }
+    let p50: Vec<f64> = sessions
+        .iter_mut()
+        .map(|(_, _, _, measured)| {
+            measured.sort_by(f64::total_cmp);
+            percentile(measured, 0.5)
+        })
+        .collect();
     Ok(BySize {
         p50_us_100: p50[0],
         p50_us_10k: p50[1],
