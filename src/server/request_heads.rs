@@ -395,6 +395,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadGuard<S> {
                 // hyper reads the client's end; the refusal goes out when it closes.
                 return Poll::Ready(Ok(()));
             }
+            if let Scan::Body(Framing::Length(left)) = &mut this.scan {
+                // A body of known length goes straight into hyper's buffer (a proxied call's
+                // can be megabytes); what came after its end is the next head's, taken back.
+                let before = buf.filled().len();
+                ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+                let got = (buf.filled().len() - before) as u64;
+                if got <= *left {
+                    *left -= got;
+                    if *left == 0 {
+                        this.scan = Scan::Head;
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                let end = before + *left as usize;
+                let after = buf.filled()[end..].to_vec();
+                buf.set_filled(end);
+                this.scan = Scan::Head;
+                this.take(&after);
+                return Poll::Ready(Ok(()));
+            }
             let mut chunk = [0u8; 8192];
             let mut read = ReadBuf::new(&mut chunk);
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
@@ -488,6 +508,26 @@ mod tests {
         let (seen, answered) = through_guard(sent.as_bytes()).await;
         assert_eq!(String::from_utf8(seen).unwrap(), sent);
         assert!(answered.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_large_body_passes_straight_through_and_the_head_after_it_is_still_checked() {
+        // Larger than a read: the body's later reads go straight into the reader's buffer,
+        // and the read that passes its end gives the rest back to the scan.
+        let body = "GET /x HTTP/1.1\r\n\r\n".repeat(10_000);
+        let allowed = format!(
+            "POST /a HTTP/1.1\r\ncontent-length: {}\r\n\r\n{body}GET /b HTTP/1.1\r\n\r\n",
+            body.len()
+        );
+        let refused = "GET /c HTTP/7\r\n\r\n";
+        let (seen, answered) = through_guard(format!("{allowed}{refused}").as_bytes()).await;
+        assert!(
+            seen == allowed.as_bytes(),
+            "hyper sees the body and /b, not /c"
+        );
+        let answered = String::from_utf8(answered).unwrap();
+        assert!(answered.starts_with("HTTP/1.1 400"), "{answered}");
+        assert!(answered.contains("malformed request"), "{answered}");
     }
 
     #[tokio::test]
