@@ -32,6 +32,8 @@
 //!   use.
 
 #![warn(unreachable_pub)]
+// The crate is read with `cargo doc --document-private-items`, where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod cli;
 pub mod client;

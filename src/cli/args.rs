@@ -1,5 +1,8 @@
 //! The command line's grammar (clap), in the library so `completions` and `man` can render it.
 
+// The help texts name config sections as they are written, in brackets (`[store] path`).
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use crate::message::Role;
 use crate::protocol::{ContextFormat, SessionId};
 use crate::transcript::Format;

@@ -3,10 +3,11 @@
 //! renders compactd's context in its shape (for `GET /context?format=...`), and reads and
 //! writes a proxied call ([`wire`]): the request's conversation, the answer, its stream.
 //!
-//! compactd stores messages in one neutral shape ([`Message`]); an agent that asks for its
-//! context "ready to send" gets it converted here, so no plugin has to re-implement the rules
-//! each API enforces (and rejects a request for breaking): tool results right after the call
-//! that asked for them, every call answered, alternating roles, system text lifted out.
+//! compactd stores messages in one neutral shape ([`crate::message::Message`]); an agent
+//! that asks for its context "ready to send" gets it converted here, so no plugin has to
+//! re-implement the rules each API enforces (and rejects a request for breaking): tool
+//! results right after the call that asked for them, every call answered, alternating roles,
+//! system text lifted out.
 //!
 //! Both converters first put the conversation in [`Turns`]: each assistant message with the
 //! results of its calls gathered right after it, in call order, wherever they were stored. A
