@@ -4,16 +4,16 @@
 //! request's deadline, at most [`MAX_HEAD_BYTES`] and [`MAX_HEADERS`] headers, and parsed with
 //! httparse, so a malformed request line, a header flood or an oversized head gets the API's
 //! JSON error (400, 431, 408) rather than an empty answer. Then hyper serves the connection
-//! through [`HeadGuard`], which holds every later head to the same check and answers a
-//! failing one with the same JSON error. A connection that sends nothing for
+//! through [`HeadGuard`], which holds every later head to the same check; a failing one,
+//! or one that stops arriving, gets the same JSON error. A connection that sends nothing for
 //! `[server] request_timeout_s` between requests is closed. A client that half-closes after
 //! sending still gets its answer.
 
 use super::error::ApiError;
-use super::request_heads::{HeadGuard, check_head, find_head_end, refusal_bytes, too_large_head};
-use crate::protocol::ErrorCode;
+use super::request_heads::{
+    HeadGuard, check_head, find_head_end, head_timed_out, refusal_bytes, too_large_head,
+};
 use axum::Router;
-use axum::http::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::time::Duration;
@@ -57,19 +57,30 @@ pub(super) async fn serve<S: Stream>(
         // Closed before a request: nothing to answer.
         Ok(Ok(None)) => return,
         Ok(Err(error)) => return refuse(stream, error).await,
-        Err(_) => {
-            let error = ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                ErrorCode::Timeout,
-                format!(
-                    "the request head did not arrive within {} s",
-                    first.as_secs()
-                ),
-            );
-            return refuse(stream, error).await;
-        }
+        Err(_) => return refuse(stream, head_timed_out(first)).await,
     };
-    let io = TokioIo::new(HeadGuard::new(stream, buffered));
+    let mut owed = None;
+    serve_checked(
+        HeadGuard::new(&mut stream, buffered, timeout, &mut owed),
+        app,
+        timeout,
+        shutdown,
+    )
+    .await;
+    // A later head refused, or timed out while arriving: hyper has said nothing of it.
+    if let Some(error) = owed {
+        refuse(stream, error).await;
+    }
+}
+
+/// hyper serves the connection, reading it through its guard.
+async fn serve_checked<S: AsyncRead + AsyncWrite + Unpin>(
+    guard: HeadGuard<'_, S>,
+    app: Router,
+    timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    let io = TokioIo::new(guard);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())

@@ -6,18 +6,18 @@
 //! body of `Content-Length` bytes or in chunks, then the next head), holds each head back
 //! until it is complete, and checks it with [`check_head`] (the same check the first head
 //! gets in `connection`). A head that fails is never given to hyper: hyper sees the client
-//! end instead, finishes the answers it owes, and when it closes the connection the guard
-//! writes the JSON refusal first (and reads what the client still sends for a moment, so the
-//! kernel does not reset the answer away).
+//! end instead and finishes the answers it owes; then `connection` writes the JSON refusal
+//! the guard left it, as it does for a first head. A head still arriving when hyper's header
+//! timeout ends the connection (hyper would close without a word) is answered with the
+//! JSON 408 the same way.
 
 use super::error::ApiError;
 use crate::protocol::ErrorCode;
 use axum::http::StatusCode;
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The most bytes a request head (request line and headers) may take.
@@ -25,9 +25,9 @@ pub(super) const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most headers a request may have.
 pub(super) const MAX_HEADERS: usize = 64;
 
-/// How long, and how much, a refused connection is read from before it closes.
-const LINGER: Duration = Duration::from_secs(2);
-const MAX_DRAINED: usize = 1 << 20;
+/// hyper's header timeout starts when the connection goes idle, a head's first byte a moment
+/// later: a head still arriving when hyper closes within this of its timeout was timed out.
+const HEAD_TIMEOUT_SLACK: Duration = Duration::from_millis(500);
 
 /// What follows a request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,17 @@ pub(super) fn too_large_head() -> ApiError {
         ErrorCode::TooLarge,
         format!(
             "the request head is larger than {MAX_HEAD_BYTES} bytes or has more than {MAX_HEADERS} headers"
+        ),
+    )
+}
+
+pub(super) fn head_timed_out(timeout: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        ErrorCode::Timeout,
+        format!(
+            "the request head did not arrive within {} s",
+            timeout.as_secs()
         ),
     )
 }
@@ -194,32 +205,43 @@ enum Scan {
 }
 
 /// The connection's stream as hyper reads it: every head checked first (see the module doc).
-pub(super) struct HeadGuard<S> {
+pub(super) struct HeadGuard<'a, S: AsyncRead + AsyncWrite + Unpin> {
     inner: S,
+    /// Where the answer the connection still owes the client is left when hyper is done.
+    owed: &'a mut Option<ApiError>,
     scan: Scan,
     /// The head being collected.
     head: Vec<u8>,
     /// Bytes checked and not yet given to hyper.
     ready: Vec<u8>,
     at: usize,
-    /// The JSON answer to a refused head, written when hyper closes; and how much is written.
-    refusal: Option<(Vec<u8>, usize)>,
-    /// After the refusal: reading what the client still sends, until this.
-    linger: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+    /// Why a head was refused: answered once hyper is done.
+    refusal: Option<ApiError>,
+    /// When the first byte of the head being collected came, and how long a head may take.
+    head_started: Option<Instant>,
+    head_timeout: Duration,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> HeadGuard<S> {
+impl<'a, S: AsyncRead + AsyncWrite + Unpin> HeadGuard<'a, S> {
     /// Guards `inner`, whose first bytes (a head already checked, and what came after it)
-    /// were read into `read`.
-    pub(super) fn new(inner: S, read: Vec<u8>) -> HeadGuard<S> {
+    /// were read into `read`; a later head has `head_timeout` to arrive. When hyper drops the
+    /// guard, `owed` holds the JSON error the client is still to be sent, if any.
+    pub(super) fn new(
+        inner: S,
+        read: Vec<u8>,
+        head_timeout: Duration,
+        owed: &'a mut Option<ApiError>,
+    ) -> HeadGuard<'a, S> {
         let mut guard = HeadGuard {
             inner,
+            owed,
             scan: Scan::Head,
             head: Vec::new(),
             ready: Vec::with_capacity(read.len()),
             at: 0,
             refusal: None,
-            linger: None,
+            head_started: None,
+            head_timeout,
         };
         guard.take(&read);
         guard
@@ -262,6 +284,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> HeadGuard<S> {
     /// Adds to the head being collected; once complete and checked it is ready for hyper.
     /// Returns what follows the head.
     fn take_head<'b>(&mut self, bytes: &'b [u8]) -> &'b [u8] {
+        if self.head.is_empty() {
+            self.head_started = Some(Instant::now());
+        }
         let from = self.head.len().saturating_sub(3);
         let room = (MAX_HEAD_BYTES + 1).saturating_sub(self.head.len());
         let taken = bytes.len().min(room);
@@ -296,37 +321,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> HeadGuard<S> {
         tracing::debug!(status = %error.status, message = %error.message, "refused a later request head");
         self.scan = Scan::Refused;
         self.head = Vec::new();
-        self.refusal = Some((refusal_bytes(&error), 0));
+        self.refusal = Some(error);
     }
 
-    /// Before the connection closes: the refusal written, then the client read from (and
-    /// dropped) for a moment.
-    fn poll_refusal(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some((bytes, written)) = &mut self.refusal {
-            while *written < bytes.len() {
-                let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                *written += n;
-            }
-            ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
-            ready!(Pin::new(&mut self.inner).poll_shutdown(cx))?;
-            self.refusal = None;
-            self.linger = Some((Box::pin(tokio::time::sleep(LINGER)), 0));
+    /// What the client is owed once hyper is done: the refusal of a head, or, for a head
+    /// still arriving, a timeout: hyper ends a connection whose head does not arrive within
+    /// its header timeout (counted from when it went idle) without a word. Ended sooner (by a
+    /// shutdown), the connection closes as hyper closes it.
+    fn still_owed(&mut self) -> Option<ApiError> {
+        if let Some(refusal) = self.refusal.take() {
+            return Some(refusal);
         }
-        if let Some((deadline, drained)) = &mut self.linger {
-            let mut sink = [0u8; 8192];
-            while *drained < MAX_DRAINED && deadline.as_mut().poll(cx).is_pending() {
-                let mut buf = ReadBuf::new(&mut sink);
-                match ready!(Pin::new(&mut self.inner).poll_read(cx, &mut buf)) {
-                    Ok(()) if !buf.filled().is_empty() => *drained += buf.filled().len(),
-                    _ => break,
-                }
-            }
-            self.linger = None;
-        }
-        Poll::Ready(Ok(()))
+        let arriving = matches!(self.scan, Scan::Head) && !self.head.is_empty();
+        let waited = self.head_started.map(|t| t.elapsed()).unwrap_or_default();
+        (arriving && waited + HEAD_TIMEOUT_SLACK >= self.head_timeout)
+            .then(|| head_timed_out(self.head_timeout))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Drop for HeadGuard<'_, S> {
+    fn drop(&mut self) {
+        *self.owed = self.still_owed();
     }
 }
 
@@ -373,7 +388,7 @@ pub(super) fn refusal_bytes(error: &ApiError) -> Vec<u8> {
     .into_bytes()
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadGuard<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadGuard<'_, S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -427,7 +442,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadGuard<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadGuard<'_, S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -441,8 +456,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadGuard<S> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.refusal.is_some() || self.linger.is_some() {
-            return self.poll_refusal(cx);
+        if self.refusal.is_some() || (matches!(self.scan, Scan::Head) && !self.head.is_empty()) {
+            // The connection may still owe an answer: written once hyper is done.
+            return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
@@ -459,11 +475,17 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(1 << 20);
         client.write_all(sent).await.unwrap();
         client.shutdown().await.unwrap();
-        let mut guard = HeadGuard::new(server, Vec::new());
+        let mut server = server;
+        let mut owed = None;
+        let mut guard = HeadGuard::new(&mut server, Vec::new(), Duration::from_secs(30), &mut owed);
         let mut seen = Vec::new();
         guard.read_to_end(&mut seen).await.unwrap();
         guard.shutdown().await.unwrap();
         drop(guard);
+        match owed {
+            Some(error) => super::super::connection::refuse(server, error).await,
+            None => drop(server),
+        }
         let mut answered = Vec::new();
         client.read_to_end(&mut answered).await.unwrap();
         (seen, answered)

@@ -770,3 +770,32 @@ fn a_later_request_of_a_connection_over_the_head_limits_gets_the_json_431() {
         );
     }
 }
+
+// A later request head that stops arriving is timed out with the JSON 408, as a first one is
+// (hyper would close without a word).
+#[test]
+fn a_later_request_head_that_stops_arriving_gets_the_json_408() {
+    use std::io::{Read, Write};
+    let daemon = TestDaemon::start("[server]\nrequest_timeout_s = 1\n");
+    let mut stream = std::os::unix::net::UnixStream::connect(daemon.socket()).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nhos")
+        .unwrap();
+    // The client keeps its side open and sends nothing more: the daemon ends the connection.
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let second = answer
+        .match_indices("HTTP/1.1 ")
+        .nth(1)
+        .map(|(at, _)| &answer[at..])
+        .unwrap_or_else(|| panic!("one answer only: {answer}"));
+    assert!(second.starts_with("HTTP/1.1 408"), "{second}");
+    let body = &second[second.find("\r\n\r\n").unwrap() + 4..];
+    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    assert_eq!(error["error"]["code"], "timeout");
+}
