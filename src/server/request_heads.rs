@@ -207,7 +207,7 @@ enum Scan {
 /// The connection's stream as hyper reads it: every head checked first (see the module doc).
 pub(super) struct HeadGuard<'a, S: AsyncRead + AsyncWrite + Unpin> {
     inner: S,
-    /// Where the answer the connection still owes the client is left when hyper is done.
+    /// The answer the connection still owes the client, read once hyper is done.
     owed: &'a mut Option<ApiError>,
     scan: Scan,
     /// The head being collected.
@@ -215,8 +215,6 @@ pub(super) struct HeadGuard<'a, S: AsyncRead + AsyncWrite + Unpin> {
     /// Bytes checked and not yet given to hyper.
     ready: Vec<u8>,
     at: usize,
-    /// Why a head was refused: answered once hyper is done.
-    refusal: Option<ApiError>,
     /// When the first byte of the head being collected came, and how long a head may take.
     head_started: Option<Instant>,
     head_timeout: Duration,
@@ -239,7 +237,6 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> HeadGuard<'a, S> {
             head: Vec::new(),
             ready: Vec::with_capacity(read.len()),
             at: 0,
-            refusal: None,
             head_started: None,
             head_timeout,
         };
@@ -321,27 +318,30 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> HeadGuard<'a, S> {
         tracing::debug!(status = %error.status, message = %error.message, "refused a later request head");
         self.scan = Scan::Refused;
         self.head = Vec::new();
-        self.refusal = Some(error);
+        *self.owed = Some(error);
     }
 
-    /// What the client is owed once hyper is done: the refusal of a head, or, for a head
-    /// still arriving, a timeout: hyper ends a connection whose head does not arrive within
-    /// its header timeout (counted from when it went idle) without a word. Ended sooner (by a
-    /// shutdown), the connection closes as hyper closes it.
-    fn still_owed(&mut self) -> Option<ApiError> {
-        if let Some(refusal) = self.refusal.take() {
-            return Some(refusal);
-        }
-        let arriving = matches!(self.scan, Scan::Head) && !self.head.is_empty();
+    /// Part of a head has come and the rest not yet.
+    fn head_arriving(&self) -> bool {
+        matches!(self.scan, Scan::Head) && !self.head.is_empty()
+    }
+
+    /// For a head still arriving when hyper is done, a timeout: hyper ends a connection whose
+    /// head does not arrive within its header timeout (counted from when it went idle)
+    /// without a word. Ended sooner (by a shutdown), the connection closes as hyper closes it.
+    fn timed_out_head(&self) -> Option<ApiError> {
         let waited = self.head_started.map(|t| t.elapsed()).unwrap_or_default();
-        (arriving && waited + HEAD_TIMEOUT_SLACK >= self.head_timeout)
+        (self.head_arriving() && waited + HEAD_TIMEOUT_SLACK >= self.head_timeout)
             .then(|| head_timed_out(self.head_timeout))
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Drop for HeadGuard<'_, S> {
+    /// A refused head's answer is already owed; else a head that timed out arriving.
     fn drop(&mut self) {
-        *self.owed = self.still_owed();
+        if self.owed.is_none() {
+            *self.owed = self.timed_out_head();
+        }
     }
 }
 
@@ -407,7 +407,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadGuard<'_, S> {
                 return Poll::Ready(Ok(()));
             }
             if matches!(this.scan, Scan::Refused) {
-                // hyper reads the client's end; the refusal goes out when it closes.
+                // hyper reads the client's end; the refusal is written once it is done.
                 return Poll::Ready(Ok(()));
             }
             if let Scan::Body(Framing::Length(left)) = &mut this.scan {
@@ -456,7 +456,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for HeadGuard<'_, S> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.refusal.is_some() || (matches!(self.scan, Scan::Head) && !self.head.is_empty()) {
+        if self.owed.is_some() || self.head_arriving() {
             // The connection may still owe an answer: written once hyper is done.
             return Poll::Ready(Ok(()));
         }
