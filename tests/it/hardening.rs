@@ -752,16 +752,7 @@ fn a_later_request_of_a_connection_over_the_head_limits_gets_the_json_431() {
             "GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/health HTTP/1.1\r\nhost: x\r\n{extra}\r\n"
         );
         let answer = raw_http(&daemon.socket(), request.as_bytes());
-        let second = answer
-            .match_indices("HTTP/1.1 ")
-            .nth(1)
-            .map(|(at, _)| &answer[at..])
-            .unwrap_or_else(|| panic!("{what}: one answer only: {answer}"));
-        assert!(answer.starts_with("HTTP/1.1 200"), "{what}: {answer}");
-        assert!(second.starts_with("HTTP/1.1 431"), "{what}: {second}");
-        let body = &second[second.find("\r\n\r\n").unwrap() + 4..];
-        let error: Value =
-            serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {body:?}"));
+        let error = second_answer_after_a_200(&answer, "HTTP/1.1 431");
         assert_eq!(error["error"]["code"], "too_large", "{what}");
         let message = error["error"]["message"].as_str().unwrap();
         assert!(
@@ -787,15 +778,20 @@ fn a_later_request_head_that_stops_arriving_gets_the_json_408() {
     // The client keeps its side open and sends nothing more: the daemon ends the connection.
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();
-    let answer = String::from_utf8_lossy(&answer);
+    let error = second_answer_after_a_200(&String::from_utf8_lossy(&answer), "HTTP/1.1 408");
+    assert_eq!(error["error"]["code"], "timeout");
+}
+
+/// The JSON body of the second of two answers on one connection, the first a 200 and the
+/// second starting with `status_line`.
+fn second_answer_after_a_200(answer: &str, status_line: &str) -> Value {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let second = answer
         .match_indices("HTTP/1.1 ")
         .nth(1)
         .map(|(at, _)| &answer[at..])
         .unwrap_or_else(|| panic!("one answer only: {answer}"));
-    assert!(second.starts_with("HTTP/1.1 408"), "{second}");
+    assert!(second.starts_with(status_line), "{second}");
     let body = &second[second.find("\r\n\r\n").unwrap() + 4..];
-    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
-    assert_eq!(error["error"]["code"], "timeout");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"))
 }

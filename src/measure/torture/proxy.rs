@@ -157,12 +157,7 @@ where
         json!({"model": "huge", "messages": [{"role": "user", "content": "everything"}]}),
     )
     .await?;
-    let session = answer
-        .headers()
-        .get("x-compactd-session")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let session = session_of(&answer);
     let body = answer.bytes().await?;
     let text: Value = serde_json::from_slice(&body).unwrap_or_default();
     figures.huge_answer_whole = text["choices"][0]["message"]["content"]
@@ -239,12 +234,7 @@ where
             {"role": "user", "content": "hi"}]}),
     )
     .await?;
-    let landed = squat
-        .headers()
-        .get("x-compactd-session")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let landed = session_of(&squat);
     let context = client.get("/session/victim/context").await?;
     figures.squatter_reached_owner =
         landed == "victim" || context.to_string().contains("evil.example");
@@ -267,12 +257,7 @@ where
         call("sk-torture-owner", Some("twice"), next.clone()),
         call("sk-torture-owner", Some("twice"), next)
     );
-    let id = a?
-        .headers()
-        .get("x-compactd-session")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let id = session_of(&a?);
     b?;
     // A few short messages: one page holds them all.
     let page = client.get(&format!("/session/{id}/message")).await?;
@@ -302,4 +287,14 @@ async fn misfit(client: &Client, dir: &tempfile::TempDir) -> Result<bool> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(false)
+}
+
+/// The session a proxied call landed in, as the proxy names it in its answer.
+fn session_of(answer: &reqwest::Response) -> String {
+    answer
+        .headers()
+        .get("x-compactd-session")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
 }
