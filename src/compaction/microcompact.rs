@@ -80,6 +80,34 @@ pub fn masked_parts<'a>(
     )
 }
 
+/// Where masking starts for a session, as its config and context limit say, before its
+/// pinned messages are counted (those change with appends; the config does not). An append
+/// carries it into its own transaction, so deciding after each append whether to mask costs
+/// no second write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaskingStart {
+    floor: usize,
+}
+
+impl MaskingStart {
+    /// `None` when microcompaction is off.
+    pub fn of(config: &CompactionConfig, context_limit: usize) -> Option<MaskingStart> {
+        config.microcompact.then(|| MaskingStart {
+            floor: config
+                .microcompact_tokens
+                .min(config.token_threshold(context_limit) / 2),
+        })
+    }
+
+    /// The token count from which masking may run, and the least it must save when it does:
+    /// pinned messages are never masked, so masking starts above them.
+    pub fn thresholds(self, pinned_tokens: usize) -> (usize, usize) {
+        let start = self.floor.max(pinned_tokens);
+        let min_saving = (start as f64 * MIN_BATCH_SHARE) as usize;
+        (start, min_saving.max(1))
+    }
+}
+
 /// The token count from which masking may run, and the least it must save when it does;
 /// `None` when microcompaction is off.
 pub fn masking_thresholds(
@@ -87,15 +115,7 @@ pub fn masking_thresholds(
     context_limit: usize,
     pinned_tokens: usize,
 ) -> Option<(usize, usize)> {
-    if !config.microcompact {
-        return None;
-    }
-    let start = config
-        .microcompact_tokens
-        .min(config.token_threshold(context_limit) / 2)
-        .max(pinned_tokens);
-    let min_saving = (start as f64 * MIN_BATCH_SHARE) as usize;
-    Some((start, min_saving.max(1)))
+    MaskingStart::of(config, context_limit).map(|start| start.thresholds(pinned_tokens))
 }
 
 #[cfg(test)]

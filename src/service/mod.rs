@@ -23,6 +23,7 @@ use crate::protocol::{
 pub(crate) use crate::protocol::{ConfigStatus, Event};
 pub(crate) use crate::store::StoreError;
 
+use crate::compaction::microcompact::MaskingStart;
 use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
 use crate::compaction_run::CompactError;
 use crate::config::{Config, OverrideError, compaction_with_overrides};
@@ -385,7 +386,10 @@ impl Service {
                 self.append_rules(),
             )
             .await?;
-        let compaction = self.after_append(&outcome.session, request.wait).await;
+        if let Some(masking) = &outcome.masking {
+            self.announce_masking(id, masking);
+        }
+        let compaction = self.compact_if_due(&outcome.session, request.wait).await;
         Ok(AppendResponse::new(outcome, compaction))
     }
 
@@ -402,6 +406,7 @@ impl Service {
                 step_budget: config.step_budget(session.context_limit, session.fixed_tokens()),
                 lenient: false,
                 pin_cap: 0,
+                masking: MaskingStart::of(&config, session.context_limit),
             }
         }
     }

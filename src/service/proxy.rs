@@ -265,6 +265,8 @@ impl Service {
             AppendRules {
                 lenient: true,
                 pin_cap: config.usable(session.context_limit, session.overhead_tokens) / 4,
+                // Masking follows each proxied call's own append (`after_append`).
+                masking: None,
                 ..base(session)
             }
         }

@@ -24,7 +24,7 @@ use crate::compaction_run::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
 use crate::protocol::{CompactionStatus, Event, SessionId, SummarizeOutcome};
 use crate::store::ContextSnapshot;
-use crate::store::{CompactionRow, NewCompaction, NewFailure, SessionRow};
+use crate::store::{CompactionRow, MaskingRow, NewCompaction, NewFailure, SessionRow};
 use crate::summarize::extractive::Extractive;
 use crate::summarize::{SummarizeError, Summarizer};
 use std::sync::Arc;
@@ -85,8 +85,8 @@ enum Attempt {
 }
 
 impl Service {
-    /// Decides, after an append, whether to compact; starts the compaction if so. With
-    /// `wait`, returns once it has finished.
+    /// Masks old outputs if due, then decides whether to compact and starts the compaction
+    /// if so. With `wait`, returns once it has finished.
     pub(super) async fn after_append(
         self: &Arc<Self>,
         session: &SessionRow,
@@ -94,7 +94,17 @@ impl Service {
     ) -> Option<CompactionStatus> {
         // Masking old outputs comes first; a summary only when that is not enough.
         let masked = self.mask_if_due(session).await;
-        let session = masked.as_ref().unwrap_or(session);
+        self.compact_if_due(masked.as_ref().unwrap_or(session), wait)
+            .await
+    }
+
+    /// Decides whether to compact `session` (masked as far as is due); starts the compaction
+    /// if so. With `wait`, returns once it has finished.
+    pub(super) async fn compact_if_due(
+        self: &Arc<Self>,
+        session: &SessionRow,
+        wait: bool,
+    ) -> Option<CompactionStatus> {
         let trigger = match self.decide(session) {
             Decision::Idle => return None,
             Decision::BreakerOpen(trigger) => return Some(CompactionStatus::breaker_open(trigger)),
@@ -185,15 +195,20 @@ impl Service {
                 return None;
             }
         };
-        tracing::debug!(session = %session.id, through = row.through_seq, pre = row.pre_tokens, post = row.post_tokens, "masked old outputs");
+        self.announce_masking(&session.id, &row);
+        Some(after)
+    }
+
+    /// Logs a masking and tells the event stream.
+    pub(super) fn announce_masking(&self, id: &SessionId, row: &MaskingRow) {
+        tracing::debug!(session = %id, through = row.through_seq, pre = row.pre_tokens, post = row.post_tokens, "masked old outputs");
         self.emit(Event::OutputsMasked {
-            session_id: session.id.to_string(),
+            session_id: id.to_string(),
             through_seq: row.through_seq,
             outputs: row.outputs,
             pre_tokens: row.pre_tokens,
             post_tokens: row.post_tokens,
         });
-        Some(after)
     }
 
     /// Masks the old outputs of a just-compacted tail: the compaction rewrote everything after
@@ -210,13 +225,7 @@ impl Service {
             .mask_outputs(id, PRESERVE_RECENT_OUTPUTS, 1)
             .await
         {
-            self.emit(Event::OutputsMasked {
-                session_id: id.to_string(),
-                through_seq: row.through_seq,
-                outputs: row.outputs,
-                pre_tokens: row.pre_tokens,
-                post_tokens: row.post_tokens,
-            });
+            self.announce_masking(id, &row);
         }
     }
 

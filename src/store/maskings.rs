@@ -100,10 +100,46 @@ fn masking_point(
     Ok((outputs > 0).then_some((through, outputs, saving.max(0) as usize)))
 }
 
+/// Masks the tool outputs of `session`'s active messages older than the newest
+/// `keep_recent`, if that saves at least `min_saving` tokens: the masking and the session
+/// after it, or `None` when it would not be worth it.
+pub(super) fn mask(
+    conn: &Connection,
+    session: &SessionRow,
+    keep_recent: usize,
+    min_saving: usize,
+) -> Result<Option<(MaskingRow, SessionRow)>> {
+    let Some((through, outputs, saving)) = masking_point(conn, session, keep_recent)? else {
+        return Ok(None);
+    };
+    if saving < min_saving {
+        return Ok(None);
+    }
+    let (pre_tokens, _) = session.context_tokens();
+    // A reported usage measured the context before the masking: drop it.
+    conn.prepare_cached(
+        "UPDATE sessions SET masked_through_seq = ?2, reported_tokens = NULL, tokens_since_report = 0
+         WHERE id = ?1",
+    )?
+    .execute(params![session.id, through])?;
+    let after = super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)?;
+    let (post_tokens, _) = after.context_tokens();
+    conn.prepare_cached(&format!(
+        "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+    ))?
+    .execute(params![session.id, through, outputs, pre_tokens, post_tokens])?;
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM maskings WHERE id = ?1",
+            MaskingRow::COLUMNS
+        ))?
+        .query_row([conn.last_insert_rowid()], MaskingRow::from_row)?;
+    Ok(Some((row, after)))
+}
+
 impl Store {
-    /// Masks the tool outputs of `session_id`'s active messages older than the newest
-    /// `keep_recent`, if that saves at least `min_saving` tokens. Returns the masking and the
-    /// session after it, or `None` when it would not be worth it.
+    /// [`mask`] in a write of its own, for the session as it is then.
     pub async fn mask_outputs(
         &self,
         session_id: &SessionId,
@@ -113,34 +149,7 @@ impl Store {
         let session_id = session_id.to_string();
         self.write(move |conn| {
             let session = get_live(conn, &session_id)?;
-            let Some((through, outputs, saving)) = masking_point(conn, &session, keep_recent)?
-            else {
-                return Ok(None);
-            };
-            if saving < min_saving {
-                return Ok(None);
-            }
-            let (pre_tokens, _) = session.context_tokens();
-            // A reported usage measured the context before the masking: drop it.
-            conn.prepare_cached(
-                "UPDATE sessions SET masked_through_seq = ?2, reported_tokens = NULL, tokens_since_report = 0
-                 WHERE id = ?1",
-            )?
-            .execute(params![session_id, through])?;
-            let after = super::counters::recount_active(conn, &get_live(conn, &session_id)?)?;
-            let (post_tokens, _) = after.context_tokens();
-            conn.prepare_cached(&format!(
-                "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
-            ))?
-            .execute(params![session_id, through, outputs, pre_tokens, post_tokens])?;
-            let row = conn
-                .prepare_cached(&format!(
-                    "SELECT {} FROM maskings WHERE id = ?1",
-                    MaskingRow::COLUMNS
-                ))?
-                .query_row([conn.last_insert_rowid()], MaskingRow::from_row)?;
-            Ok(Some((row, after)))
+            mask(conn, &session, keep_recent, min_saving)
         })
         .await
     }

@@ -1,12 +1,14 @@
 //! Messages: append (with the tool-call check) and read history.
 
+use super::maskings::MaskingRow;
 use super::path::Branch;
 use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::FileLists;
+use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::instruction::is_instruction;
-use crate::compaction::microcompact::masked_parts;
+use crate::compaction::microcompact::{MaskingStart, masked_parts};
 use crate::compaction::step;
 use crate::compaction::{LazyEstimator, Origin};
 use crate::message::{Message, Part, Role};
@@ -55,6 +57,10 @@ pub struct AppendRules {
     pub lenient: bool,
     /// With `lenient`: what pinned messages may take.
     pub pin_cap: usize,
+    /// Where masking old tool outputs starts: an append over it masks in its own transaction
+    /// when that saves a batch's worth, so the agent's next step needs no second write to
+    /// find out. `None`: microcompaction is off, or the caller masks on its own (the proxy).
+    pub masking: Option<MaskingStart>,
 }
 
 impl NewMessage {
@@ -161,6 +167,8 @@ pub struct AppendOutcome {
     pub created: bool,
     /// The append was made before under the same Idempotency-Key: nothing new was stored.
     pub replayed: bool,
+    /// The masking of old tool outputs this append made (see [`AppendRules::masking`]).
+    pub masking: Option<MaskingRow>,
 }
 
 /// The outcome stored for `idempotency`'s key, if its append was made before.
@@ -189,6 +197,7 @@ fn earlier_append(
         last_seq,
         created: false,
         replayed: true,
+        masking: None,
     }))
 }
 
@@ -237,7 +246,33 @@ fn append_one(
             outcome.last_seq,
         )?;
     }
+    if let Some(start) = rules.masking {
+        mask_if_due(conn, &mut outcome, start);
+    }
     Ok(outcome)
+}
+
+/// Masks old tool outputs once the append has put the context past where masking starts
+/// (and it saves a batch's worth), in a savepoint of its own: a masking that fails is logged
+/// and tried at a later append, and never undoes the append.
+fn mask_if_due(conn: &Connection, outcome: &mut AppendOutcome, start: MaskingStart) {
+    let (from, min_saving) = start.thresholds(outcome.session.pinned_tokens);
+    if outcome.session.context_tokens().0 < from {
+        return;
+    }
+    let masked = super::writer::in_savepoint(conn, |c| {
+        super::maskings::mask(c, &outcome.session, PRESERVE_RECENT_OUTPUTS, min_saving)
+    });
+    match masked {
+        Ok(Some((row, after))) => {
+            outcome.session = after;
+            outcome.masking = Some(row);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(session = %outcome.session.id, error = %e, "cannot mask old outputs")
+        }
+    }
 }
 
 /// Appends `messages` after the session's current head, by `rules`.
@@ -273,6 +308,7 @@ pub(super) fn append_to(
         last_seq: first_seq + messages.len() as u64 - 1,
         created: false,
         replayed: false,
+        masking: None,
     })
 }
 
@@ -296,6 +332,7 @@ pub(super) fn append_leaf(
         step_budget: usize::MAX,
         lenient: true,
         pin_cap: 0,
+        masking: None,
     };
     let off_branch = SessionRow {
         head_seq: parent,

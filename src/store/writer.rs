@@ -210,8 +210,13 @@ fn run_statement(conn: &Connection, sql: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` in a savepoint: its changes stay on success and vanish on error or panic.
-fn in_savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+/// Runs `f` in a savepoint: its changes stay on success and vanish on error or panic. A
+/// savepoint inside another (a job's own part) works the same: SQLite's `RELEASE` and
+/// `ROLLBACK TO` name the innermost savepoint of that name.
+pub(super) fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T>,
+) -> Result<T> {
     run_statement(conn, "SAVEPOINT job")?;
     let result = catch_unwind(AssertUnwindSafe(|| f(conn)))
         .unwrap_or_else(|_| Err(StoreError::Internal("a write panicked".into())));

@@ -829,17 +829,16 @@ async fn old_outputs_are_masked_in_the_context_announced_recorded_and_retrievabl
     // 12 outputs of ~1,000 tokens: past the 10,000-token masking point of a 128k session,
     // far below its trigger.
     let messages = big_rounds("mc", 12, 4_000);
-    client
-        .post(
-            "/session/mc/message",
-            &json!({"messages": messages, "wait": true}),
-        )
+    let appended = client
+        .post("/session/mc/message", &json!({"messages": messages}))
         .await
         .unwrap();
     let (name, event) = next_event(&mut events).await;
     assert_eq!(name, "outputs_masked");
     assert_eq!(event["outputs"], 12 - 5, "all but the newest 5 outputs");
     assert!(event["post_tokens"].as_u64() < event["pre_tokens"].as_u64());
+    // The append masked before it answered: its answer counts the masked context.
+    assert_eq!(appended["tokens"], event["post_tokens"]);
 
     let context = client.get("/session/mc/context").await.unwrap();
     let items = context["messages"].as_array().unwrap();
@@ -861,6 +860,7 @@ async fn old_outputs_are_masked_in_the_context_announced_recorded_and_retrievabl
         .filter(|m| m["role"] == "tool" && m["masked"].is_null());
     assert_eq!(whole.count(), 5);
     assert!(context["tokens"].as_u64().unwrap() < 6_000);
+    assert_eq!(context["tokens"], appended["tokens"]);
 
     // The original is one request away, whole.
     let page = client
