@@ -25,6 +25,9 @@ pub(super) const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most headers a request may have.
 pub(super) const MAX_HEADERS: usize = 64;
 
+/// How much is read at a time while a head is expected.
+const READ_SIZE: usize = 8192;
+
 /// hyper's header timeout starts when the connection goes idle, a head's first byte a moment
 /// later: a head still arriving when hyper closes within this of its timeout was timed out.
 const HEAD_TIMEOUT_SLACK: Duration = Duration::from_millis(500);
@@ -215,6 +218,9 @@ pub(super) struct HeadGuard<'a, S: AsyncRead + AsyncWrite + Unpin> {
     /// Bytes checked and not yet given to hyper.
     ready: Vec<u8>,
     at: usize,
+    /// Where heads and what follows them are read to be checked: allocated once, on the
+    /// first read, so no read zeroes a buffer of its own (that showed in every request).
+    incoming: Vec<u8>,
     /// When the first byte of the head being collected came, and how long a head may take.
     head_started: Option<Instant>,
     head_timeout: Duration,
@@ -237,6 +243,7 @@ impl<'a, S: AsyncRead + AsyncWrite + Unpin> HeadGuard<'a, S> {
             head: Vec::new(),
             ready: Vec::with_capacity(read.len()),
             at: 0,
+            incoming: Vec::new(),
             head_started: None,
             head_timeout,
         };
@@ -430,14 +437,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for HeadGuard<'_, S> {
                 this.take(&after);
                 return Poll::Ready(Ok(()));
             }
-            let mut chunk = [0u8; 8192];
-            let mut read = ReadBuf::new(&mut chunk);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-            if read.filled().is_empty() {
+            let mut incoming = std::mem::take(&mut this.incoming);
+            incoming.resize(READ_SIZE, 0);
+            let mut read = ReadBuf::new(&mut incoming);
+            let polled = Pin::new(&mut this.inner).poll_read(cx, &mut read);
+            let got = read.filled().len();
+            if let Poll::Ready(Ok(())) = polled {
+                this.take(&incoming[..got]);
+            }
+            this.incoming = incoming;
+            ready!(polled)?;
+            if got == 0 {
                 // The client's end; a head it left unfinished is dropped with it.
                 return Poll::Ready(Ok(()));
             }
-            this.take(read.filled());
         }
     }
 }
