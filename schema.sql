@@ -87,7 +87,7 @@ CREATE TABLE messages (
     UNIQUE (session_id, seq)
 );
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
-CREATE INDEX messages_by_parent ON messages (session_id, parent_seq);
+CREATE INDEX messages_by_parent ON messages (session_id, parent_seq) WHERE hash IS NOT NULL;
 CREATE INDEX messages_branch_points ON messages (session_id, seq) WHERE parent_seq IS NOT seq - 1;
 -- Messages holding tool results: whether an append leaves outputs worth masking is answered
 -- from these alone, not by reading every message of the session.
@@ -210,7 +210,8 @@ ORDER BY compacted_at DESC;
 CREATE VIEW branch_messages AS
 WITH RECURSIVE branch (session_id, branch, seq, parent_seq) AS (
     SELECT m.session_id, m.seq, m.seq, m.parent_seq FROM messages m
-    WHERE NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_seq = m.seq)
+    WHERE NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.seq = m.seq + 1 AND c.parent_seq = m.seq)
+      AND NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_seq = m.seq AND c.parent_seq IS NOT c.seq - 1)
     UNION ALL
     SELECT b.session_id, b.branch, p.seq, p.parent_seq FROM branch b
     JOIN messages p ON p.session_id = b.session_id AND p.seq = b.parent_seq

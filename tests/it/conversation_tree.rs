@@ -139,6 +139,40 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     }
     service.shutdown().await;
     store.close();
+    check_branch_view(&dir.path().join("t.db"), session.as_deref().unwrap_or(""))
+}
+
+/// `branch_messages`, the view a person reads the tree with, lists every branch as the rows
+/// themselves make it: each leaf (a message no other has as its parent) and its ancestors.
+fn check_branch_view(path: &std::path::Path, session: &str) -> Result<(), TestCaseError> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let parents: std::collections::BTreeMap<u64, Option<u64>> = db
+        .prepare("SELECT seq, parent_seq FROM messages WHERE session_id = ?1")
+        .unwrap()
+        .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let mut expected = Vec::new();
+    for &leaf in parents.keys() {
+        if parents.values().any(|p| *p == Some(leaf)) {
+            continue;
+        }
+        let mut path = vec![leaf];
+        while let Some(Some(parent)) = parents.get(path.last().unwrap()) {
+            path.push(*parent);
+        }
+        path.reverse();
+        expected.extend(path.into_iter().map(|seq| (leaf, seq)));
+    }
+    let listed: Vec<(u64, u64)> = db
+        .prepare("SELECT branch, seq FROM branch_messages WHERE session_id = ?1")
+        .unwrap()
+        .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    prop_assert_eq!(listed, expected);
     Ok(())
 }
 
