@@ -22,6 +22,7 @@ use crate::message::Part;
 use crate::protocol::SessionId;
 use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 
 /// Messages waiting for the index past which a commit batch indexes them itself.
 pub(super) const INDEX_LAG: i64 = 256;
@@ -61,24 +62,18 @@ pub(crate) fn searchable_text(parts: &[Part]) -> String {
 /// The token a session's rows carry: `s` and 16 hex digits of a hash of its id (one token
 /// whatever characters the id holds).
 fn session_token(id: &str) -> String {
+    use std::fmt::Write;
     let digest = Sha256::digest(id.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("s{hex}")
+    digest[..8].iter().fold(String::from("s"), |mut token, b| {
+        let _ = write!(token, "{b:02x}");
+        token
+    })
 }
 
-/// Indexes the message stored as row `rowid` of session `session_id`.
-pub(super) fn index_message(
-    conn: &Connection,
-    rowid: i64,
-    session_id: &str,
-    parts: &[Part],
-) -> Result<()> {
+/// Indexes the message stored as row `rowid` of the session whose token is `session`.
+fn index_message(conn: &Connection, rowid: i64, session: &str, parts: &[Part]) -> Result<()> {
     conn.prepare_cached("INSERT INTO messages_fts (rowid, session, text) VALUES (?1, ?2, ?3)")?
-        .execute(params![
-            rowid,
-            session_token(session_id),
-            searchable_text(parts)
-        ])?;
+        .execute(params![rowid, session, searchable_text(parts)])?;
     Ok(())
 }
 
@@ -102,9 +97,14 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
     let pending: Vec<(i64, String, String)> = rows
         .query_map([max], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<_>>()?;
+    // A step's messages are mostly of a few sessions: each token is hashed once.
+    let mut tokens: HashMap<&str, String> = HashMap::new();
     for (rowid, session, parts) in &pending {
         let parts: Vec<Part> = serde_json::from_str(parts).unwrap_or_default();
-        index_message(conn, *rowid, session, &parts)?;
+        let token = tokens
+            .entry(session.as_str())
+            .or_insert_with(|| session_token(session));
+        index_message(conn, *rowid, token, &parts)?;
     }
     Ok(pending.len())
 }
@@ -200,6 +200,12 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Databases indexed by earlier builds hold these tokens: they never change.
+    #[test]
+    fn a_session_token_is_s_and_16_hex_digits_of_its_ids_sha256() {
+        assert_eq!(session_token("demo"), "s2a97516c354b6884");
+    }
 
     #[test]
     fn every_word_is_quoted_so_no_query_is_syntax() {
