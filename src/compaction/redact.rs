@@ -48,13 +48,57 @@ static AUTHORIZATION: LazyLock<Regex> = LazyLock::new(|| {
         .expect("valid regex")
 });
 
-/// `NAME=`, `NAME: `, `"name": `, `name = `: where an assigned value starts. The name is
-/// checked by [`is_secret_name`]; the value is read by [`value_end`]. Values are not part of
-/// the pattern, so an assignment inside another's quoted value (a shell command in a JSON
-/// argument) is still found.
-static ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"([A-Za-z_][A-Za-z0-9_.\-]*)["']?[ \t]*(?::|=)[ \t]*"#).expect("valid regex")
+/// The words a secret's name holds (see [`is_secret_name`]), in any case: where to look for
+/// an assignment of one. Most text has none, and is passed over at the speed of a literal
+/// search.
+static SECRET_WORDS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)password|passwd|secret|api[_-]?key|access[_-]key|private[_-]key|token")
+        .expect("valid regex")
 });
+
+/// A character of a name an assignment assigns to.
+fn in_name(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-')
+}
+
+/// `NAME=`, `NAME: `, `"name": `, `name = ` around the name holding `text[word]`: the name
+/// (from its first letter or `_`) and where the assigned value starts. Values are not read
+/// here, so an assignment inside another's quoted value (a shell command in a JSON argument)
+/// is still found.
+fn assignment_around(
+    text: &str,
+    word: std::ops::Range<usize>,
+) -> Option<(std::ops::Range<usize>, usize)> {
+    let bytes = text.as_bytes();
+    let run_start = bytes[..word.start]
+        .iter()
+        .rposition(|&c| !in_name(c))
+        .map_or(0, |i| i + 1);
+    let end = word.end
+        + bytes[word.end..]
+            .iter()
+            .position(|&c| !in_name(c))
+            .unwrap_or(bytes.len() - word.end);
+    let start = run_start
+        + bytes[run_start..end]
+            .iter()
+            .position(|&c| c.is_ascii_alphabetic() || c == b'_')?;
+    let mut at = end;
+    if matches!(bytes.get(at), Some(b'"' | b'\'')) {
+        at += 1;
+    }
+    let spaces = |from: usize| {
+        from + bytes[from..]
+            .iter()
+            .take_while(|&&c| c == b' ' || c == b'\t')
+            .count()
+    };
+    at = spaces(at);
+    if !matches!(bytes.get(at), Some(b':' | b'=')) {
+        return None;
+    }
+    Some((start..end, spaces(at + 1)))
+}
 
 /// Where the value starting at `text[start..]` ends: a quoted value at its closing quote
 /// (quotes included), a bare one at whitespace or punctuation that ends a value.
@@ -79,15 +123,23 @@ fn value_end(text: &str, start: usize) -> usize {
 /// The byte ranges of values assigned to secret-looking names, in order, not overlapping.
 fn secret_assignments(text: &str) -> Vec<std::ops::Range<usize>> {
     let mut out: Vec<std::ops::Range<usize>> = Vec::new();
-    for c in ASSIGNMENT.captures_iter(text) {
-        let whole = c.get(0).expect("match");
-        if out.last().is_some_and(|last| whole.start() < last.end) || !is_secret_name(&c[1]) {
+    let mut name_seen = None;
+    for word in SECRET_WORDS.find_iter(text) {
+        let Some((name, value_start)) = assignment_around(text, word.range()) else {
+            continue;
+        };
+        // A name holding two of the words is one assignment.
+        if name_seen == Some(name.start) {
             continue;
         }
-        let end = value_end(text, whole.end());
-        let value = &text[whole.end()..end];
+        name_seen = Some(name.start);
+        if out.last().is_some_and(|last| name.start < last.end) || !is_secret_name(&text[name]) {
+            continue;
+        }
+        let end = value_end(text, value_start);
+        let value = &text[value_start..end];
         if !is_reference(value) && !value.starts_with('=') {
-            out.push(whole.end()..end);
+            out.push(value_start..end);
         }
     }
     out
@@ -95,7 +147,20 @@ fn secret_assignments(text: &str) -> Vec<std::ops::Range<usize>> {
 
 /// Whether `name` looks like it holds a credential.
 pub fn is_secret_name(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase().replace('-', "_");
+    // Compared as lower case with `-` read as `_`, without a copy (this runs for every
+    // assignment of every prompt).
+    let fold = |b: u8| {
+        if b == b'-' {
+            b'_'
+        } else {
+            b.to_ascii_lowercase()
+        }
+    };
+    let name = name.as_bytes();
+    let has = |word: &str| {
+        name.windows(word.len())
+            .any(|w| w.iter().zip(word.bytes()).all(|(&a, b)| fold(a) == b))
+    };
     [
         "password",
         "passwd",
@@ -106,8 +171,12 @@ pub fn is_secret_name(name: &str) -> bool {
         "private_key",
     ]
     .iter()
-    .any(|word| lower.contains(word))
-        || lower.ends_with("token")
+    .any(|word| has(word))
+        || (name.len() >= 5
+            && name[name.len() - 5..]
+                .iter()
+                .zip(b"token")
+                .all(|(&a, &b)| fold(a) == b))
 }
 
 /// Whether an assigned value is a reference to a secret rather than the secret itself.
@@ -188,9 +257,48 @@ pub fn find_secrets(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn redacted(text: &str) -> String {
         redact_secrets(text).into_owned()
+    }
+
+    /// The assignments as every name followed by `:` or `=` gives them, one regex match at a
+    /// time (how they were found before the scan started from the secret words).
+    fn assignments_by_regex(text: &str) -> Vec<std::ops::Range<usize>> {
+        let assignment =
+            Regex::new(r#"([A-Za-z_][A-Za-z0-9_.\-]*)["']?[ \t]*(?::|=)[ \t]*"#).unwrap();
+        let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+        for c in assignment.captures_iter(text) {
+            let whole = c.get(0).unwrap();
+            if out.last().is_some_and(|last| whole.start() < last.end) || !is_secret_name(&c[1]) {
+                continue;
+            }
+            let end = value_end(text, whole.end());
+            let value = &text[whole.end()..end];
+            if !is_reference(value) && !value.starts_with('=') {
+                out.push(whole.end()..end);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Starting from the secret words finds what matching every assignment found.
+        #[test]
+        fn the_scan_from_secret_words_finds_what_every_assignment_gave(
+            pieces in prop::collection::vec(prop::sample::select(vec![
+                "password", "PassWord", "passwd", "Api-Key", "api_key", "APIKEY", "access-key",
+                "private_key", "token", "TOKEN", "my_token", "tokens", "secret", "x", "9", "_",
+                ".", "-", "=", ":", " ", "\t", "\"", "'", "\n", "$HOME", "abc123", "null", ",",
+                "é", "==", "[redacted]", "{", ")",
+            ]), 0..24)
+        ) {
+            let text: String = pieces.concat();
+            prop_assert_eq!(secret_assignments(&text), assignments_by_regex(&text), "{:?}", text);
+        }
     }
 
     #[test]

@@ -8,9 +8,19 @@ use std::borrow::Cow;
 
 /// `text` cut to at most `max_chars` characters, plus a marker when anything was cut.
 pub fn truncate_chars(text: &str, max_chars: usize) -> Cow<'_, str> {
-    match text.char_indices().nth(max_chars) {
+    // No more bytes than the limit: no more characters either (most texts, read at no cost).
+    if text.len() <= max_chars {
+        return Cow::Borrowed(text);
+    }
+    // An ASCII start is cut at its byte count; anything else is walked char by char.
+    let cut = if text.as_bytes()[..max_chars].is_ascii() {
+        Some(max_chars)
+    } else {
+        text.char_indices().nth(max_chars).map(|(cut, _)| cut)
+    };
+    match cut {
         None => Cow::Borrowed(text),
-        Some((cut, _)) => {
+        Some(cut) => {
             let dropped = text[cut..].chars().count();
             Cow::Owned(format!("{}…[truncated {dropped} chars]", &text[..cut]))
         }
