@@ -146,13 +146,11 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 /// themselves make it: each leaf (a message no other has as its parent) and its ancestors.
 fn check_branch_view(path: &std::path::Path, session: &str) -> Result<(), TestCaseError> {
     let db = rusqlite::Connection::open(path).unwrap();
-    let parents: std::collections::BTreeMap<u64, Option<u64>> = db
-        .prepare("SELECT seq, parent_seq FROM messages WHERE session_id = ?1")
-        .unwrap()
-        .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
+    let parents: std::collections::BTreeMap<u64, Option<u64>> = pairs(
+        &db,
+        "SELECT seq, parent_seq FROM messages WHERE session_id = ?1",
+        session,
+    );
     let mut expected = Vec::new();
     for &leaf in parents.keys() {
         if parents.values().any(|p| *p == Some(leaf)) {
@@ -165,15 +163,28 @@ fn check_branch_view(path: &std::path::Path, session: &str) -> Result<(), TestCa
         path.reverse();
         expected.extend(path.into_iter().map(|seq| (leaf, seq)));
     }
-    let listed: Vec<(u64, u64)> = db
-        .prepare("SELECT branch, seq FROM branch_messages WHERE session_id = ?1")
+    let listed: Vec<(u64, u64)> = pairs(
+        &db,
+        "SELECT branch, seq FROM branch_messages WHERE session_id = ?1",
+        session,
+    );
+    prop_assert_eq!(listed, expected);
+    Ok(())
+}
+
+/// The two columns `sql` selects for `session`, in the order it gives them.
+fn pairs<A, B, C>(db: &rusqlite::Connection, sql: &str, session: &str) -> C
+where
+    A: rusqlite::types::FromSql,
+    B: rusqlite::types::FromSql,
+    C: FromIterator<(A, B)>,
+{
+    db.prepare(sql)
         .unwrap()
         .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    prop_assert_eq!(listed, expected);
-    Ok(())
+        .collect::<rusqlite::Result<C>>()
+        .unwrap()
 }
 
 proptest! {
