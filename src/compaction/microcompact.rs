@@ -106,16 +106,13 @@ impl MaskingStart {
         let min_saving = (start as f64 * MIN_BATCH_SHARE) as usize;
         (start, min_saving.max(1))
     }
-}
 
-/// The token count from which masking may run, and the least it must save when it does;
-/// `None` when microcompaction is off.
-pub fn masking_thresholds(
-    config: &CompactionConfig,
-    context_limit: usize,
-    pinned_tokens: usize,
-) -> Option<(usize, usize)> {
-    MaskingStart::of(config, context_limit).map(|start| start.thresholds(pinned_tokens))
+    /// For a context of `context_tokens` past where masking starts, the least a masking must
+    /// save; `None` below it.
+    pub fn saving_due(self, context_tokens: usize, pinned_tokens: usize) -> Option<usize> {
+        let (start, min_saving) = self.thresholds(pinned_tokens);
+        (context_tokens >= start).then_some(min_saving)
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +164,9 @@ mod tests {
 
     #[test]
     fn masking_starts_at_a_share_of_the_trigger_and_moves_in_batches() {
+        let masking_thresholds = |config: &CompactionConfig, limit, pinned| {
+            MaskingStart::of(config, limit).map(|start| start.thresholds(pinned))
+        };
         let config = CompactionConfig::default();
         // 32k and 128k: 10,000 tokens, half of it saved at a time.
         for limit in [32_000, 128_000] {

@@ -18,7 +18,7 @@
 use super::locks::SessionGuard;
 use super::{Service, ServiceError, Settings, memory};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
-use crate::compaction::microcompact::masking_thresholds;
+use crate::compaction::microcompact::MaskingStart;
 use crate::compaction::{CompactionConfig, CompactionPlan, Due, FileLists, PlanInput, Trigger};
 use crate::compaction_run::{self, CompactError, Compacted, NOTHING_TO_COMPACT};
 use crate::message::Message;
@@ -178,11 +178,8 @@ impl Service {
     /// starts and a masking would save a batch's worth; returns the session after it.
     async fn mask_if_due(&self, session: &SessionRow) -> Option<SessionRow> {
         let config = self.compaction_config(session);
-        let (start, min_saving) =
-            masking_thresholds(&config, session.context_limit, session.pinned_tokens)?;
-        if session.context_tokens().0 < start {
-            return None;
-        }
+        let min_saving = MaskingStart::of(&config, session.context_limit)?
+            .saving_due(session.context_tokens().0, session.pinned_tokens)?;
         let (row, after) = match self
             .store
             .mask_outputs(&session.id, PRESERVE_RECENT_OUTPUTS, min_saving)

@@ -256,12 +256,13 @@ fn append_one(
 /// (and it saves a batch's worth), in a savepoint of its own: a masking that fails is logged
 /// and tried at a later append, and never undoes the append.
 fn mask_if_due(conn: &Connection, outcome: &mut AppendOutcome, start: MaskingStart) {
-    let (from, min_saving) = start.thresholds(outcome.session.pinned_tokens);
-    if outcome.session.context_tokens().0 < from {
+    let session = &outcome.session;
+    let Some(min_saving) = start.saving_due(session.context_tokens().0, session.pinned_tokens)
+    else {
         return;
-    }
+    };
     let masked = super::writer::in_savepoint(conn, |c| {
-        super::maskings::mask(c, &outcome.session, PRESERVE_RECENT_OUTPUTS, min_saving)
+        super::maskings::mask(c, session, PRESERVE_RECENT_OUTPUTS, min_saving)
     });
     match masked {
         Ok(Some((row, after))) => {
