@@ -69,7 +69,8 @@ CREATE TABLE messages (
     id          INTEGER PRIMARY KEY,
     session_id  TEXT NOT NULL REFERENCES sessions(id),
     seq         INTEGER NOT NULL,                       -- 1, 2, 3, ... within the session
-    role        TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+    -- (checked with OR, not IN (...): for a list of three or more, SQLite fills a temporary index on every insert)
+    role        TEXT NOT NULL CHECK (role = 'user' OR role = 'assistant' OR role = 'system' OR role = 'tool'),
     parts       TEXT NOT NULL CHECK (json_valid(parts)),-- JSON array: text, reasoning, tool_call, tool_result parts
     tokens      INTEGER NOT NULL,                       -- estimated tokens (about 4 characters each)
     created_at  TEXT NOT NULL,
