@@ -103,3 +103,223 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
     let switched = super::sessions::get_live(conn, session.id.as_str())?;
     recount_active(conn, &switched)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compaction::microcompact::MaskingStart;
+    use crate::message::{Message, Part, Role};
+    use crate::protocol::SessionId;
+    use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// One message of a generated append.
+    #[derive(Debug, Clone)]
+    enum Kind {
+        Instruction,
+        Acknowledgement,
+        System,
+        /// An assistant message making this many tool calls.
+        Calls(usize),
+        /// The results of the calls still open.
+        Results,
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            2 => Just(Kind::Instruction),
+            1 => Just(Kind::Acknowledgement),
+            1 => Just(Kind::System),
+            3 => (0usize..3).prop_map(Kind::Calls),
+            3 => Just(Kind::Results),
+        ]
+    }
+
+    /// Appends: up to three messages each, with or without a usage report.
+    fn appends() -> impl Strategy<Value = Vec<(Vec<Kind>, Option<usize>)>> {
+        proptest::collection::vec(
+            (
+                proptest::collection::vec(kind(), 1..4),
+                proptest::option::weighted(0.2, 0usize..50_000),
+            ),
+            1..25,
+        )
+    }
+
+    fn message(kind: &Kind, n: usize, open_calls: &mut Vec<String>) -> Message {
+        let text = |role, text: String| Message {
+            role,
+            parts: vec![Part::Text { text }],
+        };
+        match kind {
+            Kind::Instruction => text(
+                Role::User,
+                format!("please fix the parser bug number {n} in src/lib.rs"),
+            ),
+            Kind::Acknowledgement => text(Role::User, "ok".into()),
+            Kind::System => text(Role::System, format!("reminder {n}")),
+            Kind::Calls(k) => Message {
+                role: Role::Assistant,
+                parts: (0..*k)
+                    .map(|i| {
+                        let id = format!("c{n}-{i}");
+                        open_calls.push(id.clone());
+                        Part::ToolCall {
+                            id,
+                            name: "bash".into(),
+                            args: json!({"command": "ls"}),
+                        }
+                    })
+                    .chain([Part::Text {
+                        text: format!("step {n}"),
+                    }])
+                    .collect(),
+            },
+            Kind::Results => Message {
+                role: Role::Tool,
+                parts: open_calls
+                    .drain(..)
+                    .map(|call_id| Part::ToolResult {
+                        call_id,
+                        name: None,
+                        output: "a.rs\n".repeat(n % 300 + 1),
+                        is_error: false,
+                    })
+                    .chain([Part::Text {
+                        text: "done".into(),
+                    }])
+                    .collect(),
+            },
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// After every append, the session it returns is the row stored, and its counters are
+        /// what the messages themselves give: counted again from the rows, not from the
+        /// counters an append keeps.
+        #[test]
+        fn an_appends_counters_are_what_its_rows_give(appends in appends()) {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+            let dir = tempfile::TempDir::new().unwrap();
+            let store = Store::open(&dir.path().join("c.db"), Synchronous::Normal).unwrap();
+            let id = SessionId::parse("counted").unwrap();
+            let rules = |_: &SessionRow| AppendRules {
+                task_max_tokens: 40,
+                max_pinned_tokens: 100_000,
+                step_budget: 2_000,
+                lenient: false,
+                pin_cap: 0,
+                masking: MaskingStart::of(&crate::compaction::config::CompactionConfig::default(), 8_000),
+            };
+            let (mut open_calls, mut n) = (Vec::new(), 0);
+            let (mut first_instruction, mut last_instruction, mut last_calls) = (None, 0, 0);
+            let (mut last_report, mut report_from) = (None, 0);
+            runtime.block_on(async {
+                for (kinds, reported_tokens) in &appends {
+                    let sent: Vec<Message> = kinds
+                        .iter()
+                        .map(|k| {
+                            n += 1;
+                            message(k, n, &mut open_calls)
+                        })
+                        .collect();
+                    let messages = sent
+                        .iter()
+                        .map(|m| NewMessage::new(m, crate::compaction::LazyEstimator::default().message(m)))
+                        .collect();
+                    let outcome = store
+                        .append(
+                            Append {
+                                session: id.clone(),
+                                create: Some(NewSession {
+                                    id: id.clone(),
+                                    model: None,
+                                    context_limit: 1_000_000,
+                                    overrides: json!({}),
+                                    owner: None,
+                                    limit_source: None,
+                                }),
+                                messages,
+                                reported_tokens: *reported_tokens,
+                                idempotency: None,
+                            },
+                            rules,
+                        )
+                        .await
+                        .unwrap();
+                    let returned = outcome.session;
+                    let (stored, recounted, rows) = store
+                        .write(move |conn| {
+                            let stored = super::super::sessions::get_live(conn, "counted")?;
+                            let recounted = recount_active(conn, &stored)?;
+                            let rows: (u64, usize, u64) = conn.query_row(
+                                "SELECT max(seq), coalesce(sum(tokens) FILTER (WHERE pinned), 0),
+                                        coalesce(max(seq) FILTER (WHERE role = 'assistant'), 0)
+                                 FROM messages WHERE session_id = 'counted'",
+                                [],
+                                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                            )?;
+                            Ok((stored, recounted, rows))
+                        })
+                        .await
+                        .unwrap();
+                    let json = |row: &SessionRow| {
+                        let mut v = serde_json::to_value(row).unwrap();
+                        v.as_object_mut().unwrap().remove("updated_at");
+                        v
+                    };
+                    prop_assert_eq!(serde_json::to_value(&returned).unwrap(), serde_json::to_value(&stored).unwrap());
+                    // recount_active sets updated_at anew; every counter must agree.
+                    prop_assert_eq!(json(&returned), json(&recounted));
+                    let (max_seq, pinned_tokens, last_assistant) = rows;
+                    prop_assert_eq!(returned.message_count, max_seq);
+                    prop_assert_eq!(returned.head_seq, max_seq);
+                    prop_assert_eq!(returned.pinned_tokens, pinned_tokens);
+                    prop_assert_eq!(returned.branch_points, 0);
+                    // What the test itself knows of what it sent.
+                    for ((k, m), seq) in kinds.iter().zip(&sent).zip(outcome.first_seq..) {
+                        if crate::compaction::instruction::is_instruction(m) {
+                            first_instruction.get_or_insert(seq);
+                            last_instruction = seq;
+                        }
+                        if let Kind::Calls(calls) = k {
+                            last_calls = *calls;
+                        }
+                    }
+                    if reported_tokens.is_some() {
+                        last_report = *reported_tokens;
+                        report_from = outcome.first_seq;
+                    }
+                    if outcome.masking.is_some() {
+                        // A masking drops the report (it measured the context before).
+                        last_report = None;
+                    }
+                    prop_assert_eq!(returned.reported_tokens, last_report);
+                    if last_report.is_some() {
+                        let since: usize = store
+                            .read(move |conn| {
+                                Ok(conn.query_row(
+                                    &format!(
+                                        "SELECT sum({}) FROM messages WHERE session_id = 'counted' AND seq >= ?2",
+                                        super::shown_tokens("?1")
+                                    ),
+                                    params![returned.masked_through_seq, report_from],
+                                    |r| r.get(0),
+                                )?)
+                            })
+                            .await
+                            .unwrap();
+                        prop_assert_eq!(returned.tokens_since_report, since);
+                    }
+                    prop_assert_eq!(returned.task_seq, first_instruction);
+                    prop_assert_eq!(returned.turn_start_seq, last_instruction);
+                    prop_assert_eq!(returned.step_calls, if last_assistant == 0 { 0 } else { last_calls });
+                }
+                Ok(())
+            })?;
+            store.close();
+        }
+    }
+}

@@ -3,7 +3,7 @@
 use super::maskings::MaskingRow;
 use super::path::Branch;
 use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
-use super::sessions::{NOW, NewSession, get_live, insert};
+use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::FileLists;
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
@@ -238,13 +238,7 @@ fn append_one(
     )?;
     outcome.created = created;
     if let Some(idempotency) = idempotency {
-        remember_key(
-            conn,
-            session_id,
-            idempotency,
-            outcome.first_seq,
-            outcome.last_seq,
-        )?;
+        remember_key(conn, idempotency, &outcome)?;
     }
     if let Some(start) = rules.masking {
         mask_if_due(conn, &mut outcome, start);
@@ -286,7 +280,8 @@ pub(super) fn append_to(
 ) -> Result<AppendOutcome> {
     let tools = tools_of_results(conn, session.id.as_str(), messages, rules.lenient)?;
     let first_seq = session.message_count + 1;
-    let inserted = insert_messages(conn, session, messages, &tools, rules)?;
+    let now = super::clock::now();
+    let inserted = insert_messages(conn, session, messages, &tools, rules, &now)?;
     if !rules.lenient
         && inserted.pinned_tokens > session.pinned_tokens
         && inserted.pinned_tokens > rules.max_pinned_tokens
@@ -298,10 +293,11 @@ pub(super) fn append_to(
     }
     let after = count_appended(
         conn,
-        session.id.as_str(),
+        session,
         messages.len(),
         reported_tokens,
         &inserted,
+        now,
     )?;
     Ok(AppendOutcome {
         session: after,
@@ -345,6 +341,7 @@ pub(super) fn append_leaf(
         std::slice::from_ref(message),
         &tools,
         rules,
+        &super::clock::now(),
     )?;
     conn.prepare_cached(
         "UPDATE sessions SET message_count = message_count + 1, branch_points = branch_points + 1 WHERE id = ?1",
@@ -401,20 +398,21 @@ struct Inserted {
 }
 
 /// Inserts the batch's messages and their tool calls after the session's last seq, pinning
-/// system messages and the task (when it is small enough).
+/// system messages and the task (when it is small enough), created at `now`.
 fn insert_messages(
     conn: &Connection,
     session: &SessionRow,
     messages: &[NewMessage],
     tools: &HashMap<String, String>,
     rules: AppendRules,
+    now: &str,
 ) -> Result<Inserted> {
-    let mut insert_message = conn.prepare_cached(&format!(
+    let mut insert_message = conn.prepare_cached(
         "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned,
              tool_results, masked_parts, masked_tokens, shortened_parts, shortened_tokens,
              parent_seq, hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-    ))?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?14, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
     )?;
@@ -466,7 +464,8 @@ fn insert_messages(
             shortened_json,
             shortened_tokens,
             parent,
-            message.hash
+            message.hash,
+            now
         ])?;
         parent = Some(seq);
         for (call_id, name) in &message.calls {
@@ -614,68 +613,80 @@ fn encoded(parts: Option<Vec<Part>>) -> Result<(Option<String>, Option<usize>)> 
 }
 
 /// Adds the batch to the session's counters (messages, tokens, turn, task, usage) and returns
-/// the session as it now is.
+/// the session as it now is. The counters are computed here from `session`, the row as this
+/// write read it (the writer is the only one), and stored as they are: an UPDATE that did the
+/// arithmetic and read the row back with RETURNING cost a quarter of an append's SQL (SQLite
+/// fills a temporary table with RETURNING's rows).
 fn count_appended(
     conn: &Connection,
-    session_id: &str,
+    session: &SessionRow,
     count: usize,
     reported_tokens: Option<usize>,
     inserted: &Inserted,
+    now: String,
 ) -> Result<SessionRow> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "UPDATE sessions SET
-                 message_count = message_count + ?2,
-                 active_messages = active_messages + ?2,
-                 active_tokens = active_tokens + ?6,
-                 pinned_tokens = ?7,
-                 task_seq = ?8,
-                 reported_tokens = coalesce(?4, reported_tokens),
-                 tokens_since_report = CASE WHEN ?4 IS NULL THEN tokens_since_report + ?3 ELSE ?3 END,
-                 turn_start_seq = coalesce(?5, turn_start_seq),
-                 turn_attempts = CASE WHEN ?5 IS NULL THEN turn_attempts ELSE 0 END,
-                 step_calls = ?9,
-                 head_seq = message_count + ?2,
-                 branch_points = branch_points + (head_seq <> message_count),
-                 updated_at = {NOW}
-             WHERE id = ?1 RETURNING {}",
-            SessionRow::COLUMNS
-        ))?
-        .query_row(
-            params![
-                session_id,
-                count,
-                inserted.shown_tokens,
-                reported_tokens,
-                inserted.turn_start,
-                inserted.unpinned_tokens,
-                inserted.pinned_tokens,
-                inserted.task_seq,
-                inserted.step_calls
-            ],
-            SessionRow::from_row,
-        )?)
+    let new_turn = inserted.turn_start.is_some();
+    let after = SessionRow {
+        message_count: session.message_count + count as u64,
+        active_messages: session.active_messages + count,
+        active_tokens: session.active_tokens + inserted.unpinned_tokens,
+        pinned_tokens: inserted.pinned_tokens,
+        task_seq: inserted.task_seq,
+        // A report measures the context up to this append; estimates count from there.
+        reported_tokens: reported_tokens.or(session.reported_tokens),
+        tokens_since_report: match reported_tokens {
+            Some(_) => inserted.shown_tokens,
+            None => session.tokens_since_report + inserted.shown_tokens,
+        },
+        turn_start_seq: inserted.turn_start.unwrap_or(session.turn_start_seq),
+        turn_attempts: if new_turn { 0 } else { session.turn_attempts },
+        step_calls: inserted.step_calls,
+        head_seq: session.message_count + count as u64,
+        // Appended after a head that is not the newest message: the first starts a branch.
+        branch_points: session.branch_points + u64::from(session.head_seq != session.message_count),
+        updated_at: now,
+        ..session.clone()
+    };
+    conn.prepare_cached(
+        "UPDATE sessions SET message_count = ?2, active_messages = ?3, active_tokens = ?4,
+             pinned_tokens = ?5, task_seq = ?6, reported_tokens = ?7, tokens_since_report = ?8,
+             turn_start_seq = ?9, turn_attempts = ?10, step_calls = ?11, head_seq = ?12,
+             branch_points = ?13, updated_at = ?14
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        after.id,
+        after.message_count,
+        after.active_messages,
+        after.active_tokens,
+        after.pinned_tokens,
+        after.task_seq,
+        after.reported_tokens,
+        after.tokens_since_report,
+        after.turn_start_seq,
+        after.turn_attempts,
+        after.step_calls,
+        after.head_seq,
+        after.branch_points,
+        after.updated_at
+    ])?;
+    Ok(after)
 }
 
 /// Records the request's idempotency key with the seqs it appended, so a retry is answered
 /// from them.
-fn remember_key(
-    conn: &Connection,
-    session_id: &str,
-    idempotency: &Idempotency,
-    first_seq: u64,
-    last_seq: u64,
-) -> Result<()> {
-    conn.prepare_cached(&format!(
+fn remember_key(conn: &Connection, idempotency: &Idempotency, made: &AppendOutcome) -> Result<()> {
+    conn.prepare_cached(
         "INSERT INTO idempotency_keys (session_id, key, request_hash, first_seq, last_seq, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
-    ))?
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
     .execute(params![
-        session_id,
+        made.session.id,
         idempotency.key,
         idempotency.request_hash,
-        first_seq,
-        last_seq
+        made.first_seq,
+        made.last_seq,
+        made.session.updated_at
     ])?;
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! wait for the writer, and `sqlite3` can read the database while the daemon runs.
 
 mod backup;
+mod clock;
 mod compactions;
 mod conversations;
 mod counters;
