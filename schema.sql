@@ -258,52 +258,50 @@ SELECT m.session_id,
        m.created_at
 FROM messages m JOIN sessions s ON s.id = m.session_id;
 
--- Only compactd writes to its tables. Its writer connection marks itself by one setting
--- nothing else uses, a page cache of exactly 16,411 KiB (PRAGMA cache_size = -16411); a write
--- from any other connection is refused, naming what to use instead. Reads, .backup, VACUUM
--- INTO and .dump are never refused; a dump restores (its rows come before its triggers).
-CREATE VIEW compactd_writer AS
-SELECT (SELECT cache_size FROM pragma_cache_size) = -16411 AS is_compactd;
-
-CREATE TRIGGER sessions_insert_by_hand BEFORE INSERT ON sessions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+-- Only compactd writes to its tables: these triggers refuse every write, naming what to use
+-- instead, and compactd's writer connection runs with triggers off (SQLITE_DBCONFIG_ENABLE_TRIGGER,
+-- a setting of that one connection, not of the file), so its own writes pay nothing for them.
+-- Reads, .backup, VACUUM INTO and .dump are never refused; a dump restores (its rows come
+-- before its triggers).
+CREATE TRIGGER sessions_insert_by_hand BEFORE INSERT ON sessions
 BEGIN SELECT RAISE(ABORT, 'compactd: create sessions with `compactd session create` or POST /v1/session'); END;
-CREATE TRIGGER sessions_update_by_hand BEFORE UPDATE ON sessions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER sessions_update_by_hand BEFORE UPDATE ON sessions
 BEGIN SELECT RAISE(ABORT, 'compactd: change sessions with `compactd session update` or PATCH /v1/session/{id}; its counters are compactd''s'); END;
-CREATE TRIGGER sessions_delete_by_hand BEFORE DELETE ON sessions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER sessions_delete_by_hand BEFORE DELETE ON sessions
 BEGIN SELECT RAISE(ABORT, 'compactd: sessions are never deleted; `compactd session delete ID` hides one and keeps its rows'); END;
-CREATE TRIGGER messages_insert_by_hand BEFORE INSERT ON messages WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER messages_insert_by_hand BEFORE INSERT ON messages
 BEGIN SELECT RAISE(ABORT, 'compactd: append messages with `compactd append` or POST /v1/session/{id}/message'); END;
-CREATE TRIGGER messages_update_by_hand BEFORE UPDATE ON messages WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER messages_update_by_hand BEFORE UPDATE ON messages
 BEGIN SELECT RAISE(ABORT, 'compactd: messages are append-only; they are never changed'); END;
-CREATE TRIGGER messages_delete_by_hand BEFORE DELETE ON messages WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER messages_delete_by_hand BEFORE DELETE ON messages
 BEGIN SELECT RAISE(ABORT, 'compactd: messages are append-only; they are never deleted'); END;
-CREATE TRIGGER tool_calls_insert_by_hand BEFORE INSERT ON tool_calls WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER tool_calls_insert_by_hand BEFORE INSERT ON tool_calls
 BEGIN SELECT RAISE(ABORT, 'compactd: tool_calls is written by compactd only'); END;
-CREATE TRIGGER tool_calls_update_by_hand BEFORE UPDATE ON tool_calls WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER tool_calls_update_by_hand BEFORE UPDATE ON tool_calls
 BEGIN SELECT RAISE(ABORT, 'compactd: tool_calls is written by compactd only'); END;
-CREATE TRIGGER tool_calls_delete_by_hand BEFORE DELETE ON tool_calls WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER tool_calls_delete_by_hand BEFORE DELETE ON tool_calls
 BEGIN SELECT RAISE(ABORT, 'compactd: tool_calls is written by compactd only'); END;
-CREATE TRIGGER idempotency_keys_insert_by_hand BEFORE INSERT ON idempotency_keys WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER idempotency_keys_insert_by_hand BEFORE INSERT ON idempotency_keys
 BEGIN SELECT RAISE(ABORT, 'compactd: idempotency_keys is written by compactd only'); END;
-CREATE TRIGGER idempotency_keys_update_by_hand BEFORE UPDATE ON idempotency_keys WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER idempotency_keys_update_by_hand BEFORE UPDATE ON idempotency_keys
 BEGIN SELECT RAISE(ABORT, 'compactd: idempotency_keys is written by compactd only'); END;
-CREATE TRIGGER idempotency_keys_delete_by_hand BEFORE DELETE ON idempotency_keys WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER idempotency_keys_delete_by_hand BEFORE DELETE ON idempotency_keys
 BEGIN SELECT RAISE(ABORT, 'compactd: idempotency_keys is written by compactd only'); END;
-CREATE TRIGGER compactions_insert_by_hand BEFORE INSERT ON compactions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER compactions_insert_by_hand BEFORE INSERT ON compactions
 BEGIN SELECT RAISE(ABORT, 'compactd: compact with `compactd compact ID` or POST /v1/session/{id}/summarize'); END;
-CREATE TRIGGER compactions_update_by_hand BEFORE UPDATE ON compactions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER compactions_update_by_hand BEFORE UPDATE ON compactions
 BEGIN SELECT RAISE(ABORT, 'compactd: compactions are history; they are never changed'); END;
-CREATE TRIGGER compactions_delete_by_hand BEFORE DELETE ON compactions WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER compactions_delete_by_hand BEFORE DELETE ON compactions
 BEGIN SELECT RAISE(ABORT, 'compactd: compactions are history; they are never deleted'); END;
-CREATE TRIGGER maskings_insert_by_hand BEFORE INSERT ON maskings WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER maskings_insert_by_hand BEFORE INSERT ON maskings
 BEGIN SELECT RAISE(ABORT, 'compactd: maskings is written by compactd only'); END;
-CREATE TRIGGER maskings_update_by_hand BEFORE UPDATE ON maskings WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER maskings_update_by_hand BEFORE UPDATE ON maskings
 BEGIN SELECT RAISE(ABORT, 'compactd: maskings are history; they are never changed'); END;
-CREATE TRIGGER maskings_delete_by_hand BEFORE DELETE ON maskings WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER maskings_delete_by_hand BEFORE DELETE ON maskings
 BEGIN SELECT RAISE(ABORT, 'compactd: maskings are history; they are never deleted'); END;
-CREATE TRIGGER compaction_failures_insert_by_hand BEFORE INSERT ON compaction_failures WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER compaction_failures_insert_by_hand BEFORE INSERT ON compaction_failures
 BEGIN SELECT RAISE(ABORT, 'compactd: compaction_failures is written by compactd only'); END;
-CREATE TRIGGER compaction_failures_update_by_hand BEFORE UPDATE ON compaction_failures WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER compaction_failures_update_by_hand BEFORE UPDATE ON compaction_failures
 BEGIN SELECT RAISE(ABORT, 'compactd: compaction failures are history; they are never changed'); END;
-CREATE TRIGGER compaction_failures_delete_by_hand BEFORE DELETE ON compaction_failures WHEN NOT (SELECT is_compactd FROM compactd_writer)
+CREATE TRIGGER compaction_failures_delete_by_hand BEFORE DELETE ON compaction_failures
 BEGIN SELECT RAISE(ABORT, 'compactd: compaction failures are history; they are never deleted'); END;

@@ -53,6 +53,8 @@ use writer::Writer;
 pub(crate) const MAX_READERS: usize = 8;
 /// How long a write waits for a lock another process holds before answering "busy".
 pub(super) const BUSY_WAIT: Duration = Duration::from_secs(2);
+/// The writer's page cache, in KiB: the pages of the sessions it appends to stay in memory.
+const WRITER_CACHE_KIB: u32 = 16 * 1024;
 /// After a checkpoint, SQLite truncates the WAL file to at most this size.
 pub(crate) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
@@ -75,7 +77,8 @@ impl Store {
         file.confirm_opened()?;
         configure(&conn)?;
         conn.execute_batch(&format!(
-            "PRAGMA synchronous = {}; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};",
+            "PRAGMA synchronous = {}; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};
+             PRAGMA cache_size = -{WRITER_CACHE_KIB};",
             synchronous.pragma()
         ))?;
         migrate::declare_writer(&conn)?;

@@ -22,14 +22,17 @@ mod rebuild;
 
 pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
 
-/// The page cache size (in KiB, as `PRAGMA cache_size` takes it negated) by which compactd's
-/// writer connection marks itself: `schema.sql`'s triggers refuse writes from any connection
-/// without it (a `sqlite3` user's, say). No other setting depends on it.
-pub(super) const WRITER_CACHE_KIB: i64 = 16_411;
-
-/// Declares `conn` compactd's writer, so the schema's triggers let its writes through.
+/// Declares `conn` compactd's writer: it runs with triggers off, so `schema.sql`'s triggers,
+/// which refuse every write (a `sqlite3` user's, say), never fire for it. The setting belongs
+/// to the connection: every other one, opened by anyone, has them on.
 pub(crate) fn declare_writer(conn: &Connection) -> Result<()> {
-    conn.execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB};"))?;
+    use rusqlite::config::DbConfig;
+    let on = conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false)?;
+    if on {
+        return Err(StoreError::Internal(
+            "SQLite kept triggers on for the writer connection".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -141,7 +144,9 @@ const UPGRADES: &[Upgrade] = &[
     },
     // 12: messages check their role with `=` and `OR`, not `IN (...)`: for an IN list of
     // three or more, SQLite fills a temporary index on every insert (a sixth of an append's
-    // SQL). The rebuild copies the table under the new check.
+    // SQL). The rebuild copies the table under the new check. And the triggers refusing
+    // writes by hand refuse every write (the writer runs with triggers off) instead of asking
+    // each time whether the connection is the writer (a PRAGMA prepared per row written).
     Upgrade {
         sql: "",
         then: None,
