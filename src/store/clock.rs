@@ -22,13 +22,25 @@ fn stored_text(millis: i64) -> String {
     const DAY: i64 = 86_400_000;
     let (days, of_day) = (millis.div_euclid(DAY), millis.rem_euclid(DAY));
     let (year, month, day) = civil_date(days);
-    let (seconds, ms) = (of_day / 1000, of_day % 1000);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60
-    )
+    let seconds = of_day / 1000;
+    // Written digit by digit: `format!` with seven padded numbers cost 3 k instructions.
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    for (at, width, value) in [
+        (0, 4, year),
+        (5, 2, month),
+        (8, 2, day),
+        (11, 2, seconds / 3600),
+        (14, 2, seconds / 60 % 60),
+        (17, 2, seconds % 60),
+        (20, 3, of_day % 1000),
+    ] {
+        let mut rest = value;
+        for digit in text[at..at + width].iter_mut().rev() {
+            *digit = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
 }
 
 /// The (year, month, day) of a count of days since 1970-01-01: eras of 400 years (146,097

@@ -102,7 +102,9 @@ fn masking_point(
 
 /// Masks the tool outputs of `session`'s active messages older than the newest
 /// `keep_recent`, if that saves at least `min_saving` tokens: the masking and the session
-/// after it, or `None` when it would not be worth it.
+/// after it, or `None` when it would not be worth it. Its writes are made in a savepoint of
+/// their own, so a masking that fails undoes only itself, never the write it is part of (an
+/// append); most calls find nothing to mask and open none.
 pub(super) fn mask(
     conn: &Connection,
     session: &SessionRow,
@@ -115,6 +117,17 @@ pub(super) fn mask(
     if saving < min_saving {
         return Ok(None);
     }
+    super::writer::in_savepoint(conn, |conn| write_masking(conn, session, through, outputs))
+        .map(Some)
+}
+
+/// Moves the session's mask to `through`, hiding `outputs` outputs, and records it.
+fn write_masking(
+    conn: &Connection,
+    session: &SessionRow,
+    through: u64,
+    outputs: u64,
+) -> Result<(MaskingRow, SessionRow)> {
     let (pre_tokens, _) = session.context_tokens();
     // A reported usage measured the context before the masking: drop it.
     conn.prepare_cached(
@@ -135,7 +148,7 @@ pub(super) fn mask(
             MaskingRow::COLUMNS
         ))?
         .query_row([conn.last_insert_rowid()], MaskingRow::from_row)?;
-    Ok(Some((row, after)))
+    Ok((row, after))
 }
 
 impl Store {

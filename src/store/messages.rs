@@ -247,18 +247,15 @@ fn append_one(
 }
 
 /// Masks old tool outputs once the append has put the context past where masking starts
-/// (and it saves a batch's worth), in a savepoint of its own: a masking that fails is logged
-/// and tried at a later append, and never undoes the append.
+/// (and it saves a batch's worth): a masking that fails is logged and tried at a later
+/// append, and never undoes the append (see [`super::maskings::mask`]).
 fn mask_if_due(conn: &Connection, outcome: &mut AppendOutcome, start: MaskingStart) {
     let session = &outcome.session;
     let Some(min_saving) = start.saving_due(session.context_tokens().0, session.pinned_tokens)
     else {
         return;
     };
-    let masked = super::writer::in_savepoint(conn, |c| {
-        super::maskings::mask(c, session, PRESERVE_RECENT_OUTPUTS, min_saving)
-    });
-    match masked {
+    match super::maskings::mask(conn, session, PRESERVE_RECENT_OUTPUTS, min_saving) {
         Ok(Some((row, after))) => {
             outcome.session = after;
             outcome.masking = Some(row);

@@ -5,6 +5,7 @@ use super::{Result, Store, StoreError};
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
+use std::sync::LazyLock;
 
 /// The current time as stored: UTC ISO 8601 with milliseconds.
 pub(super) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
@@ -31,14 +32,18 @@ pub struct SessionUpdate {
     pub overrides: Option<Value>,
 }
 
-/// The session `id`, unless it is missing or deleted.
-pub(super) fn get_live(conn: &Connection, id: &str) -> Result<SessionRow> {
-    let sql = format!(
+/// The statement [`get_live`] runs: made once (every append runs it).
+static GET_LIVE: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "SELECT {}, deleted_at IS NOT NULL FROM sessions WHERE id = ?1",
         SessionRow::COLUMNS
-    );
+    )
+});
+
+/// The session `id`, unless it is missing or deleted.
+pub(super) fn get_live(conn: &Connection, id: &str) -> Result<SessionRow> {
     let found = conn
-        .prepare_cached(&sql)?
+        .prepare_cached(&GET_LIVE)?
         .query_row([id], |row| {
             Ok((
                 SessionRow::from_row(row)?,
