@@ -260,9 +260,9 @@ FROM messages m JOIN sessions s ON s.id = m.session_id;
 
 -- Only compactd writes to its tables: these triggers refuse every write, naming what to use
 -- instead, and compactd's writer connection runs with triggers off (SQLITE_DBCONFIG_ENABLE_TRIGGER,
--- a setting of that one connection, not of the file), so its own writes pay nothing for them.
--- Reads, .backup, VACUUM INTO and .dump are never refused; a dump restores (its rows come
--- before its triggers).
+-- a setting of that one connection, not of the file), so its own writes pay nothing for them
+-- (and a trigger of your own on these tables would not fire for them either). Reads, .backup,
+-- VACUUM INTO and .dump are never refused; a dump restores (its rows come before its triggers).
 CREATE TRIGGER sessions_insert_by_hand BEFORE INSERT ON sessions
 BEGIN SELECT RAISE(ABORT, 'compactd: create sessions with `compactd session create` or POST /v1/session'); END;
 CREATE TRIGGER sessions_update_by_hand BEFORE UPDATE ON sessions

@@ -359,11 +359,12 @@ impl Service {
             return Err(ServiceError::BadRequest("no messages to append".into()));
         }
         let mut new_messages = Vec::with_capacity(request.messages.len());
-        for (index, message) in request.messages.iter().enumerate() {
+        for (index, message) in request.messages.into_iter().enumerate() {
             message
                 .validate()
                 .map_err(|error| ServiceError::InvalidMessage { index, error })?;
-            new_messages.push(NewMessage::new(message, self.estimator.message(message)));
+            let tokens = self.estimator.message(&message);
+            new_messages.push(NewMessage::owned(message, tokens));
         }
         let create = self.new_session(id.clone(), None, None, None)?;
         let idempotency = match request.idempotency_key {

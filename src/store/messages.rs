@@ -65,6 +65,12 @@ pub struct AppendRules {
 
 impl NewMessage {
     pub fn new(message: &Message, tokens: usize) -> NewMessage {
+        NewMessage::owned(message.clone(), tokens)
+    }
+
+    /// The same, keeping `message` itself (a large append holds its text once parsed and once
+    /// encoded, not a third time as a copy).
+    pub fn owned(message: Message, tokens: usize) -> NewMessage {
         NewMessage {
             system: message.role == Role::System,
             role: message.role.as_str(),
@@ -79,8 +85,8 @@ impl NewMessage {
                 })
                 .collect(),
             answers: message.tool_result_ids().map(str::to_string).collect(),
-            instruction: is_instruction(message),
-            content: (message.role != Role::System).then(|| message.clone()),
+            instruction: is_instruction(&message),
+            content: (message.role != Role::System).then_some(message),
             hash: None,
             opening: None,
         }
