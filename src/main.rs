@@ -22,12 +22,16 @@ fn main() -> ExitCode {
 /// glibc gives each thread that contends for the heap an arena of its own (up to 8 per core),
 /// and memory freed in one is not reused by the others: bodies parsed on one worker and freed
 /// on another left RSS up to twice the live heap. Two arenas keep RSS near what is in use;
-/// allocation is not where the daemon spends its time. Set before any thread starts.
+/// allocation is not where the daemon spends its time. Allocations of 1 MiB and more (large
+/// bodies, long texts) are mapped on their own and unmapped when freed: glibc's default
+/// threshold rises after the first large free, and later large buffers then stayed in the
+/// heap. Set before any thread starts.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; no thread has started yet.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
