@@ -104,11 +104,10 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
         let (rowid, session, parts): (i64, String, String) =
             (row.get(0)?, row.get(1)?, row.get(2)?);
         let parts: Vec<Part> = serde_json::from_str(&parts).unwrap_or_default();
-        if !tokens.contains_key(&session) {
-            let token = session_token(&session);
-            tokens.insert(session.clone(), token);
-        }
-        index_message(conn, rowid, &tokens[&session], &parts)?;
+        let token = tokens
+            .entry(session)
+            .or_insert_with_key(|s| session_token(s));
+        index_message(conn, rowid, token, &parts)?;
         indexed += 1;
     }
     Ok(indexed)
