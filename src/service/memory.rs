@@ -152,8 +152,8 @@ impl Drop for Charge {
     /// glibc keeps what a large request freed in its heap (only the top of a heap goes back
     /// by itself), so one large body after another stacked up resident memory past what the
     /// budgets allow at once: `compactd torture` peaked anywhere from 300 to 440 MB on the
-    /// same build. After a large charge, the freed pages go back (`malloc_trim`, a few ms,
-    /// only after requests of 8 MiB or more).
+    /// same build. After a large charge, the freed pages go back (`malloc_trim`, which walks
+    /// the heap: only after requests of 8 MiB or more).
     fn drop(&mut self) {
         if self.bytes() >= RETURN_AFTER {
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
