@@ -56,6 +56,7 @@ fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) 
         chunks: done.chunks,
         fallback_reason: None,
         duration_ms: 0,
+        mask_tail: None,
         result: done.result,
     }
 }
@@ -156,7 +157,6 @@ impl Service {
                     if row.result.post_tokens < row.result.pre_tokens {
                         let _ = self.store.reset_attempts(&id).await;
                     }
-                    self.mask_after_compaction(&id).await;
                     status = Some(CompactionStatus::completed(trigger, *row));
                     if self.shutdown.is_cancelled() {
                         break;
@@ -206,24 +206,6 @@ impl Service {
             pre_tokens: row.pre_tokens,
             post_tokens: row.post_tokens,
         });
-    }
-
-    /// Masks the old outputs of a just-compacted tail: the compaction rewrote everything after
-    /// the pinned messages, so masking now costs no prompt cache.
-    async fn mask_after_compaction(&self, id: &SessionId) {
-        let Ok(session) = self.store.session(id).await else {
-            return;
-        };
-        if !self.compaction_config(&session).microcompact {
-            return;
-        }
-        if let Ok(Some((row, _))) = self
-            .store
-            .mask_outputs(id, PRESERVE_RECENT_OUTPUTS, 1)
-            .await
-        {
-            self.announce_masking(id, &row);
-        }
     }
 
     /// What the trigger and the circuit breaker say about the session now. An open breaker
@@ -341,9 +323,15 @@ impl Service {
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
             Ok((done, fallback_reason)) => {
+                // An automatic compaction masks its tail's old outputs as it lands: it
+                // rewrote everything after the pinned messages, so masking now costs no
+                // prompt cache.
+                let mask_tail = (trigger != Trigger::Manual && config.microcompact)
+                    .then_some(PRESERVE_RECENT_OUTPUTS);
                 let new = NewCompaction {
                     fallback_reason,
                     duration_ms,
+                    mask_tail,
                     ..to_store(&attempt, session.active_from_seq, &loaded.seqs, done)
                 };
                 Ok(Attempt::Compacted(Box::new(
@@ -432,7 +420,7 @@ impl Service {
             new.chunks,
             new.duration_ms,
         );
-        let (row, _) = self.store.commit_compaction(new).await?;
+        let (row, _, masking) = self.store.commit_compaction(new).await?;
         let num = row.result.compaction_num;
         tracing::info!(
             session = %id,
@@ -455,6 +443,9 @@ impl Service {
             duration_ms,
             background,
         });
+        if let Some(masking) = masking {
+            self.announce_masking(&id, &masking);
+        }
         Ok(row)
     }
 

@@ -23,7 +23,19 @@ pub struct NewCompaction {
     pub chunks: usize,
     pub fallback_reason: Option<String>,
     pub duration_ms: u64,
+    /// Mask the old tool outputs of the kept tail in the same transaction, keeping the newest
+    /// this many: a context read between the compaction and a masking of its own would be
+    /// replaced by a different one at once, and the byte-stable prefix would break.
+    pub mask_tail: Option<usize>,
 }
+
+/// A committed compaction: its row, the session after it, and the masking of its tail if one
+/// was made.
+pub(crate) type Committed = (
+    CompactionRow,
+    SessionRow,
+    Option<super::maskings::MaskingRow>,
+);
 
 /// A failed attempt to record.
 #[derive(Debug, Clone)]
@@ -47,8 +59,8 @@ impl Store {
     /// Stores the compaction and moves the session's boundary. Messages appended while it ran
     /// are counted into the new active span. Fails with a conflict, changing nothing, if the
     /// session moved on (another compaction committed first). Returns the stored compaction
-    /// and the session after it.
-    pub async fn commit_compaction(&self, c: NewCompaction) -> Result<(CompactionRow, SessionRow)> {
+    /// and the session after it (masked as [`NewCompaction::mask_tail`] asks).
+    pub async fn commit_compaction(&self, c: NewCompaction) -> Result<Committed> {
         self.write(move |conn| {
             let session = get_live(conn, c.session_id.as_str())?;
             // The branch may have changed meanwhile (a proxied client resent an earlier
@@ -110,7 +122,14 @@ impl Store {
             let row = conn
                 .prepare_cached(&sql)?
                 .query_row([id], CompactionRow::from_row)?;
-            Ok((row, session))
+            let masked = match c.mask_tail {
+                Some(keep_recent) => super::maskings::mask(conn, &session, keep_recent, 1)?,
+                None => None,
+            };
+            Ok(match masked {
+                Some((masking, session)) => (row, session, Some(masking)),
+                None => (row, session, None),
+            })
         })
         .await
     }

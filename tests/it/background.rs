@@ -160,6 +160,80 @@ async fn a_context_over_the_trigger_waits_at_most_max_wait_s_then_gets_an_extrac
     assert_eq!(all_messages(&client, "late").await.len(), sent);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_a_compaction_lands_with_is_served_until_the_next_append() {
+    // A compaction masks its tail's old outputs as it lands. The context an agent reads the
+    // moment the compaction is announced must be the one it keeps getting: a masking landing
+    // after it (as a write of its own) changed the tail under a context already served, and
+    // the prompt cache's prefix with it (a CI run saw the session's tokens move under it).
+    let dir = tempfile::TempDir::new().unwrap();
+    let (started, gate, command) = gated_summarizer(dir.path(), "model-written");
+    let config = format!("[summarizer]\nkind = \"command\"\ncommand = \"{command}\"\n");
+    let daemon = TestDaemon::start(&config);
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    client
+        .post("/session", &json!({"id": "lands", "context_limit": 32000}))
+        .await
+        .unwrap();
+    // A task, then bash rounds: the 81st message starts a compaction by count, far below the
+    // point where appends mask anything, and keeps a tail of ten messages.
+    let mut appended = 1;
+    client
+        .post("/session/lands/message", &user("please fix the tests"))
+        .await
+        .unwrap();
+    for i in 0..40 {
+        let round = bash_round(&format!("c{i}"), "cargo test", &"ok\n".repeat(100));
+        for message in round {
+            client
+                .post("/session/lands/message", &message)
+                .await
+                .unwrap();
+            appended += 1;
+        }
+    }
+    assert_eq!(appended, 81);
+    let (name, _) = next_event(&mut events).await;
+    assert_eq!(name, "compaction_started");
+    tokio::task::spawn_blocking(move || std::fs::read_to_string(&started).unwrap())
+        .await
+        .unwrap();
+    // The agent goes on while the model summarizes: these land in the tail, whose outputs
+    // beyond the newest five are then masked with the compaction.
+    for i in 40..45 {
+        let round = bash_round(&format!("c{i}"), "cargo test", &"ok\n".repeat(100));
+        for message in round {
+            client
+                .post("/session/lands/message", &message)
+                .await
+                .unwrap();
+        }
+    }
+    tokio::task::spawn_blocking(move || std::fs::write(&gate, "go\n").unwrap())
+        .await
+        .unwrap();
+    let (name, event) = next_event(&mut events).await;
+    assert_eq!(name, "compaction_finished", "{event}");
+    let first = client.get("/session/lands/context").await.unwrap();
+    assert_eq!(first["compaction_num"], 1);
+    // The tail's old outputs were masked with the compaction.
+    let (name, masked) = next_event(&mut events).await;
+    assert_eq!(name, "outputs_masked", "{masked}");
+    assert_eq!(masked["post_tokens"], first["tokens"], "{masked}");
+    let placeholders = first["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m.to_string().contains("masked"))
+        .count();
+    assert!(placeholders > 0, "{first}");
+    // Nothing appended since: the same context, byte for byte, and the session says so.
+    let again = client.get("/session/lands/context").await.unwrap();
+    assert_eq!(first, again);
+    assert_eq!(session(&client, "lands").await["tokens"], first["tokens"]);
+}
+
 #[tokio::test]
 async fn the_background_settings_are_checked_like_every_other() {
     let daemon = TestDaemon::start("");
