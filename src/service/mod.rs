@@ -458,18 +458,21 @@ impl Service {
     ) -> Result<ContextSnapshot, ServiceError> {
         for _ in 0..CONTEXT_WAIT_ROUNDS {
             let snapshot = self.store.context(id).await?;
+            // Appends mask as they land; a masking due here (after a config change) changes
+            // the context, so it is read again rather than served as it was before.
+            if self.mask_if_due(&snapshot.session).await.is_some() {
+                continue;
+            }
             let config = self.compaction_config(&snapshot.session);
             // Under the trigger with compactions in the background, the context is served as
             // it is; otherwise it waits for the compaction.
             let urgent = matches!(due(&snapshot.session, &config), Due::Urgent(_));
-            // Starts what is due (masking, a compaction) if nothing runs yet.
-            let status = self.after_append(&snapshot.session, false).await;
+            // Starts the compaction that is due if none runs yet.
+            let status = self.compact_if_due(&snapshot.session, false).await;
             if !urgent && config.in_background() {
                 return Ok(snapshot);
             }
             match status.map(|s| s.status) {
-                // Masking brought it under the trigger: read it again.
-                None if urgent => continue,
                 // Nothing due, nothing running.
                 None => return Ok(snapshot),
                 Some(crate::protocol::CompactionState::BreakerOpen) => return Ok(snapshot),

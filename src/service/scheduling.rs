@@ -176,7 +176,7 @@ impl Service {
 
     /// Masks the session's old tool outputs if its context has passed the point where masking
     /// starts and a masking would save a batch's worth; returns the session after it.
-    async fn mask_if_due(&self, session: &SessionRow) -> Option<SessionRow> {
+    pub(super) async fn mask_if_due(&self, session: &SessionRow) -> Option<SessionRow> {
         let config = self.compaction_config(session);
         let min_saving = MaskingStart::of(&config, session.context_limit)?
             .saving_due(session.context_tokens().0, session.pinned_tokens)?;

@@ -235,6 +235,40 @@ async fn the_context_a_compaction_lands_with_is_served_until_the_next_append() {
 }
 
 #[tokio::test]
+async fn a_masking_a_config_edit_makes_due_is_in_the_context_that_starts_it() {
+    // Microcompaction off: twenty bash rounds of 2,000-character outputs stay whole.
+    let daemon = TestDaemon::start("[compaction]\nmicrocompact = false\n");
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    client
+        .post("/session", &json!({"id": "edit", "context_limit": 128000}))
+        .await
+        .unwrap();
+    client
+        .post("/session/edit/message", &user("please fix the tests"))
+        .await
+        .unwrap();
+    for i in 0..20 {
+        for message in bash_round(&format!("c{i}"), "cargo test", &"x".repeat(2000)) {
+            client
+                .post("/session/edit/message", &message)
+                .await
+                .unwrap();
+        }
+    }
+    let unmasked = session(&client, "edit").await["tokens"].as_u64().unwrap();
+    // Turned on by an edit: the session is past the point where masking starts, and nothing
+    // is appended. The next context masks, and is served masked.
+    edit_config(&daemon, "[compaction]\nmicrocompact = true\n");
+    wait_for_event(&mut events, "config_reloaded").await;
+    let first = client.get("/session/edit/context").await.unwrap();
+    let tokens = first["tokens"].as_u64().unwrap();
+    assert!(tokens < unmasked / 2, "{tokens} of {unmasked}");
+    assert_eq!(session(&client, "edit").await["tokens"], first["tokens"]);
+    assert_eq!(client.get("/session/edit/context").await.unwrap(), first);
+}
+
+#[tokio::test]
 async fn the_background_settings_are_checked_like_every_other() {
     let daemon = TestDaemon::start("");
     let client = daemon.client();

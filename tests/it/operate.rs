@@ -1,7 +1,7 @@
 //! Operating compactd: the CLI against a real daemon (and without one), config hot reload,
 //! systemd socket activation and readiness, the unit files, and the peer-uid guard.
 
-use crate::common::{BIN, TestDaemon, have, user};
+use crate::common::{BIN, TestDaemon, edit_config, have, user, wait_for_event};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -257,26 +257,6 @@ fn without_a_daemon_every_command_fails_with_a_one_line_hint() {
             err.contains(socket.to_str().unwrap()) && err.contains("compactd serve"),
             "{args:?}: {err}"
         );
-    }
-}
-
-/// Writes the config the way editors do: a new file renamed over the old one.
-fn edit_config(daemon: &TestDaemon, text: &str) {
-    let tmp = daemon.dir.path().join(".config.toml.swp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, daemon.config_path()).unwrap();
-}
-
-async fn wait_for_event(events: &mut compactd::client::EventStream, name: &str) -> Value {
-    loop {
-        let (event, data) = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
-            .await
-            .unwrap_or_else(|_| panic!("no {name} event within 30 s"))
-            .expect("stream open")
-            .unwrap();
-        if event == name {
-            return data;
-        }
     }
 }
 

@@ -348,6 +348,27 @@ pub async fn next_event(events: &mut compactd::client::EventStream) -> (String, 
         .unwrap()
 }
 
+/// Writes the daemon's config the way editors do: a new file renamed over the old one.
+pub fn edit_config(daemon: &TestDaemon, text: &str) {
+    let tmp = daemon.dir.path().join(".config.toml.swp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, daemon.config_path()).unwrap();
+}
+
+/// Skips events until one named `name` comes (30 s at most).
+pub async fn wait_for_event(events: &mut compactd::client::EventStream, name: &str) -> Value {
+    loop {
+        let (event, data) = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {name} event within 30 s"))
+            .expect("stream open")
+            .unwrap();
+        if event == name {
+            return data;
+        }
+    }
+}
+
 /// The shared real transcripts (Claude Code, mini-swe-agent, SWE-agent), sorted, or `None`
 /// (the caller skips, saying so) where ../shared/transcripts is absent.
 pub fn shared_transcripts() -> Option<Vec<PathBuf>> {
