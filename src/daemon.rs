@@ -24,7 +24,8 @@ pub use crate::provider::chat::messages as openai_messages;
 pub use crate::provider::wire::Wire;
 pub use crate::server::SHUTDOWN_GRACE;
 pub use crate::server::openapi::{document as openapi_document, pretty as openapi_pretty};
-pub use crate::service::proxy::{Caller, Identity, fingerprint};
+pub use crate::service::fingerprint::fingerprint;
+pub use crate::service::proxy::{Caller, Identity};
 pub use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 pub use crate::store::{Branch, Store, StoredMessage};
 

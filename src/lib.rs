@@ -10,7 +10,8 @@
 //! ([`transcript`]) and what measures the daemon ([`measure`]). The layers under the daemon
 //! are the crate's own. Lowest first; each uses only the ones above it in this list:
 //!
-//! - `message`: messages and their parts, as stored and as the engine reads them.
+//! - `message`: messages and their parts, as stored and as the engine reads them; `fnv`: the
+//!   stable hash stored fingerprints are made with.
 //! - [`compaction`]: the engine, pure (no I/O, clock or SQL): SPEC.md as functions: token
 //!   estimates, triggers, the preserved tail and its pair rule, file tracking, the prompt,
 //!   masking, secret redaction.
@@ -42,6 +43,7 @@ pub(crate) mod compaction_run;
 pub(crate) mod config;
 pub(crate) mod config_watch;
 pub mod daemon;
+pub(crate) mod fnv;
 pub mod measure;
 pub(crate) mod message;
 pub(crate) mod paths;

@@ -61,18 +61,11 @@ pub(crate) fn api_id(id: &str) -> String {
     if !id.is_empty() && id.len() <= MAX_ID_CHARS && id.chars().all(acceptable) {
         return id.to_string();
     }
-    format!("call_{:016x}", fnv1a(id.as_bytes()))
+    format!("call_{:016x}", crate::fnv::Fnv::of(id.as_bytes()))
 }
 
 /// OpenAI's limit on a tool call id.
 const MAX_ID_CHARS: usize = 40;
-
-/// FNV-1a, 64 bits: a hash that is the same in every build (std's is not promised to be).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 //! and `bench` all call this, so the socket is only a transport.
 
 mod answered;
+pub(crate) mod fingerprint;
 mod hurry;
 mod locks;
 pub(crate) mod memory;

@@ -9,10 +9,10 @@
 //! socket appends. Over the loopback listener (any local user) a named session lives in the
 //! key's own namespace.
 
+use super::fingerprint::{fingerprint, opening, text_hash};
 use super::{Service, ServiceError};
-use crate::message::{Message, Part};
 use crate::protocol::{ContextView, SessionId};
-use crate::provider::wire::{WireReply, WireRequest, bounded};
+use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{AppendRules, Branch, NewMessage, NewSession, ProxyCall, SessionKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -198,7 +198,7 @@ impl Service {
                     .with_hash(fingerprint(message, bound), opening(message)),
             );
         }
-        let system_hash = fnv(request.system.trim().as_bytes());
+        let system_hash = text_hash(request.system.trim());
         let conversation = identity
             .conversation
             .as_ref()
@@ -273,57 +273,6 @@ impl Service {
     }
 }
 
-/// The fingerprint a proxied message is matched by: its role and what the client re-sends
-/// the same whatever its SDK (text without surrounding whitespace, calls, results' outputs),
-/// not what SDKs drop or re-encode (reasoning, empty text, a result's tool name). Text is
-/// taken as a recording within `bound` keeps it ([`bounded`]), so an answer recorded with its
-/// middle cut out matches the whole answer the client sends back.
-pub fn fingerprint(message: &Message, bound: usize) -> i64 {
-    let essential: Vec<Part> = message
-        .parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Reasoning { .. } => None,
-            Part::Text { text } if text.trim().is_empty() => None,
-            Part::Text { text } => Some(Part::Text {
-                text: bounded(text, bound).trim().to_string(),
-            }),
-            Part::ToolResult {
-                call_id,
-                output,
-                is_error,
-                ..
-            } => Some(Part::ToolResult {
-                call_id: call_id.clone(),
-                name: None,
-                output: output.clone(),
-                is_error: *is_error,
-            }),
-            other => Some(other.clone()),
-        })
-        .collect();
-    let mut bytes = message.role.as_str().as_bytes().to_vec();
-    bytes.extend(serde_json::to_vec(&essential).unwrap_or_default());
-    fnv(&bytes)
-}
-
-/// The fingerprint of a message's opening: its role and its first paragraph (up to a blank
-/// line, at most 500 characters). Clients put the same instruction back with reminders
-/// appended or trailing spaces (aider restoring its history): the opening stays.
-pub(crate) fn opening(message: &Message) -> i64 {
-    let text = message.joined_text();
-    let first = text.trim().split("\n\n").next().unwrap_or_default();
-    let first: String = first.trim().chars().take(500).collect();
-    fnv(format!("{}\0{first}", message.role.as_str()).as_bytes())
-}
-
-/// FNV-1a, 64 bits, as an SQLite integer: the same in every build.
-fn fnv(bytes: &[u8]) -> i64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    }) as i64
-}
-
 /// 24 hex digits no other session has: the caller, the time and a counter, hashed.
 fn fresh_suffix(owner: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -377,32 +326,6 @@ fn context_limit_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Role;
-
-    #[test]
-    fn a_resent_message_has_the_same_fingerprint_and_an_edited_one_does_not() {
-        let sent = Message {
-            role: Role::Assistant,
-            parts: vec![
-                Part::Reasoning { text: "hmm".into() },
-                Part::Text {
-                    text: "done\n".into(),
-                },
-            ],
-        };
-        assert_eq!(
-            fingerprint(&sent, 1 << 20),
-            fingerprint(&Message::text(Role::Assistant, "done"), 1 << 20)
-        );
-        assert_ne!(
-            fingerprint(&sent, 1 << 20),
-            fingerprint(&Message::text(Role::Assistant, "done!"), 1 << 20)
-        );
-        assert_ne!(
-            fingerprint(&sent, 1 << 20),
-            fingerprint(&Message::text(Role::User, "done"), 1 << 20)
-        );
-    }
 
     #[test]
     fn keys_own_sessions_and_names_over_tcp_live_in_the_key_namespace() {

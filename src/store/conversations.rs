@@ -80,7 +80,7 @@ impl Store {
             let Some(session) = find(conn, &call, &hashes)? else {
                 return Ok(None);
             };
-            let (matched, node) = walk(conn, session.id.as_str(), &hashes)?;
+            let (matched, node) = walk(conn, &session, &hashes)?;
             Ok((node.unwrap_or(0) == session.head_seq).then_some((session, matched)))
         })
         .await
@@ -145,7 +145,7 @@ fn place(
         Some(session) => (session, false),
         None => (create(conn, call, &hashes)?, true),
     };
-    let (matched, node) = walk(conn, session.id.as_str(), &hashes)?;
+    let (matched, node) = walk(conn, &session, &hashes)?;
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
     if matched < call.messages.len() {
         session = append_to(
@@ -179,8 +179,43 @@ const CHILD_BY_HASH: &str = "SELECT seq FROM messages INDEXED BY messages_by_par
      WHERE session_id = ?1 AND parent_seq IS ?2 AND hash = ?3 ORDER BY seq DESC LIMIT 1";
 
 /// The longest prefix of `hashes` the session's tree holds, and the node it ends at.
-fn walk(conn: &Connection, id: &str, hashes: &[i64]) -> Result<(usize, Option<u64>)> {
-    walk_from(conn, id, None, hashes)
+///
+/// A node has at most one child of a fingerprint (a call's messages are stored only past the
+/// point where it stops matching, an answer only when no child of its parent is like it), so
+/// the prefix is one path down the tree. Most calls follow the session's current branch: its
+/// fingerprints are read in one pass (a step down the tree is a lookup of its own, and a client
+/// resending 10,000 messages held the writer, and every other client's append, 100 ms), and
+/// the walk goes on a step at a time only from where the call leaves the branch.
+fn walk(conn: &Connection, session: &SessionRow, hashes: &[i64]) -> Result<(usize, Option<u64>)> {
+    let id = session.id.as_str();
+    let (along, node) = along_branch(conn, id, &Branch::current(conn, session)?, hashes)?;
+    let (further, node) = walk_from(conn, id, node, &hashes[along..])?;
+    Ok((along + further, node))
+}
+
+/// How many of `hashes` the branch's messages start with, and the last of them.
+fn along_branch(
+    conn: &Connection,
+    id: &str,
+    branch: &Branch,
+    hashes: &[i64],
+) -> Result<(usize, Option<u64>)> {
+    let mut run = conn.prepare_cached(
+        "SELECT seq, hash FROM messages WHERE session_id = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq",
+    )?;
+    let (mut matched, mut node) = (0, None);
+    for &(first, last) in branch.runs() {
+        let mut rows = run.query(params![id, first, last])?;
+        while let Some(row) = rows.next()? {
+            let stored: Option<i64> = row.get(1)?;
+            match hashes.get(matched) {
+                Some(&hash) if stored == Some(hash) => node = Some(row.get(0)?),
+                _ => return Ok((matched, node)),
+            }
+            matched += 1;
+        }
+    }
+    Ok((matched, node))
 }
 
 /// The same, from below `start` (`None`: from the roots).
@@ -270,7 +305,7 @@ fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<O
         if session.kind == SessionKind::Side {
             continue;
         }
-        let (matched, _) = walk(conn, &id, hashes)?;
+        let (matched, _) = walk(conn, &session, hashes)?;
         let past_preamble = matched > session.static_seq as usize;
         let carries_task = session
             .task_hash
@@ -343,7 +378,7 @@ fn shared_preamble(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Resul
         .collect::<rusqlite::Result<_>>()?;
     let mut longest = None;
     for id in ids {
-        let (matched, _) = walk(conn, &id, hashes)?;
+        let (matched, _) = walk(conn, &get_live(conn, &id)?, hashes)?;
         if matched > 0 && longest.is_none_or(|l| matched > l) {
             longest = Some(matched);
         }

@@ -83,6 +83,11 @@ impl Branch {
         format!("({})", ranges.join(" OR "))
     }
 
+    /// The runs of consecutive seqs, oldest first.
+    pub(super) fn runs(&self) -> &[(u64, u64)] {
+        &self.runs
+    }
+
     pub(super) fn contains(&self, seq: u64) -> bool {
         self.runs.iter().any(|&(a, b)| (a..=b).contains(&seq))
     }

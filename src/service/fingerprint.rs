@@ -1,0 +1,272 @@
+//! What a proxied message is recognised by when a client sends it again: its fingerprint
+//! (everything the client re-sends the same) and the fingerprint of its opening (its first
+//! paragraph). Both are stored with the message and matched against every later request, so
+//! they are a format: the same message must give the same numbers in every build (a test pins
+//! them against the way the first builds computed them).
+//!
+//! A client resends its whole conversation with every call, so these run for every message of
+//! every call: they hash the message's pieces straight into the hash, copying nothing.
+
+use crate::fnv::Fnv;
+use crate::message::{Message, Part};
+use crate::provider::wire::bounded;
+use serde::Serialize;
+use serde_json::Value;
+
+/// The fingerprint a proxied message is matched by: its role and what the client re-sends
+/// the same whatever its SDK (text without surrounding whitespace, calls, results' outputs),
+/// not what SDKs drop or re-encode (reasoning, empty text, a result's tool name). Text is
+/// taken as a recording within `bound` keeps it ([`bounded`]), so an answer recorded with its
+/// middle cut out matches the whole answer the client sends back.
+///
+/// The bytes hashed are the role, then the JSON of those parts as [`Part`] serializes them.
+pub fn fingerprint(message: &Message, bound: usize) -> i64 {
+    let mut hash = Fnv::default();
+    hash.feed(message.role.as_str().as_bytes());
+    // A text as a recording keeps it (borrowed unless it is longer than `bound`).
+    let texts: Vec<_> = message
+        .parts
+        .iter()
+        .map(|part| match part {
+            Part::Text { text } => bounded(text, bound),
+            _ => std::borrow::Cow::Borrowed(""),
+        })
+        .collect();
+    let kept: Vec<Essential> = message
+        .parts
+        .iter()
+        .zip(&texts)
+        .filter_map(|(part, text)| Essential::of(part, text))
+        .collect();
+    // Writing into the hash cannot fail, nor can serializing these parts.
+    let _ = serde_json::to_writer(&mut hash, &kept);
+    hash.finish() as i64
+}
+
+/// A part as the fingerprint sees it, borrowed: serialized exactly as the [`Part`] it stands
+/// for would be (same tags, same field order, a result without its tool name).
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Essential<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        args: &'a Value,
+    },
+    ToolResult {
+        call_id: &'a str,
+        output: &'a str,
+        #[serde(skip_serializing_if = "is_false")]
+        is_error: bool,
+    },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl<'a> Essential<'a> {
+    /// `part` as the fingerprint sees it; `recorded` is its text as recorded, for a text part.
+    fn of(part: &'a Part, recorded: &'a str) -> Option<Essential<'a>> {
+        match part {
+            Part::Reasoning { .. } => None,
+            Part::Text { text } if text.trim().is_empty() => None,
+            Part::Text { .. } => Some(Essential::Text {
+                text: recorded.trim(),
+            }),
+            Part::ToolCall { id, name, args } => Some(Essential::ToolCall { id, name, args }),
+            Part::ToolResult {
+                call_id,
+                output,
+                is_error,
+                ..
+            } => Some(Essential::ToolResult {
+                call_id,
+                output,
+                is_error: *is_error,
+            }),
+        }
+    }
+}
+
+/// The fingerprint of a message's opening: its role and its first paragraph (up to a blank
+/// line, at most 500 characters). Clients put the same instruction back with reminders
+/// appended or trailing spaces (aider restoring its history): the opening stays.
+pub(crate) fn opening(message: &Message) -> i64 {
+    let mut texts = message.parts.iter().filter_map(|part| match part {
+        Part::Text { text } => Some(text.as_str()),
+        _ => None,
+    });
+    // The text parts joined by newlines; most messages have one, which is not copied.
+    let joined = match (texts.next(), texts.next()) {
+        (None, _) => std::borrow::Cow::Borrowed(""),
+        (Some(only), None) => std::borrow::Cow::Borrowed(only),
+        (Some(_), Some(_)) => std::borrow::Cow::Owned(message.joined_text()),
+    };
+    let first = joined
+        .trim()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .trim();
+    let first = match first.char_indices().nth(OPENING_CHARS) {
+        Some((end, _)) => &first[..end],
+        None => first,
+    };
+    let mut hash = Fnv::default();
+    hash.feed(message.role.as_str().as_bytes());
+    hash.feed(b"\0");
+    hash.feed(first.as_bytes());
+    hash.finish() as i64
+}
+
+/// How much of its first paragraph a message's opening is.
+const OPENING_CHARS: usize = 500;
+
+/// The hash of some text (a request's instructions).
+pub(crate) fn text_hash(text: &str) -> i64 {
+    Fnv::of(text.as_bytes()) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Role;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// The fingerprint as the first builds computed it (the parts cloned, serialized to a
+    /// buffer, the buffer hashed): stored fingerprints were made this way.
+    fn fingerprint_as_first_built(message: &Message, bound: usize) -> i64 {
+        let essential: Vec<Part> = message
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Reasoning { .. } => None,
+                Part::Text { text } if text.trim().is_empty() => None,
+                Part::Text { text } => Some(Part::Text {
+                    text: bounded(text, bound).trim().to_string(),
+                }),
+                Part::ToolResult {
+                    call_id,
+                    output,
+                    is_error,
+                    ..
+                } => Some(Part::ToolResult {
+                    call_id: call_id.clone(),
+                    name: None,
+                    output: output.clone(),
+                    is_error: *is_error,
+                }),
+                other => Some(other.clone()),
+            })
+            .collect();
+        let mut bytes = message.role.as_str().as_bytes().to_vec();
+        bytes.extend(serde_json::to_vec(&essential).unwrap_or_default());
+        Fnv::of(&bytes) as i64
+    }
+
+    /// The opening as the first builds computed it.
+    fn opening_as_first_built(message: &Message) -> i64 {
+        let text = message.joined_text();
+        let first = text.trim().split("\n\n").next().unwrap_or_default();
+        let first: String = first.trim().chars().take(500).collect();
+        Fnv::of(format!("{}\0{first}", message.role.as_str()).as_bytes()) as i64
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        // Blank lines, surrounding spaces, non-ASCII, quotes and long runs: what the opening's
+        // and the JSON's edges are made of.
+        prop::collection::vec(
+            prop_oneof![
+                Just("\n\n".to_string()),
+                Just("  ".to_string()),
+                Just("é\"\\\u{1F600}".to_string()),
+                "[a-z ]{0,40}",
+                Just("x".repeat(300)),
+            ],
+            0..8,
+        )
+        .prop_map(|pieces| pieces.concat())
+    }
+
+    fn part() -> impl Strategy<Value = Part> {
+        prop_oneof![
+            text().prop_map(|text| Part::Text { text }),
+            text().prop_map(|text| Part::Reasoning { text }),
+            (text(), text()).prop_map(|(id, command)| Part::ToolCall {
+                id,
+                name: "bash".into(),
+                args: json!({"command": command, "n": 3}),
+            }),
+            (text(), any::<bool>(), text(), any::<bool>()).prop_map(
+                |(call_id, named, output, is_error)| Part::ToolResult {
+                    call_id,
+                    name: named.then(|| "bash".to_string()),
+                    output,
+                    is_error,
+                }
+            ),
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        (
+            prop_oneof![
+                Just(Role::User),
+                Just(Role::Assistant),
+                Just(Role::System),
+                Just(Role::Tool)
+            ],
+            prop::collection::vec(part(), 0..5),
+        )
+            .prop_map(|(role, parts)| Message { role, parts })
+    }
+
+    proptest! {
+        #[test]
+        fn fingerprints_and_openings_are_what_the_first_builds_stored(
+            message in message(),
+            bound in prop_oneof![Just(1usize << 20), 10usize..400],
+        ) {
+            prop_assert_eq!(
+                fingerprint(&message, bound),
+                fingerprint_as_first_built(&message, bound)
+            );
+            prop_assert_eq!(opening(&message), opening_as_first_built(&message));
+        }
+    }
+
+    #[test]
+    fn a_resent_message_has_the_same_fingerprint_and_an_edited_one_does_not() {
+        let sent = Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Reasoning { text: "hmm".into() },
+                Part::Text {
+                    text: "done\n".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            fingerprint(&sent, 1 << 20),
+            fingerprint(&Message::text(Role::Assistant, "done"), 1 << 20)
+        );
+        assert_ne!(
+            fingerprint(&sent, 1 << 20),
+            fingerprint(&Message::text(Role::Assistant, "done!"), 1 << 20)
+        );
+        assert_ne!(
+            fingerprint(&sent, 1 << 20),
+            fingerprint(&Message::text(Role::User, "done"), 1 << 20)
+        );
+        // The value a build of 2026-11 stored for it.
+        assert_eq!(
+            fingerprint(&Message::text(Role::User, "fix the tests"), 1 << 20),
+            fingerprint_as_first_built(&Message::text(Role::User, "fix the tests"), 1 << 20)
+        );
+    }
+}
