@@ -123,8 +123,9 @@ impl Wire {
 /// A model API request as compactd reads it.
 #[derive(Debug, Clone, Default)]
 pub struct WireRequest {
-    /// The conversation, one neutral message per entry of `natives`.
-    pub messages: Vec<Message>,
+    /// The conversation, one neutral message per entry of `natives`; shared with the write
+    /// that stores what is new of it, so nothing of it is copied.
+    pub messages: std::sync::Arc<[Message]>,
     /// Each message as the client sent it (for the Responses API: the list of its items).
     pub natives: Vec<Value>,
     /// The request's own instructions outside its messages (system, instructions), as text:

@@ -8,7 +8,7 @@
 //! every call: they hash the message's pieces straight into the hash, copying nothing.
 
 use crate::fnv::Fnv;
-use crate::message::{Message, Part};
+use crate::message::{Message, Part, Role};
 use crate::provider::wire::bounded;
 use serde::Serialize;
 use serde_json::Value;
@@ -92,10 +92,16 @@ impl<'a> Essential<'a> {
     }
 }
 
-/// The fingerprint of a message's opening: its role and its first paragraph (up to a blank
-/// line, at most 500 characters). Clients put the same instruction back with reminders
-/// appended or trailing spaces (aider restoring its history): the opening stays.
-pub(crate) fn opening(message: &Message) -> i64 {
+/// The fingerprint of a user message's opening: its role and its first paragraph (up to a
+/// blank line, at most 500 characters); `None` for other messages (a task, the only thing
+/// openings are compared with, is a user message). Clients put the same instruction back with
+/// reminders appended or trailing spaces (aider restoring its history): the opening stays.
+pub(crate) fn opening(message: &Message) -> Option<i64> {
+    (message.role == Role::User).then(|| opening_of(message))
+}
+
+/// The fingerprint of any message's opening.
+fn opening_of(message: &Message) -> i64 {
     let mut texts = message.parts.iter().filter_map(|part| match part {
         Part::Text { text } => Some(text.as_str()),
         _ => None,
@@ -134,7 +140,6 @@ pub(crate) fn text_hash(text: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Role;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -236,7 +241,8 @@ mod tests {
                 fingerprint(&message, bound),
                 fingerprint_as_first_built(&message, bound)
             );
-            prop_assert_eq!(opening(&message), opening_as_first_built(&message));
+            prop_assert_eq!(opening_of(&message), opening_as_first_built(&message));
+            prop_assert_eq!(opening(&message).is_some(), message.role == Role::User);
         }
     }
 

@@ -13,7 +13,9 @@ use super::fingerprint::{fingerprint, opening, text_hash};
 use super::{Service, ServiceError};
 use crate::protocol::{ContextView, SessionId};
 use crate::provider::wire::{WireReply, WireRequest};
-use crate::store::{AppendRules, Branch, NewMessage, NewSession, ProxyCall, SessionKind};
+use crate::store::{
+    AppendRules, Branch, Fingerprints, NewMessage, NewSession, ProxyCall, SessionKind,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -188,15 +190,15 @@ impl Service {
     ) -> Result<ProxyCall, ServiceError> {
         let settings = self.settings();
         let bound = settings.config.proxy.max_recorded_bytes;
-        let mut messages = Vec::with_capacity(request.messages.len());
+        let mut fingerprints = Vec::with_capacity(request.messages.len());
         for (index, message) in request.messages.iter().enumerate() {
             message
                 .validate()
                 .map_err(|error| ServiceError::InvalidMessage { index, error })?;
-            messages.push(
-                NewMessage::new(message, self.estimator.message(message))
-                    .with_hash(fingerprint(message, bound), opening(message)),
-            );
+            fingerprints.push(Fingerprints {
+                hash: fingerprint(message, bound),
+                opening: opening(message),
+            });
         }
         let system_hash = text_hash(request.system.trim());
         let conversation = identity
@@ -207,7 +209,7 @@ impl Service {
         // instructions; one without, by its first message too.
         let root_hash = match &conversation {
             Some(_) => system_hash,
-            None => system_hash ^ fingerprint(&request.messages[0], bound).rotate_left(1),
+            None => system_hash ^ fingerprints[0].hash.rotate_left(1),
         };
         let named = identity
             .named
@@ -240,7 +242,9 @@ impl Service {
             named: named.map(|n| n.to_string()),
             conversation,
             root_hash,
-            messages,
+            messages: request.messages.clone(),
+            fingerprints,
+            estimator: self.estimator,
             has_tools: request.has_tools,
             overhead_tokens: request.overhead_tokens,
             new_session: NewSession {

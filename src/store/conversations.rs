@@ -23,8 +23,11 @@ use super::path::Branch;
 use super::rows::{SessionKind, SessionRow};
 use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
+use crate::compaction::LazyEstimator;
+use crate::message::{Message, Role};
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
+use std::sync::Arc;
 
 /// One proxied call, as the store needs it.
 #[derive(Debug, Clone)]
@@ -37,14 +40,51 @@ pub struct ProxyCall {
     pub conversation: Option<String>,
     /// A fingerprint of the call's own instructions (system, instructions) and first message.
     pub root_hash: i64,
-    /// The call's messages, each with its fingerprint.
-    pub messages: Vec<NewMessage>,
+    /// The call's messages, as the client sent them (shared with the caller: a client resends
+    /// its whole conversation, and only what is new of it is encoded to be stored).
+    pub messages: Arc<[Message]>,
+    /// Each message's fingerprints, in the same order.
+    pub fingerprints: Vec<Fingerprints>,
+    /// How a message that is stored has its tokens estimated.
+    pub estimator: LazyEstimator,
     pub has_tools: bool,
     pub overhead_tokens: usize,
     /// How a new session would be made.
     pub new_session: NewSession,
     /// `Err(seconds)`: the caller may not make a session now (it may continue one).
     pub may_create: std::result::Result<(), u64>,
+}
+
+/// What a proxied message is recognised by (see `service::fingerprint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprints {
+    /// Of what the client sends.
+    pub hash: i64,
+    /// Of its opening (first paragraph), for a user message: a conversation's task is one,
+    /// and nothing else is ever compared with it.
+    pub opening: Option<i64>,
+}
+
+impl ProxyCall {
+    fn hashes(&self) -> Vec<i64> {
+        self.fingerprints.iter().map(|f| f.hash).collect()
+    }
+
+    fn is_user(&self, index: usize) -> bool {
+        self.messages[index].role == Role::User
+    }
+
+    /// The call's messages from `from` on, as an append stores them.
+    fn to_store(&self, from: usize) -> Vec<NewMessage> {
+        self.messages[from..]
+            .iter()
+            .zip(&self.fingerprints[from..])
+            .map(|(message, f)| {
+                NewMessage::new(message, self.estimator.message(message))
+                    .with_hash(f.hash, f.opening)
+            })
+            .collect()
+    }
 }
 
 /// Where a call landed.
@@ -72,11 +112,7 @@ impl Store {
     /// (a call that branches elsewhere, or starts a session, gets `None`).
     pub async fn preview_call(&self, call: ProxyCall) -> Result<Option<(SessionRow, usize)>> {
         self.read(move |conn| {
-            let hashes: Vec<i64> = call
-                .messages
-                .iter()
-                .map(|m| m.hash().unwrap_or(0))
-                .collect();
+            let hashes = call.hashes();
             let Some(session) = find(conn, &call, &hashes)? else {
                 return Ok(None);
             };
@@ -136,11 +172,7 @@ fn place(
     call: &ProxyCall,
     rules: &dyn Fn(&SessionRow) -> AppendRules,
 ) -> Result<Placed> {
-    let hashes: Vec<i64> = call
-        .messages
-        .iter()
-        .map(|m| m.hash().unwrap_or(0))
-        .collect();
+    let hashes = call.hashes();
     let (session, created) = match find(conn, call, &hashes)? {
         Some(session) => (session, false),
         None => (create(conn, call, &hashes)?, true),
@@ -151,7 +183,7 @@ fn place(
         session = append_to(
             conn,
             &session,
-            &call.messages[matched..],
+            &call.to_store(matched),
             None,
             rules(&session),
         )?
@@ -309,7 +341,7 @@ fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<O
         let past_preamble = matched > session.static_seq as usize;
         let carries_task = session
             .task_hash
-            .is_some_and(|task| call.messages.iter().any(|m| m.opening() == Some(task)));
+            .is_some_and(|task| call.fingerprints.iter().any(|f| f.opening == Some(task)));
         if (past_preamble || carries_task) && best.as_ref().is_none_or(|(m, _)| matched > *m) {
             best = Some((matched, session));
         }
@@ -323,7 +355,7 @@ fn one_off(call: &ProxyCall) -> bool {
         Some(split) => split,
         None => return false,
     };
-    last.is_user() && before.iter().all(NewMessage::is_system)
+    last.role == Role::User && before.iter().all(|m| m.role == Role::System)
 }
 
 /// A new session for the call. Its task is the last user message of this first call; the
@@ -333,7 +365,7 @@ fn one_off(call: &ProxyCall) -> bool {
 /// only as far as the pin cap allows (a first call that carries a long restored history pins
 /// no more than that).
 fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<SessionRow> {
-    let task = call.messages.iter().rposition(NewMessage::is_user);
+    let task = (0..call.messages.len()).rposition(|i| call.is_user(i));
     let preamble = shared_preamble(conn, call, hashes)?
         .unwrap_or(usize::MAX)
         .min(task.unwrap_or(0));
@@ -361,7 +393,7 @@ fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Session
         kind.as_str(),
         call.conversation,
         call.root_hash,
-        task.and_then(|t| call.messages[t].opening()),
+        task.and_then(|t| call.fingerprints[t].opening),
         preamble as u64
     ])?;
     get_live(conn, session.id.as_str())

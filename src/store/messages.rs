@@ -111,9 +111,9 @@ impl NewMessage {
 
     /// The message with the fingerprints a proxied conversation matches it by: of what the
     /// client sends, and of its opening.
-    pub fn with_hash(mut self, hash: i64, opening: i64) -> NewMessage {
+    pub fn with_hash(mut self, hash: i64, opening: Option<i64>) -> NewMessage {
         self.hash = Some(hash);
-        self.opening = Some(opening);
+        self.opening = opening;
         self
     }
 

@@ -29,7 +29,7 @@ mod writer;
 
 pub(crate) use backup::backup;
 pub(crate) use compactions::{NewCompaction, NewFailure};
-pub(crate) use conversations::ProxyCall;
+pub(crate) use conversations::{Fingerprints, ProxyCall};
 pub(crate) use error::StoreError;
 pub use maskings::MaskingRow;
 pub(crate) use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};

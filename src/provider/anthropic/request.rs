@@ -33,7 +33,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
         });
     }
     Ok(WireRequest {
-        messages,
+        messages: messages.into(),
         natives: list,
         system: text_of(&body["system"]),
         overhead_tokens: overhead_tokens(body, "messages"),

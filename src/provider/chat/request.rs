@@ -32,7 +32,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
         messages.push(message);
     }
     Ok(WireRequest {
-        messages,
+        messages: messages.into(),
         natives: list,
         system: system.join("\n"),
         overhead_tokens: overhead_tokens(body, "messages"),

@@ -16,7 +16,11 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
     };
     let runs = group(items);
     Ok(WireRequest {
-        messages: runs.iter().map(|run| message_of(run)).collect(),
+        messages: runs
+            .iter()
+            .map(|run| message_of(run))
+            .collect::<Vec<_>>()
+            .into(),
         natives: runs.into_iter().map(Value::Array).collect(),
         system: body["instructions"]
             .as_str()
