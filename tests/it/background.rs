@@ -29,6 +29,24 @@ fn tail_texts(context: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Appends bash rounds (a call, then its `output`) numbered `rounds` to session `id`, one
+/// message per request.
+async fn append_rounds(
+    client: &compactd::client::Client,
+    id: &str,
+    rounds: std::ops::Range<usize>,
+    output: &str,
+) {
+    for i in rounds {
+        for message in bash_round(&format!("c{i}"), "cargo test", output) {
+            client
+                .post(&format!("/session/{id}/message"), &message)
+                .await
+                .unwrap();
+        }
+    }
+}
+
 /// Appends fillers one by one until an append starts a compaction; returns how many.
 async fn fill_until_started(client: &compactd::client::Client, id: &str) -> usize {
     for i in 0..200 {
@@ -178,22 +196,11 @@ async fn the_context_a_compaction_lands_with_is_served_until_the_next_append() {
         .unwrap();
     // A task, then bash rounds: the 81st message starts a compaction by count, far below the
     // point where appends mask anything, and keeps a tail of ten messages.
-    let mut appended = 1;
     client
         .post("/session/lands/message", &user("please fix the tests"))
         .await
         .unwrap();
-    for i in 0..40 {
-        let round = bash_round(&format!("c{i}"), "cargo test", &"ok\n".repeat(100));
-        for message in round {
-            client
-                .post("/session/lands/message", &message)
-                .await
-                .unwrap();
-            appended += 1;
-        }
-    }
-    assert_eq!(appended, 81);
+    append_rounds(&client, "lands", 0..40, &"ok\n".repeat(100)).await;
     let (name, _) = next_event(&mut events).await;
     assert_eq!(name, "compaction_started");
     tokio::task::spawn_blocking(move || std::fs::read_to_string(&started).unwrap())
@@ -201,15 +208,7 @@ async fn the_context_a_compaction_lands_with_is_served_until_the_next_append() {
         .unwrap();
     // The agent goes on while the model summarizes: these land in the tail, whose outputs
     // beyond the newest five are then masked with the compaction.
-    for i in 40..45 {
-        let round = bash_round(&format!("c{i}"), "cargo test", &"ok\n".repeat(100));
-        for message in round {
-            client
-                .post("/session/lands/message", &message)
-                .await
-                .unwrap();
-        }
-    }
+    append_rounds(&client, "lands", 40..45, &"ok\n".repeat(100)).await;
     tokio::task::spawn_blocking(move || std::fs::write(&gate, "go\n").unwrap())
         .await
         .unwrap();
@@ -248,14 +247,7 @@ async fn a_masking_a_config_edit_makes_due_is_in_the_context_that_starts_it() {
         .post("/session/edit/message", &user("please fix the tests"))
         .await
         .unwrap();
-    for i in 0..20 {
-        for message in bash_round(&format!("c{i}"), "cargo test", &"x".repeat(2000)) {
-            client
-                .post("/session/edit/message", &message)
-                .await
-                .unwrap();
-        }
-    }
+    append_rounds(&client, "edit", 0..20, &"x".repeat(2000)).await;
     let unmasked = session(&client, "edit").await["tokens"].as_u64().unwrap();
     // Turned on by an edit: the session is past the point where masking starts, and nothing
     // is appended. The next context masks, and is served masked.
