@@ -154,9 +154,6 @@ impl Service {
             let _ = self.store.record_attempt(&id, session.turn_start_seq).await;
             match self.compact_once(&id, trigger, None).await {
                 Ok(Attempt::Compacted(row)) => {
-                    if row.result.post_tokens < row.result.pre_tokens {
-                        let _ = self.store.reset_attempts(&id).await;
-                    }
                     status = Some(CompactionStatus::completed(trigger, *row));
                     if self.shutdown.is_cancelled() {
                         break;
@@ -255,12 +252,7 @@ impl Service {
         let _guard = self.locks.lock(id.as_str()).await;
         let focus = focus.filter(|f| !f.trim().is_empty());
         match self.compact_once(id, Trigger::Manual, focus).await? {
-            Attempt::Compacted(row) => {
-                if row.result.post_tokens < row.result.pre_tokens {
-                    let _ = self.store.reset_attempts(id).await;
-                }
-                Ok(SummarizeOutcome::compacted(*row))
-            }
+            Attempt::Compacted(row) => Ok(SummarizeOutcome::compacted(*row)),
             Attempt::NothingToCompact => Ok(SummarizeOutcome::not_compacted(NOTHING_TO_COMPACT)),
         }
     }

@@ -57,7 +57,8 @@ fn started(duration_ms_param: &str) -> String {
 
 impl Store {
     /// Stores the compaction and moves the session's boundary. Messages appended while it ran
-    /// are counted into the new active span. Fails with a conflict, changing nothing, if the
+    /// are counted into the new active span; a compaction that shrank the context closes the
+    /// breaker. Fails with a conflict, changing nothing, if the
     /// session moved on (another compaction committed first). Returns the stored compaction
     /// and the session after it (masked as [`NewCompaction::mask_tail`] asks).
     pub async fn commit_compaction(&self, c: NewCompaction) -> Result<Committed> {
@@ -113,10 +114,18 @@ impl Store {
                      summary_num = compaction_count + 1,
                      reported_tokens = NULL,
                      tokens_since_report = 0,
+                     turn_attempts = CASE WHEN ?4 THEN 0 ELSE turn_attempts END,
                      updated_at = {NOW}
                  WHERE id = ?1"
             ))?
-            .execute(params![c.session_id, c.boundary_seq, c.summary_tokens])?;
+            .execute(params![
+                c.session_id,
+                c.boundary_seq,
+                c.summary_tokens,
+                // A compaction that made the context smaller closes the breaker (its count
+                // of unproductive attempts starts over).
+                c.result.post_tokens < c.result.pre_tokens,
+            ])?;
             let session = super::counters::recount_active(conn, &get_live(conn, c.session_id.as_str())?)?;
             let sql = format!("SELECT {} FROM compactions WHERE id = ?1", CompactionRow::COLUMNS);
             let row = conn

@@ -184,15 +184,4 @@ impl Store {
         })
         .await
     }
-
-    /// Closes the breaker again: a compaction brought the session back under its trigger.
-    pub async fn reset_attempts(&self, id: &SessionId) -> Result<()> {
-        let id = id.to_string();
-        self.write(move |conn| {
-            conn.prepare_cached("UPDATE sessions SET turn_attempts = 0 WHERE id = ?1")?
-                .execute([&id])?;
-            Ok(())
-        })
-        .await
-    }
 }
