@@ -38,7 +38,7 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             (None, false) => "no file: built-in defaults".into(),
         };
         format!(
-            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nsessions:   {}\n",
+            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsessions:   {}\n",
             h.version,
             s.socket,
             h.pid,
@@ -52,10 +52,19 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
                 .map_or_else(|| "socket".to_string(), |l| format!("socket and http://{l}")),
             h.proxy.openai_upstream,
             h.proxy.anthropic_upstream,
+            mib(h.memory.requests_bytes),
+            mib(h.memory.request_budget_bytes),
+            mib(h.memory.compactions_bytes),
+            mib(h.memory.compaction_budget_bytes),
             s.sessions,
         )
     });
     Ok(())
+}
+
+/// Bytes as MiB with one decimal.
+fn mib(bytes: usize) -> String {
+    format!("{:.1}", bytes as f64 / (1 << 20) as f64)
 }
 
 pub async fn session_list(client: &Client, out: Output) -> Result<()> {

@@ -26,6 +26,20 @@ pub struct Health {
     /// The OpenAI-compatible proxy: where it forwards and the TCP address it also serves on.
     #[serde(default)]
     pub proxy: ProxyStatus,
+    /// What requests and compactions hold in memory now, against their budgets.
+    #[serde(default)]
+    pub memory: MemoryStatus,
+}
+
+/// The daemon's memory budgets and what is charged to them now (bytes): bodies being read,
+/// parsed and answered, and answers being recorded, draw on `requests`; compactions on
+/// `compactions`. A request that finds no room within a few seconds gets a 503 `busy`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct MemoryStatus {
+    pub requests_bytes: usize,
+    pub request_budget_bytes: usize,
+    pub compactions_bytes: usize,
+    pub compaction_budget_bytes: usize,
 }
 
 /// The proxy's settings in force (`listen` as configured: it applies at the next start).

@@ -17,7 +17,7 @@ use super::error::ApiError;
 use crate::compaction::microcompact::thousands;
 use crate::protocol::ErrorCode;
 use crate::service::Service;
-use crate::service::memory::{BYTE_COST, CONTAINER_COST, Charge};
+use crate::service::memory::{BYTE_COST, Budget, CONTAINER_COST, Charge};
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -29,6 +29,8 @@ use std::time::Duration;
 
 /// How long a request waits for room in the budget before it is told to retry.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
+/// What a body of unknown length is charged before any of it has come.
+const UNDECLARED_FIRST_CHARGE: usize = 64 * 1024;
 /// JSON objects and arrays one request may hold (a message is one, each of its parts one).
 pub(super) const MAX_CONTAINERS: usize = 50_000;
 /// How deep JSON objects and arrays may nest in one request.
@@ -119,13 +121,18 @@ async fn read_charged(
         return Err(limit.exceeded());
     }
     let budget = &service.memory().requests;
+    // A body of unknown length (chunked) is charged for what has come of it, growing as it
+    // comes: charged its limit up front, five slow ones held every request's budget.
     let mut charge = budget
-        .take(declared.unwrap_or(limit.bytes), Some(BUDGET_WAIT))
+        .take(
+            declared.unwrap_or(UNDECLARED_FIRST_CHARGE.min(limit.bytes)),
+            Some(BUDGET_WAIT),
+        )
         .await
         .ok_or_else(busy)?;
     let timeout = Duration::from_secs(service.settings().config.server.request_timeout_s);
     let (parts, body) = req.into_parts();
-    let bytes = read_body(body, declared, limit, timeout).await?;
+    let bytes = read_body(body, declared, limit, timeout, (budget, &mut charge)).await?;
     let shape = Shape::of(&bytes);
     if shape.depth > MAX_DEPTH {
         return Err(ApiError::bad_request(format!(
@@ -160,12 +167,14 @@ fn busy() -> ApiError {
     .retry_after(1)
 }
 
-/// Reads `body`, declared `declared` bytes long (if known), refusing more than the limit.
+/// Reads `body`, declared `declared` bytes long (if known), refusing more than the limit;
+/// `charge` grows from `budget` with what arrives, doubling, when it holds less.
 async fn read_body(
     body: Body,
     declared: Option<usize>,
     limit: Limit,
     timeout: Duration,
+    (budget, charge): (&Budget, &mut Charge),
 ) -> Result<Vec<u8>, ApiError> {
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
     let read = async {
@@ -174,8 +183,15 @@ async fn read_body(
             let frame = frame
                 .map_err(|e| ApiError::bad_request(format!("cannot read request body: {e}")))?;
             if let Some(data) = frame.data_ref() {
-                if bytes.len() + data.len() > limit.bytes {
+                let read = bytes.len() + data.len();
+                if read > limit.bytes {
                     return Err(limit.exceeded());
+                }
+                if read > charge.bytes() {
+                    let more = read.max(charge.bytes() * 2).min(limit.bytes) - charge.bytes();
+                    if !budget.extend(charge, more, BUDGET_WAIT).await {
+                        return Err(busy());
+                    }
                 }
                 bytes.extend_from_slice(data);
             }

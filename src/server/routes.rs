@@ -46,6 +46,7 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
             anthropic_upstream: settings.config.proxy.anthropic_upstream.clone(),
             listen: settings.config.proxy.listen.clone(),
         },
+        memory: service.memory().status(),
     })
 }
 

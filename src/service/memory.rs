@@ -45,6 +45,18 @@ impl Default for Memory {
     }
 }
 
+impl Memory {
+    /// What each budget holds now, for `/health`.
+    pub fn status(&self) -> crate::protocol::MemoryStatus {
+        crate::protocol::MemoryStatus {
+            requests_bytes: self.requests.bytes() - self.requests.available(),
+            request_budget_bytes: self.requests.bytes(),
+            compactions_bytes: self.compactions.bytes() - self.compactions.available(),
+            compaction_budget_bytes: self.compactions.bytes(),
+        }
+    }
+}
+
 /// A number of bytes that may be held at once, in KiB permits.
 #[derive(Debug, Clone)]
 pub struct Budget {

@@ -585,3 +585,107 @@ async fn another_user_hoarding_loopback_connections_leaves_room_and_is_closed_wh
     hoarder.wait().unwrap();
     drop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_of_unknown_length_hold_what_they_sent_not_the_limit() {
+    // Chunked bodies say nothing of their length. Five of them to the proxy (a limit of 32
+    // MiB each), each a first chunk and then silence, must not hold the 128 MiB the daemon's
+    // requests share: an append from someone else is still served at once.
+    let daemon = TestDaemon::start("[server]\nrequest_timeout_s = 60\n");
+    let client = daemon.client();
+    let mut tricklers = Vec::new();
+    for _ in 0..5 {
+        let mut stream = tokio::net::UnixStream::connect(daemon.socket())
+            .await
+            .unwrap();
+        tokio::io::AsyncWriteExt::write_all(
+            &mut stream,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-slow\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n{\"messages\": [ \r\n",
+        )
+        .await
+        .unwrap();
+        tricklers.push(stream);
+    }
+    // /health says what requests hold: the bodies are being read once they hold something
+    // (each at least its first charge; charged their limit, four held the whole budget).
+    let held = eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.ok()?;
+        let held = health["memory"]["requests_bytes"].as_u64()?;
+        (held >= 5 * 64 * 1024).then_some(held)
+    })
+    .await
+    .expect("the five bodies are being read");
+    let budget = client.get("/health").await.unwrap()["memory"]["request_budget_bytes"]
+        .as_u64()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let answer = client
+        .post("/session/busy/message", &user("still served"))
+        .await;
+    assert!(
+        answer.is_ok(),
+        "{answer:?} with {held} of {budget} bytes held"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the append waited {:?} for room",
+        started.elapsed()
+    );
+    assert!(
+        held < budget / 8,
+        "{held} of {budget} bytes held by 15 bytes of bodies"
+    );
+    drop(tricklers);
+
+    // A chunked body is charged as it grows: one of 3 MB is stored whole, one past the
+    // socket API's limit (8 MiB) is refused.
+    let text = "x".repeat(3_000_000);
+    let body = json!({"role": "user", "content": text}).to_string();
+    let (status, answer) = chunked_post(&daemon, "/v1/session/big/message", body.as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    let stored = all_messages(&client, "big").await;
+    assert_eq!(
+        stored[0]["parts"][0]["text"].as_str().unwrap().len(),
+        text.len()
+    );
+    let over = json!({"role": "user", "content": "x".repeat(9 << 20)}).to_string();
+    let (status, answer) = chunked_post(&daemon, "/v1/session/big/message", over.as_bytes()).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(all_messages(&client, "big").await.len(), 1);
+}
+
+/// POSTs `body` over the socket in chunks of 64 KiB without a Content-Length; the status and
+/// the answer's body.
+async fn chunked_post(daemon: &TestDaemon, path: &str, body: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(daemon.socket())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.chunks(64 * 1024) {
+        let sent = async {
+            stream
+                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await?;
+            stream.write_all(chunk).await?;
+            stream.write_all(b"\r\n").await
+        };
+        // A refused body is answered and closed before all of it is sent.
+        if sent.await.is_err() {
+            break;
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}

@@ -56,8 +56,15 @@ fn every_cli_command_against_a_real_daemon() {
     // Where the data is, and whether the config file exists.
     assert!(status.contains(daemon.db().to_str().unwrap()), "{status}");
     assert!(status.contains("config.toml (in force)"), "{status}");
+    // What requests and compactions may hold, and hold now (this status request's own body
+    // is empty: nothing).
+    assert!(
+        status.contains("memory:     requests 0.0 of 128.0 MiB, compactions 0.0 of 64.0 MiB"),
+        "{status}"
+    );
     let status: Value = serde_json::from_str(&ok(&s, &["--json", "status"])).unwrap();
     assert_eq!(status["status"], "ok");
+    assert_eq!(status["memory"]["request_budget_bytes"], 128 << 20);
 
     assert!(
         ok(
