@@ -88,7 +88,12 @@ CREATE TABLE messages (
     UNIQUE (session_id, seq)
 );
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;
-CREATE INDEX messages_by_parent ON messages (session_id, parent_seq) WHERE hash IS NOT NULL;
+-- The proxy's tree of messages: a node's children by fingerprint (a step down the tree), and
+-- each proxied message's fingerprint by seq (a call matched along its branch). Both hold every
+-- column those lookups read, so matching a resent conversation never reads a message's row
+-- (its parts may run to overflow pages: a call resending 2,000 outputs of 9 KB read 18 MB).
+CREATE INDEX messages_by_parent ON messages (session_id, parent_seq, hash, seq) WHERE hash IS NOT NULL;
+CREATE INDEX messages_hash_by_seq ON messages (session_id, seq, hash) WHERE hash IS NOT NULL;
 CREATE INDEX messages_branch_points ON messages (session_id, seq) WHERE parent_seq IS NOT seq - 1;
 -- Messages holding tool results: whether an append leaves outputs worth masking is answered
 -- from these alone, not by reading every message of the session.

@@ -210,6 +210,10 @@ fn place(
 const CHILD_BY_HASH: &str = "SELECT seq FROM messages INDEXED BY messages_by_parent
      WHERE session_id = ?1 AND parent_seq IS ?2 AND hash = ?3 ORDER BY seq DESC LIMIT 1";
 
+/// The fingerprints of a run of a branch, read from the index alone.
+const HASHES_ALONG: &str = "SELECT seq, hash FROM messages INDEXED BY messages_hash_by_seq
+     WHERE session_id = ?1 AND hash IS NOT NULL AND seq BETWEEN ?2 AND ?3 ORDER BY seq";
+
 /// The longest prefix of `hashes` the session's tree holds, and the node it ends at.
 ///
 /// A node has at most one child of a fingerprint (a call's messages are stored only past the
@@ -232,19 +236,24 @@ fn along_branch(
     branch: &Branch,
     hashes: &[i64],
 ) -> Result<(usize, Option<u64>)> {
-    let mut run = conn.prepare_cached(
-        "SELECT seq, hash FROM messages WHERE session_id = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq",
-    )?;
+    let mut run = conn.prepare_cached(HASHES_ALONG)?;
     let (mut matched, mut node) = (0, None);
     for &(first, last) in branch.runs() {
         let mut rows = run.query(params![id, first, last])?;
+        let mut expected = first;
         while let Some(row) = rows.next()? {
-            let stored: Option<i64> = row.get(1)?;
+            let (seq, stored): (u64, i64) = (row.get(0)?, row.get(1)?);
+            // A message without a fingerprint (not proxied) is not in the index: the branch
+            // stops matching there.
             match hashes.get(matched) {
-                Some(&hash) if stored == Some(hash) => node = Some(row.get(0)?),
+                Some(&hash) if seq == expected && stored == hash => node = Some(seq),
                 _ => return Ok((matched, node)),
             }
             matched += 1;
+            expected += 1;
+        }
+        if expected <= last {
+            return Ok((matched, node));
         }
     }
     Ok((matched, node))
@@ -431,20 +440,34 @@ fn others(conn: &Connection, owner: &str) -> Result<bool> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_step_down_the_tree_is_one_index_lookup_whatever_the_session_length() {
+    fn plan(query: &str, params: impl rusqlite::Params) -> Vec<String> {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(super::super::migrate::SCHEMA).unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {CHILD_BY_HASH}"))
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {query}"))
             .unwrap()
-            .query_map(params!["s", 5, 7], |r| r.get(3))
+            .query_map(params, |r| r.get(3))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The walk reads indexes only, never a message's row (its parts may fill overflow
+    /// pages): a step down the tree is one lookup, a run of a branch one range.
+    #[test]
+    fn matching_a_call_reads_indexes_only_whatever_the_session_length() {
+        let step = plan(CHILD_BY_HASH, params!["s", 5, 7]);
         assert!(
-            plan[0].contains("messages_by_parent (session_id=? AND parent_seq=?)"),
-            "{plan:?}"
+            step[0].contains(
+                "USING COVERING INDEX messages_by_parent (session_id=? AND parent_seq=? AND hash=?)"
+            ),
+            "{step:?}"
+        );
+        let run = plan(HASHES_ALONG, params!["s", 1, 100]);
+        assert!(
+            run[0].contains(
+                "USING COVERING INDEX messages_hash_by_seq (session_id=? AND seq>? AND seq<?)"
+            ),
+            "{run:?}"
         );
     }
 }

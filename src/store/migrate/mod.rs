@@ -151,6 +151,13 @@ const UPGRADES: &[Upgrade] = &[
         sql: "",
         then: None,
     },
+    // 13: the proxy's tree walk reads only indexes: the index by parent holds each child's
+    // fingerprint and seq, and a new one holds each proxied message's fingerprint by seq. The
+    // rebuild makes both.
+    Upgrade {
+        sql: "",
+        then: None,
+    },
 ];
 
 /// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
@@ -173,7 +180,7 @@ pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// the version of a database that lost its `user_version` (restored from `.dump`) is found.
 /// (Version 6 changed only constraints and triggers, which the rebuild makes anyway: its
 /// dump reads as version 5, and upgrading it from there is the same; version 9 added only an
-/// index, and its dump reads as 8; versions 11 and 12 changed only an index, a view and a
+/// index, and its dump reads as 8; versions 11, 12 and 13 changed only indexes, a view and a
 /// check, and their dumps read as 10.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
     (10, "messages_fts", "text"),
