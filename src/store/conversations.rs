@@ -70,10 +70,6 @@ impl ProxyCall {
         self.fingerprints.iter().map(|f| f.hash).collect()
     }
 
-    fn is_user(&self, index: usize) -> bool {
-        self.messages[index].role == Role::User
-    }
-
     /// The call's messages from `from` on, as an append stores them.
     fn to_store(&self, from: usize) -> Vec<NewMessage> {
         self.messages[from..]
@@ -374,7 +370,7 @@ fn one_off(call: &ProxyCall) -> bool {
 /// only as far as the pin cap allows (a first call that carries a long restored history pins
 /// no more than that).
 fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<SessionRow> {
-    let task = (0..call.messages.len()).rposition(|i| call.is_user(i));
+    let task = call.messages.iter().rposition(|m| m.role == Role::User);
     let preamble = shared_preamble(conn, call, hashes)?
         .unwrap_or(usize::MAX)
         .min(task.unwrap_or(0));

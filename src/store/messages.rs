@@ -96,19 +96,6 @@ impl NewMessage {
         self.hash
     }
 
-    pub fn is_user(&self) -> bool {
-        self.role == Role::User.as_str()
-    }
-
-    pub fn is_system(&self) -> bool {
-        self.system
-    }
-
-    /// The fingerprint of its opening (see [`NewMessage::with_hash`]).
-    pub fn opening(&self) -> Option<i64> {
-        self.opening
-    }
-
     /// The message with the fingerprints a proxied conversation matches it by: of what the
     /// client sends, and of its opening.
     pub fn with_hash(mut self, hash: i64, opening: Option<i64>) -> NewMessage {
@@ -119,11 +106,6 @@ impl NewMessage {
 
     pub fn tokens(&self) -> usize {
         self.tokens
-    }
-
-    /// Whether this message could be pinned (so an append must know the session's rules).
-    pub fn may_pin(&self) -> bool {
-        self.system || self.instruction
     }
 }
 
