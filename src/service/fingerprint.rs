@@ -12,6 +12,7 @@ use crate::message::{Message, Part, Role};
 use crate::provider::wire::bounded;
 use serde::Serialize;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// The fingerprint a proxied message is matched by: its role and what the client re-sends
 /// the same whatever its SDK (text without surrounding whitespace, calls, results' outputs),
@@ -23,20 +24,10 @@ use serde_json::Value;
 pub fn fingerprint(message: &Message, bound: usize) -> i64 {
     let mut hash = Fnv::default();
     hash.feed(message.role.as_str().as_bytes());
-    // A text as a recording keeps it (borrowed unless it is longer than `bound`).
-    let texts: Vec<_> = message
-        .parts
-        .iter()
-        .map(|part| match part {
-            Part::Text { text } => bounded(text, bound),
-            _ => std::borrow::Cow::Borrowed(""),
-        })
-        .collect();
     let kept: Vec<Essential> = message
         .parts
         .iter()
-        .zip(&texts)
-        .filter_map(|(part, text)| Essential::of(part, text))
+        .filter_map(|part| Essential::of(part, bound))
         .collect();
     // Writing into the hash cannot fail, nor can serializing these parts.
     let _ = serde_json::to_writer(&mut hash, &kept);
@@ -49,7 +40,7 @@ pub fn fingerprint(message: &Message, bound: usize) -> i64 {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Essential<'a> {
     Text {
-        text: &'a str,
+        text: Cow<'a, str>,
     },
     ToolCall {
         id: &'a str,
@@ -69,13 +60,17 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl<'a> Essential<'a> {
-    /// `part` as the fingerprint sees it; `recorded` is its text as recorded, for a text part.
-    fn of(part: &'a Part, recorded: &'a str) -> Option<Essential<'a>> {
+    /// `part` as the fingerprint sees it: a text as a recording within `bound` keeps it,
+    /// trimmed (borrowed unless it is longer than `bound`).
+    fn of(part: &'a Part, bound: usize) -> Option<Essential<'a>> {
         match part {
             Part::Reasoning { .. } => None,
             Part::Text { text } if text.trim().is_empty() => None,
-            Part::Text { .. } => Some(Essential::Text {
-                text: recorded.trim(),
+            Part::Text { text } => Some(Essential::Text {
+                text: match bounded(text, bound) {
+                    Cow::Borrowed(kept) => Cow::Borrowed(kept.trim()),
+                    Cow::Owned(kept) => Cow::Owned(kept.trim().to_string()),
+                },
             }),
             Part::ToolCall { id, name, args } => Some(Essential::ToolCall { id, name, args }),
             Part::ToolResult {
@@ -108,9 +103,9 @@ fn opening_of(message: &Message) -> i64 {
     });
     // The text parts joined by newlines; most messages have one, which is not copied.
     let joined = match (texts.next(), texts.next()) {
-        (None, _) => std::borrow::Cow::Borrowed(""),
-        (Some(only), None) => std::borrow::Cow::Borrowed(only),
-        (Some(_), Some(_)) => std::borrow::Cow::Owned(message.joined_text()),
+        (None, _) => Cow::Borrowed(""),
+        (Some(only), None) => Cow::Borrowed(only),
+        (Some(_), Some(_)) => Cow::Owned(message.joined_text()),
     };
     let first = joined
         .trim()
