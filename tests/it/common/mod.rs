@@ -355,14 +355,10 @@ pub fn edit_config(daemon: &TestDaemon, text: &str) {
     std::fs::rename(&tmp, daemon.config_path()).unwrap();
 }
 
-/// Skips events until one named `name` comes (30 s at most).
+/// Skips events until one named `name` comes (each within 30 s, as [`next_event`]).
 pub async fn wait_for_event(events: &mut compactd::client::EventStream, name: &str) -> Value {
     loop {
-        let (event, data) = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
-            .await
-            .unwrap_or_else(|_| panic!("no {name} event within 30 s"))
-            .expect("stream open")
-            .unwrap();
+        let (event, data) = next_event(events).await;
         if event == name {
             return data;
         }
