@@ -2,6 +2,7 @@
 //! and WAL upkeep while idle.
 
 use super::file::DatabaseFile;
+use super::waiting::{self, InFlight};
 use super::{Result, StoreError};
 use rusqlite::Connection;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -33,6 +34,7 @@ const WAL_WORTH_TRUNCATING: u64 = 4 * 1024 * 1024;
 pub(super) struct Writer {
     jobs: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    in_flight: InFlight,
 }
 
 impl Writer {
@@ -45,6 +47,7 @@ impl Writer {
         Ok(Writer {
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            in_flight: InFlight::default(),
         })
     }
 
@@ -63,12 +66,13 @@ impl Writer {
                 let _ = reply.send(commit.and(result));
             })
         });
+        let entered = self.in_flight.enter();
         let sender = self.jobs.lock().ok().and_then(|s| s.clone());
         sender
             .ok_or(StoreError::Closed)?
             .send(job)
             .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        waiting::answer(answer, entered.alone).await
     }
 
     /// Lets queued writes finish, then stops the thread (closing the connection).
@@ -86,21 +90,25 @@ fn run(conn: Connection, database: DatabaseFile, jobs: Receiver<Job>) {
     // Whether messages may wait for the search index (see `search`): checked after writes.
     let mut index_pending = true;
     let mut batches: u32 = 0;
+    let mut just_committed = false;
     loop {
         let wait = if index_pending { INDEX_AFTER } else { IDLE };
-        let first = match jobs.recv_timeout(wait) {
+        let first = match waiting::next_job(&jobs, just_committed, wait) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) if index_pending => {
+                just_committed = false;
                 index_pending = index_when_idle(&conn, &database);
                 continue;
             }
             Err(RecvTimeoutError::Timeout) => {
+                just_committed = false;
                 checkpoint_when_idle(&conn, &database);
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
         };
         index_pending = true;
+        just_committed = true;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
