@@ -35,6 +35,9 @@ pub(crate) struct BenchReport {
     pub echo: Echo,
     /// append p50 / echo p50: the cost of the work over the cost of merely talking.
     pub append_vs_echo_p50: f64,
+    /// raw SQLite's p50 per row / echo p50: the floor of the ratio above on this disk (an
+    /// append that cost nothing but its commit, and no HTTP at all).
+    pub raw_commit_vs_echo_p50: f64,
     pub context: ContextFigures,
     pub search: search::SearchFigures,
     pub engine: EngineFigures,
@@ -51,6 +54,8 @@ pub(crate) struct AppendFigures {
     pub by_session_size: session_size::BySize,
     /// rusqlite inserting the same rows, one transaction each, same settings and disk.
     pub raw_sqlite_txn_per_s: f64,
+    /// Its p50 per row.
+    pub raw_sqlite_p50_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -183,6 +188,7 @@ pub(crate) async fn run(
 
     Ok(BenchReport {
         append_vs_echo_p50: append.clients_1.p50_us / echo.p50_us,
+        raw_commit_vs_echo_p50: append.raw_sqlite_p50_us / echo.p50_us,
         append,
         echo,
         context,
@@ -219,6 +225,7 @@ async fn append_figures(
         clients_16: throughput(&rounds.sixteen, rounds.sixteen_elapsed),
         by_session_size,
         raw_sqlite_txn_per_s: rounds.raw,
+        raw_sqlite_p50_us: rounds.raw_p50,
     };
     let echo = Echo {
         p50_us: percentile(&rounds.echo, 0.5),
@@ -369,6 +376,8 @@ mod tests {
         raw.write(10).unwrap();
         raw.write(15).unwrap();
         assert!(raw.rate() > 0.0);
+        // Timed row by row: the median row took less than all 25 together.
+        assert!(raw.p50() > 0.0 && raw.p50() < 25.0 * 1e6 / raw.rate());
         drop(raw);
         let conn = rusqlite::Connection::open(&path).unwrap();
         let rows: i64 = conn

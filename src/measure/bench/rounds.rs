@@ -27,6 +27,8 @@ pub(super) struct Rounds {
     pub sixteen_elapsed: Duration,
     /// Raw SQLite's rows per second, without and with the full-text index.
     pub raw: f64,
+    /// Raw SQLite's p50 per row (µs, without the index): what an append's commit alone costs.
+    pub raw_p50: f64,
     pub raw_indexed: f64,
 }
 
@@ -60,6 +62,7 @@ pub(super) async fn run(
         sixteen: Vec::new(),
         sixteen_elapsed: Duration::ZERO,
         raw: 0.0,
+        raw_p50: 0.0,
         raw_indexed: 0.0,
     };
     for round in 0..ROUNDS {
@@ -85,6 +88,7 @@ pub(super) async fn run(
         latencies.sort_by(f64::total_cmp);
     }
     rounds.raw = raw.rate();
+    rounds.raw_p50 = raw.p50();
     rounds.raw_indexed = raw_indexed.rate();
     Ok(rounds)
 }
@@ -125,6 +129,8 @@ pub(super) struct RawSqlite {
     indexed: bool,
     written: usize,
     took: Duration,
+    /// Each row's time, µs.
+    each: Vec<f64>,
 }
 
 impl RawSqlite {
@@ -146,6 +152,7 @@ impl RawSqlite {
             indexed,
             written: 0,
             took: Duration::ZERO,
+            each: Vec::new(),
         })
     }
 
@@ -156,6 +163,7 @@ impl RawSqlite {
         for i in self.written..self.written + rows {
             let message: Message = serde_json::from_value(bench_message(i))?;
             let parts = serde_json::to_string(&message.parts)?;
+            let row = Instant::now();
             self.conn.execute_batch("BEGIN")?;
             self.conn.execute(
                 "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at) VALUES ('raw', ?1, 'user', ?2, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
@@ -168,10 +176,18 @@ impl RawSqlite {
                 )?;
             }
             self.conn.execute_batch("COMMIT")?;
+            self.each.push(row.elapsed().as_secs_f64() * 1e6);
         }
         self.took += start.elapsed();
         self.written += rows;
         Ok(())
+    }
+
+    /// The median row's time, µs.
+    pub(super) fn p50(&self) -> f64 {
+        let mut sorted = self.each.clone();
+        sorted.sort_by(f64::total_cmp);
+        super::percentile(&sorted, 0.5)
     }
 
     /// Rows per second over everything written.
