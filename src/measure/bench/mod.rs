@@ -3,7 +3,9 @@
 //!
 //! A real daemon process is started on a temp dir, by default with default durability
 //! (`synchronous = FULL`, one fsync per commit batch). Clients keep their connection open, as
-//! agents and plugins do.
+//! agents and plugins do, each phase on connections of its own opened when it starts: one
+//! left idle through another phase's fill can outlast the daemon's idle timeout
+//! (`request_timeout_s`, 30 s) and fail the run.
 
 mod agent_loop;
 mod mock_model;
@@ -146,27 +148,23 @@ pub(crate) async fn run(
     })?;
     let mut daemon = DaemonProcess::start(dir.path(), &config)?;
     let client = Client::new(dir.path().join("compactd.sock"));
-    let mut conn = client.keep_alive().await?;
-    conn.raw(Method::GET, "/health", "").await?;
+    client.raw(Method::GET, "/health", "").await?;
     let rss_idle = daemon.rss_mb()?;
 
-    let (append, echo, raw_indexed) = append_figures(
-        &client,
-        &mut conn,
-        &sizes,
-        dir.path(),
-        synchronous,
-        &progress,
-    )
-    .await?;
+    let (append, echo, raw_indexed) =
+        append_figures(&client, &sizes, dir.path(), synchronous, &progress).await?;
     let raw_sqlite_txn_per_s = append.raw_sqlite_txn_per_s;
 
     progress("context at 100 and 100,000 messages");
-    let context = context_figures(&client, &mut conn, sizes.context_requests).await?;
+    let context = context_figures(&client, sizes.context_requests).await?;
 
     progress("search on 100,000 messages");
-    let searched =
-        search::latencies_100k(&mut conn, "ctx-100k", sizes.context_requests / 2).await?;
+    let searched = search::latencies_100k(
+        &mut client.keep_alive().await?,
+        "ctx-100k",
+        sizes.context_requests / 2,
+    )
+    .await?;
     let search = search::figures(&searched, raw_sqlite_txn_per_s, raw_indexed);
 
     progress("engine: plan at 80, 1,000 and 10,000 messages");
@@ -208,14 +206,20 @@ pub(crate) async fn run(
 /// session size.
 async fn append_figures(
     client: &Client,
-    conn: &mut Connection,
     sizes: &Sizes,
     dir: &Path,
     synchronous: Synchronous,
     progress: &impl Fn(&str),
 ) -> Result<(AppendFigures, Echo, f64)> {
     progress("echo, append from 1 and 16 clients, raw SQLite: in alternating rounds");
-    let rounds = rounds::run(client, conn, sizes, dir, synchronous).await?;
+    let rounds = rounds::run(
+        client,
+        &mut client.keep_alive().await?,
+        sizes,
+        dir,
+        synchronous,
+    )
+    .await?;
 
     progress("append by session size: 100, 10,000 and 100,000 messages");
     let by_session_size = session_size::run(client, sizes.append_1 / 3).await?;
@@ -244,21 +248,16 @@ async fn rss_with_sessions(client: &Client, daemon: &DaemonProcess) -> Result<f6
     for s in 0..1_000 {
         fill_session(client, &format!("mem-{s}"), 100).await?;
     }
-    // On a connection of its own: the bench's was idle through the engine's figures and the
-    // fill, which can outlast the daemon's idle timeout (`request_timeout_s`, 30 s).
     client.raw(Method::GET, "/health", "").await?;
     daemon.rss_mb()
 }
 
 /// Context latency at 100 and at 100,000 messages, and their ratio.
-async fn context_figures(
-    client: &Client,
-    conn: &mut Connection,
-    requests: usize,
-) -> Result<ContextFigures> {
+async fn context_figures(client: &Client, requests: usize) -> Result<ContextFigures> {
     fill_session(client, "ctx-100", 100).await?;
     fill_session(client, "ctx-100k", 100_000).await?;
     let get = |path: &str| (Method::GET, path.to_string(), String::new());
+    let conn = &mut client.keep_alive().await?;
     let small = latencies(conn, requests, |_| get("/session/ctx-100/context")).await?;
     let large = latencies(conn, requests, |_| get("/session/ctx-100k/context")).await?;
     let (p50_us_100, p50_us_100k) = (percentile(&small, 0.5), percentile(&large, 0.5));

@@ -38,7 +38,11 @@ pub(super) async fn run(client: &Client, appends: usize) -> Result<BySize> {
                 )
                 .await?;
         }
-        let path = format!("/session/{id}/message");
+    }
+    // Connected once every session is filled: a connection idle through a fill of 100,000
+    // messages can outlast the daemon's idle timeout (`request_timeout_s`).
+    for size in SIZES {
+        let path = format!("/session/size-{size}/message");
         sessions.push((path, size, client.keep_alive().await?, Vec::new()));
     }
     // In rounds across the sizes (see `rounds`), so a disk that slows down midway does not
