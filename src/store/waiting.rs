@@ -1,43 +1,37 @@
-//! How the writer thread and a lone caller wait for each other: awake, briefly, then asleep.
+//! How the writer thread waits for its next write: awake, briefly, then asleep; and how a
+//! caller knows its write is the only one in flight.
 //!
-//! One client's append crosses two threads and back: the handler hands the write to the
-//! writer thread, then waits for its commit (an fsync, 0.3-0.5 ms here). A thread asleep for
-//! that long lets its vCPU halt, and on a VM waking a halted vCPU costs tens to hundreds of
-//! µs, paid at every handoff and by the fsync's own completion. Measured with one Python
-//! client appending on a keep-alive connection (alternating builds, p50 of 1,500 appends):
-//! 1,090-2,241 µs with both sides asleep, 509-2,145 µs with the writer awake after a commit,
-//! 344-444 µs with the handler awake as well. So both stay awake, for a bound: the writer for
-//! [`WRITER_AWAKE`] after each commit (the next append of a client in a loop arrives an HTTP
-//! round trip after the answer), a caller for [`CALLER_AWAKE`] while its write is the only
-//! one in flight. With more in flight the writer has work queued and callers simply sleep:
-//! spinning there would take the cores the writer and the clients need.
+//! One client's append used to cross two threads and back: the handler handed the write to
+//! the writer thread, then waited for its commit (an fsync, 0.3-0.5 ms here). A thread asleep
+//! for that long lets its vCPU halt, and on a VM waking a halted vCPU costs tens to hundreds
+//! of µs, paid at every handoff. Measured with one Python client appending on a keep-alive
+//! connection (alternating builds, p50 of 1,500 appends): 1,090-2,241 µs with both sides
+//! asleep, 344-444 µs with both polling. A write that is [`Entered::alone`] now commits on its
+//! caller's thread (see `writer`), with no handoff at all; writes that come together go to
+//! the writer thread, and after each commit it polls for [`WRITER_AWAKE`] for the next (the
+//! clients it just answered send theirs an HTTP round trip later). An idle daemon never
+//! polls: only a commit starts it.
 //!
-//! Awake means polling and yielding the core between polls (the thread's to anything else
-//! runnable, the tokio task's to the runtime's other tasks and its I/O), so nothing waits
-//! behind it. An idle daemon never polls: only a write starts it. And a busy machine stops
-//! it: a yield that took long means another thread wanted the core, and there a poller only
-//! gets it back after the other's time slice, where a sleeper is woken at once (measured
-//! while a build ran beside: p50 703 µs asleep, 3,968 µs polling). After such a yield
-//! nobody polls for [`CONTENDED_FOR`].
+//! Polling means yielding the core between polls, so nothing runnable waits behind it. And a
+//! busy machine stops it: a yield that took long means another thread wanted the core, and
+//! there a poller only gets it back after the other's time slice, where a sleeper is woken at
+//! once (measured while a build ran beside: p50 703 µs asleep, 3,968 µs polling). After such
+//! a yield the writer does not poll for [`CONTENDED_FOR`].
 
-use super::StoreError;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
 
 /// How long the writer polls for the next write after a commit before it sleeps.
 pub(super) const WRITER_AWAKE: Duration = Duration::from_micros(500);
-/// How long a lone caller polls for its write's answer before it sleeps.
-pub(super) const CALLER_AWAKE: Duration = Duration::from_millis(1);
 
 /// A yield that takes longer than this gave the core to another thread.
 const YIELD_GAVE_AWAY: Duration = Duration::from_micros(50);
-/// After a yield gave the core away, nobody polls for this long.
+/// After a yield gave the core away, the writer does not poll for this long.
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 
-/// µs since [`epoch`] until which nobody polls.
+/// µs since [`epoch`] until which the writer does not poll.
 static CONTENDED_UNTIL: AtomicU64 = AtomicU64::new(0);
 
 fn epoch() -> Instant {
@@ -116,30 +110,6 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// A write's answer: polled for [`CALLER_AWAKE`] first when the write is `alone`, then
-/// awaited asleep. A dropped sender (the writer gone) answers [`StoreError::Closed`].
-pub(super) async fn answer<T>(
-    mut answer: oneshot::Receiver<Result<T, StoreError>>,
-    alone: bool,
-) -> Result<T, StoreError> {
-    if alone && quiet() {
-        let until = Instant::now() + CALLER_AWAKE;
-        while Instant::now() < until {
-            match answer.try_recv() {
-                Ok(result) => return result,
-                Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
-                Err(oneshot::error::TryRecvError::Empty) => {}
-            }
-            let started = Instant::now();
-            tokio::task::yield_now().await;
-            if !yielded_quickly(started) {
-                break;
-            }
-        }
-    }
-    answer.await.map_err(|_| StoreError::Closed)?
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,20 +157,5 @@ mod tests {
             next_job(&rx, true, Duration::from_secs(5)),
             Err(RecvTimeoutError::Disconnected)
         );
-    }
-
-    #[tokio::test]
-    async fn a_lone_caller_gets_its_answer_whether_it_comes_while_polling_or_after() {
-        for delay in [Duration::ZERO, CALLER_AWAKE * 3] {
-            let (reply, rx) = oneshot::channel();
-            std::thread::spawn(move || {
-                std::thread::sleep(delay);
-                let _ = reply.send(Ok::<u32, StoreError>(5));
-            });
-            assert_eq!(answer(rx, true).await.ok(), Some(5));
-        }
-        let (reply, rx) = oneshot::channel::<Result<u32, StoreError>>();
-        drop(reply);
-        assert!(matches!(answer(rx, true).await, Err(StoreError::Closed)));
     }
 }
