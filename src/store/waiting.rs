@@ -18,8 +18,7 @@
 //! once (measured while a build ran beside: p50 703 µs asleep, 3,968 µs polling). After such
 //! a yield the writer does not poll for [`CONTENDED_FOR`].
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -31,41 +30,37 @@ const YIELD_GAVE_AWAY: Duration = Duration::from_micros(50);
 /// After a yield gave the core away, the writer does not poll for this long.
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 
-/// µs since [`epoch`] until which the writer does not poll.
-static CONTENDED_UNTIL: AtomicU64 = AtomicU64::new(0);
-
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+/// The writer thread's memory of a busy machine: until when it does not poll.
+#[derive(Default)]
+pub(super) struct Backoff {
+    until: Option<Instant>,
 }
 
-fn micros_now() -> u64 {
-    epoch().elapsed().as_micros() as u64
-}
-
-/// Whether polling may start: no yield gave the core away in the last [`CONTENDED_FOR`].
-fn quiet() -> bool {
-    micros_now() >= CONTENDED_UNTIL.load(Ordering::Relaxed)
-}
-
-/// Notes how long a yield took; false (stop polling) if it gave the core away.
-fn yielded_quickly(started: Instant) -> bool {
-    if started.elapsed() <= YIELD_GAVE_AWAY {
-        return true;
+impl Backoff {
+    /// Whether polling may start: no yield gave the core away in the last [`CONTENDED_FOR`].
+    fn quiet(&self) -> bool {
+        self.until.is_none_or(|until| Instant::now() >= until)
     }
-    let until = micros_now() + CONTENDED_FOR.as_micros() as u64;
-    CONTENDED_UNTIL.fetch_max(until, Ordering::Relaxed);
-    false
+
+    /// Notes how long a yield took; false (stop polling) if it gave the core away.
+    fn yielded_quickly(&mut self, started: Instant) -> bool {
+        if started.elapsed() <= YIELD_GAVE_AWAY {
+            return true;
+        }
+        self.until = Some(Instant::now() + CONTENDED_FOR);
+        false
+    }
 }
 
 /// The writer's next job, waiting at most `wait`; polled for [`WRITER_AWAKE`] first when
-/// the writer has just committed.
+/// the writer has just committed and `backoff` allows it.
 pub(super) fn next_job<J>(
     jobs: &Receiver<J>,
     just_committed: bool,
     wait: Duration,
+    backoff: &mut Backoff,
 ) -> Result<J, RecvTimeoutError> {
-    if just_committed && quiet() {
+    if just_committed && backoff.quiet() {
         let until = Instant::now() + WRITER_AWAKE;
         while Instant::now() < until {
             match jobs.try_recv() {
@@ -75,7 +70,7 @@ pub(super) fn next_job<J>(
             }
             let started = Instant::now();
             std::thread::yield_now();
-            if !yielded_quickly(started) {
+            if !backoff.yielded_quickly(started) {
                 break;
             }
         }
@@ -117,9 +112,11 @@ mod tests {
 
     #[test]
     fn a_yield_that_gave_the_core_away_stops_polling_for_a_while() {
+        let mut backoff = Backoff::default();
+        assert!(backoff.quiet());
         let a_slice_ago = Instant::now() - Duration::from_millis(4);
-        assert!(!yielded_quickly(a_slice_ago));
-        assert!(!quiet(), "nobody polls for CONTENDED_FOR after it");
+        assert!(!backoff.yielded_quickly(a_slice_ago));
+        assert!(!backoff.quiet(), "nobody polls for CONTENDED_FOR after it");
     }
 
     #[test]
@@ -143,18 +140,19 @@ mod tests {
             tx.send(7).unwrap();
             tx
         });
-        assert_eq!(next_job(&rx, true, Duration::from_secs(5)), Ok(7));
+        let backoff = &mut Backoff::default();
+        assert_eq!(next_job(&rx, true, Duration::from_secs(5), backoff), Ok(7));
         let tx = sender.join().unwrap();
         // Nothing comes: past the awake time it sleeps for `wait`, then times out.
         let start = Instant::now();
         assert_eq!(
-            next_job(&rx, true, Duration::from_millis(20)),
+            next_job(&rx, true, Duration::from_millis(20), backoff),
             Err(RecvTimeoutError::Timeout)
         );
         assert!(start.elapsed() >= Duration::from_millis(20));
         drop(tx);
         assert_eq!(
-            next_job(&rx, true, Duration::from_secs(5)),
+            next_job(&rx, true, Duration::from_secs(5), backoff),
             Err(RecvTimeoutError::Disconnected)
         );
     }

@@ -167,9 +167,10 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
     // Whether messages may wait for the search index (see `search`): checked after writes.
     let mut index_pending = true;
     let mut just_committed = false;
+    let mut backoff = waiting::Backoff::default();
     loop {
         let wait = if index_pending { INDEX_AFTER } else { IDLE };
-        let first = match waiting::next_job(&jobs, just_committed, wait) {
+        let first = match waiting::next_job(&jobs, just_committed, wait, &mut backoff) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
                 just_committed = false;

@@ -212,14 +212,7 @@ async fn append_figures(
     progress: &impl Fn(&str),
 ) -> Result<(AppendFigures, Echo, f64)> {
     progress("echo, append from 1 and 16 clients, raw SQLite: in alternating rounds");
-    let rounds = rounds::run(
-        client,
-        &mut client.keep_alive().await?,
-        sizes,
-        dir,
-        synchronous,
-    )
-    .await?;
+    let rounds = rounds::run(client, sizes, dir, synchronous).await?;
 
     progress("append by session size: 100, 10,000 and 100,000 messages");
     let by_session_size = session_size::run(client, sizes.append_1 / 3).await?;

@@ -34,7 +34,6 @@ pub(super) struct Rounds {
 
 pub(super) async fn run(
     client: &Client,
-    conn: &mut Connection,
     sizes: &Sizes,
     dir: &Path,
     synchronous: Synchronous,
@@ -48,6 +47,7 @@ pub(super) async fn run(
         client.post("/session", &unbounded_session(&id)).await?;
         clients.push((format!("/session/{id}/message"), client.keep_alive().await?));
     }
+    let conn = &mut client.keep_alive().await?;
     let mut raw = RawSqlite::open(&dir.join("raw.db"), synchronous, false)?;
     let mut raw_indexed = RawSqlite::open(&dir.join("raw-fts.db"), synchronous, true)?;
     let (echo_n, one_n, each_n) = (
