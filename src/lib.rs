@@ -11,7 +11,8 @@
 //! are the crate's own. Lowest first; each uses only the ones above it in this list:
 //!
 //! - `message`: messages and their parts, as stored and as the engine reads them; `fnv`: the
-//!   stable hash stored fingerprints are made with.
+//!   stable hash stored fingerprints are made with; `blocking`: long work (an fsync, a large
+//!   compaction) kept from holding up the async runtime's other tasks.
 //! - [`compaction`]: the engine, pure (no I/O, clock or SQL): SPEC.md as functions: token
 //!   estimates, triggers, the preserved tail and its pair rule, file tracking, the prompt,
 //!   masking, secret redaction.
@@ -36,6 +37,7 @@
 // The crate is read with `cargo doc --document-private-items`, where these links resolve.
 #![allow(rustdoc::private_intra_doc_links)]
 
+pub(crate) mod blocking;
 pub mod cli;
 pub mod client;
 pub mod compaction;

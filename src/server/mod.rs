@@ -13,6 +13,7 @@ mod error;
 pub(crate) mod events;
 mod extract;
 pub(crate) mod listener;
+mod offload;
 pub(crate) mod openapi;
 mod peer;
 mod proxy;

@@ -11,7 +11,8 @@
 //! speaks HTTP.
 
 use super::error::ApiError;
-use super::extract::JsonBody;
+use super::extract::SizedJson;
+use super::offload::SLOTS;
 use crate::protocol::{ErrorCode, SessionId};
 use crate::provider::bounded_json::BoundedJson;
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
@@ -56,9 +57,9 @@ pub(super) async fn chat_completions(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<Value>,
+    SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Chat, network.is_none(), query, headers, &body);
+    let call = Call::new(Wire::Chat, network.is_none(), query, headers, &body, size);
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -67,9 +68,16 @@ pub(super) async fn messages(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<Value>,
+    SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers, &body);
+    let call = Call::new(
+        Wire::Anthropic,
+        network.is_none(),
+        query,
+        headers,
+        &body,
+        size,
+    );
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -78,13 +86,20 @@ pub(super) async fn responses(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<Value>,
+    SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Responses, network.is_none(), query, headers, &body);
+    let call = Call::new(
+        Wire::Responses,
+        network.is_none(),
+        query,
+        headers,
+        &body,
+        size,
+    );
     // The history of a call that continues a stored response is upstream's: pass it on.
     let result = match body["previous_response_id"].is_string() {
         true => {
-            let bytes = serialized(&body)?;
+            let bytes = SLOTS.run(size, move || serialized(&body)).await??;
             forward(
                 &call,
                 &service,
@@ -107,26 +122,36 @@ pub(super) async fn count_tokens(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    JsonBody(mut body): JsonBody<Value>,
+    SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network.is_none(), query, headers, &body);
+    let call = Call::new(
+        Wire::Anthropic,
+        network.is_none(),
+        query,
+        headers,
+        &body,
+        size,
+    );
     let result = async {
         let caller = call.caller()?;
-        let request = Wire::Anthropic
-            .parse(&mut body)
-            .map_err(|e| ApiError::bad_request(format!("messages: {e}")))?;
+        let (request, body) = parsed(&call, body, "messages").await?;
         let preview = service
             .proxy_preview(&caller, call.identity()?, &request)
             .await?;
-        let (mut outgoing, rest) = match &preview {
-            Some(preview) => (
-                outgoing(Wire::Anthropic, &preview.turn, &request),
-                preview.matched,
-            ),
-            None => (Vec::new(), 0),
-        };
-        outgoing.extend(request.natives[rest..].iter().map(Outgoing::Native));
-        let bytes = Wire::Anthropic.render(&body, &outgoing).map_err(internal)?;
+        let bytes = SLOTS
+            .run(call.bytes, move || {
+                let (mut outgoing, rest) = match &preview {
+                    Some(preview) => (
+                        outgoing(Wire::Anthropic, &preview.turn, &request),
+                        preview.matched,
+                    ),
+                    None => (Vec::new(), 0),
+                };
+                outgoing.extend(request.natives[rest..].iter().map(Outgoing::Native));
+                Wire::Anthropic.render(&body, &outgoing)
+            })
+            .await?
+            .map_err(internal)?;
         forward(
             &call,
             &service,
@@ -153,7 +178,7 @@ pub(super) async fn models(
     } else {
         Wire::Chat
     };
-    let call = Call::new(wire, network.is_none(), query, headers, &Value::Null);
+    let call = Call::new(wire, network.is_none(), query, headers, &Value::Null, 0);
     call.caller()?;
     logged(
         &call,
@@ -183,6 +208,8 @@ struct Call {
     model: String,
     /// The body asks for a streamed answer.
     streamed: bool,
+    /// The body's size: its work runs off the workers if it is large ([`SLOTS`]).
+    bytes: usize,
 }
 
 impl Call {
@@ -192,9 +219,11 @@ impl Call {
         query: Option<String>,
         headers: HeaderMap,
         body: &Value,
+        bytes: usize,
     ) -> Call {
         Call {
             wire,
+            bytes,
             local,
             query,
             headers,
@@ -288,31 +317,45 @@ fn logged(call: &Call, result: Result<Response, ApiError>) -> Result<Response, A
     result
 }
 
-async fn proxied(
-    call: &Call,
-    service: &Arc<Service>,
-    mut body: Value,
-) -> Result<Response, ApiError> {
+async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Response, ApiError> {
     let caller = call.caller()?;
-    let request = call
-        .wire
-        .parse(&mut body)
-        .map_err(|e| ApiError::bad_request(format!("the request's conversation: {e}")))?;
+    let (request, body) = parsed(call, body, "the request's conversation").await?;
     let turn = service
         .proxy_turn(&caller, call.identity()?, &request)
         .await?;
-    // The body goes upstream as bytes; its parsed form is freed before the answer comes.
-    let bytes = {
-        let outgoing = outgoing(call.wire, &turn, &request);
-        call.wire.render(&body, &outgoing).map_err(internal)?
-    };
-    drop((request, body));
+    // The body goes upstream as bytes; its parsed form is freed (where it was written) before
+    // the answer comes.
+    let wire = call.wire;
+    let (bytes, turn) = SLOTS
+        .run(call.bytes, move || {
+            let bytes = wire.render(&body, &outgoing(wire, &turn, &request));
+            drop((request, body));
+            (bytes, turn)
+        })
+        .await?;
+    let bytes = bytes.map_err(internal)?;
     let path = match call.wire {
         Wire::Chat => "/chat/completions",
         Wire::Anthropic => "/messages",
         Wire::Responses => "/responses",
     };
     forward(call, service, Method::POST, path, Some(bytes), Some(&turn)).await
+}
+
+/// The call's conversation read from its body (off the workers if the body is large), and the
+/// body with the conversation taken out.
+/// `what` names the conversation in an error.
+async fn parsed(
+    call: &Call,
+    mut body: Value,
+    what: &str,
+) -> Result<(WireRequest, Value), ApiError> {
+    let wire = call.wire;
+    let (request, body) = SLOTS
+        .run(call.bytes, move || (wire.parse(&mut body), body))
+        .await?;
+    let request = request.map_err(|e| ApiError::bad_request(format!("{what}: {e}")))?;
+    Ok((request, body))
 }
 
 /// What goes upstream for a call: the context's messages as the request has them (patched

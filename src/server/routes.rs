@@ -136,16 +136,18 @@ pub(super) async fn append(
     headers: HeaderMap,
     Utf8Body(body): Utf8Body,
 ) -> ApiResult {
-    let batch = parse_message_batch(&body).map_err(|e| match e {
-        BatchError::Message { .. } => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidMessage,
-            e.to_string(),
-        ),
-        other => ApiError::bad_request(other.to_string()),
-    })?;
-    // The body's bytes are not needed once parsed.
-    drop(body);
+    // The body's bytes are not needed once parsed (they are freed where it was parsed).
+    let batch = super::offload::SLOTS
+        .run(body.len(), move || parse_message_batch(&body))
+        .await?
+        .map_err(|e| match e {
+            BatchError::Message { .. } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidMessage,
+                e.to_string(),
+            ),
+            other => ApiError::bad_request(other.to_string()),
+        })?;
     let input_tokens = match batch.input_tokens {
         Some(n) if n > MAX_REPORTED_TOKENS => {
             return Err(ApiError::bad_request(format!(

@@ -136,9 +136,7 @@ impl Writer {
     /// Commits `job` on this thread if it is `alone`, the runtime lets a task block, and the
     /// connection is free; gives it back otherwise.
     fn commit_here(&self, job: Job, alone: bool) -> Option<Job> {
-        let may_block = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if !alone || !may_block {
+        if !alone || !crate::blocking::may_block_in_place() {
             return Some(job);
         }
         let conn = match self.shared.conn.try_lock() {
@@ -146,7 +144,7 @@ impl Writer {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return Some(job),
         };
-        tokio::task::block_in_place(|| self.shared.commit(&conn, vec![job]));
+        crate::blocking::off_the_worker(|| self.shared.commit(&conn, vec![job]));
         self.shared.wrote.store(true, Ordering::Release);
         None
     }

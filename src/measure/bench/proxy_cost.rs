@@ -2,16 +2,20 @@
 //! a local model server and through compactd's proxy (on its socket), with 10, 1,000 and
 //! 10,000 messages of history. The agent resends its whole conversation with every call, as
 //! agents do, and keeps each answer; the first call of each conversation (which stores its
-//! whole history and compacts it) is not counted.
+//! whole history and compacts it) is not counted. Then, what the proxy costs its neighbours:
+//! another agent's `/context` on the same socket while the proxy serves two agents resending
+//! 10,000-message conversations at once.
 
 use super::mock_model::MockModel;
 use super::percentile;
-use crate::client::Client;
+use crate::client::{Client, Connection};
 use crate::measure::daemon_process::DaemonProcess;
 use anyhow::{Result, bail};
 use hyper::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
@@ -23,6 +27,11 @@ pub(crate) struct ProxyFigures {
     pub added_ms_10k: f64,
     /// p50 of a straight call at 10,000 messages, for scale.
     pub direct_ms_10k: f64,
+    /// Another agent's `/context` (a session of 50 messages, under its trigger) while the proxy serves two
+    /// agents resending 10,000-message conversations at once: p50, p99 and max, ms.
+    pub neighbour_context_p50_ms: f64,
+    pub neighbour_context_p99_ms: f64,
+    pub neighbour_context_max_ms: f64,
 }
 
 const KEY: &str = "Bearer sk-bench-0123456789abcdef";
@@ -60,40 +69,23 @@ pub(super) async fn run(quick: bool) -> Result<ProxyFigures> {
             let answer = direct
                 .post(format!("{}/chat/completions", model.base))
                 .header("content-type", "application/json")
-                .body(body.clone())
+                .body(body)
                 .send()
                 .await?;
             answer.bytes().await?;
             let direct_ms = start.elapsed().as_secs_f64() * 1e3;
-            let start = Instant::now();
-            let answer = conn
-                .raw_with(
-                    Method::POST,
-                    "/v1/chat/completions",
-                    &[("authorization", KEY)],
-                    body,
-                )
-                .await?;
-            let proxied_ms = start.elapsed().as_secs_f64() * 1e3;
-            if !answer.status.is_success() {
-                bail!(
-                    "proxy at {size} messages: {} {}",
-                    answer.status,
-                    String::from_utf8_lossy(&answer.body)
-                );
-            }
+            let proxied_ms = proxied_call(&mut conn, &mut messages, call).await?;
             if call > 0 {
                 through.push(proxied_ms);
                 straight.push(direct_ms);
             }
-            messages.push(answer.json()["choices"][0]["message"].clone());
-            messages.push(json!({"role": "user", "content": format!("next, call {call}")}));
         }
         through.sort_by(f64::total_cmp);
         straight.sort_by(f64::total_cmp);
         added.push(percentile(&through, 0.5) - percentile(&straight, 0.5));
         direct_10k = percentile(&straight, 0.5);
     }
+    let neighbour = beside_the_proxy(&client, calls).await?;
     daemon.stop()?;
     Ok(ProxyFigures {
         calls_per_size: calls,
@@ -101,5 +93,99 @@ pub(super) async fn run(quick: bool) -> Result<ProxyFigures> {
         added_ms_1k: added[1],
         added_ms_10k: added[2],
         direct_ms_10k: direct_10k,
+        neighbour_context_p50_ms: percentile(&neighbour, 0.5),
+        neighbour_context_p99_ms: percentile(&neighbour, 0.99),
+        neighbour_context_max_ms: neighbour.last().copied().unwrap_or(0.0),
     })
+}
+
+/// One call through the proxy with the whole conversation; the answer and the next user
+/// message join the conversation. Returns the call's time, ms.
+async fn proxied_call(
+    conn: &mut Connection,
+    messages: &mut Vec<Value>,
+    call: usize,
+) -> Result<f64> {
+    let body = json!({"model": "bench-agent", "messages": messages}).to_string();
+    let start = Instant::now();
+    let answer = conn
+        .raw_with(
+            Method::POST,
+            "/v1/chat/completions",
+            &[("authorization", KEY)],
+            body,
+        )
+        .await?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    if !answer.status.is_success() {
+        bail!(
+            "proxy at {} messages: {} {}",
+            messages.len(),
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    messages.push(answer.json()["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": format!("next, call {call}")}));
+    Ok(ms)
+}
+
+/// Two agents resending conversations of 10,000 messages through the proxy at once, `calls`
+/// calls each, while a third asks for its own context (a session of 50 messages, under its trigger) one
+/// request after another; returns the latencies (ms, sorted) of the third's requests that
+/// started while a call was in flight. Two at once: with one, the runtime's other worker
+/// serves the neighbour whatever the proxy does with its own.
+async fn beside_the_proxy(client: &Client, calls: usize) -> Result<Vec<f64>> {
+    super::fill_session(client, "neighbour", 50).await?;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let neighbour = {
+        let (in_flight, done) = (in_flight.clone(), done.clone());
+        let mut conn = client.keep_alive().await?;
+        tokio::spawn(async move {
+            let mut out = Vec::new();
+            while !done.load(Ordering::Acquire) {
+                let during = in_flight.load(Ordering::Acquire) > 0;
+                let start = Instant::now();
+                let answer = conn
+                    .raw(Method::GET, "/session/neighbour/context", String::new())
+                    .await?;
+                if !answer.status.is_success() {
+                    bail!("the neighbour's context: {}", answer.status);
+                }
+                if during {
+                    out.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            out.sort_by(f64::total_cmp);
+            anyhow::Ok(out)
+        })
+    };
+    let agents: Vec<_> = (0..2)
+        .map(|agent| {
+            let (client, in_flight) = (client.clone(), in_flight.clone());
+            tokio::spawn(async move {
+                let mut messages = conversation(10_000);
+                messages[0] =
+                    json!({"role": "system", "content": format!("You are coding agent {agent}.")});
+                let mut conn = client.keep_alive().await?;
+                for call in 0..calls {
+                    in_flight.fetch_add(1, Ordering::AcqRel);
+                    let sent = proxied_call(&mut conn, &mut messages, call).await;
+                    in_flight.fetch_sub(1, Ordering::AcqRel);
+                    sent?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    let mut result = Ok(());
+    for agent in agents {
+        if let Err(e) = agent.await? {
+            result = Err(e);
+        }
+    }
+    done.store(true, Ordering::Release);
+    let latencies = neighbour.await??;
+    result.map(|()| latencies)
 }

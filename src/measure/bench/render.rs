@@ -163,5 +163,16 @@ fn loop_rows(r: &BenchReport) -> Vec<Row> {
             format!("direct call at 10k: {:.1} ms", r.proxy.direct_ms_10k),
             "",
         ),
+        (
+            "context beside the proxy",
+            format!(
+                "p50 {:.1} / p99 {:.1} / max {:.1} ms",
+                r.proxy.neighbour_context_p50_ms,
+                r.proxy.neighbour_context_p99_ms,
+                r.proxy.neighbour_context_max_ms
+            ),
+            "another agent, beside two 10k-message proxy calls".into(),
+            "",
+        ),
     ]
 }
