@@ -59,7 +59,7 @@ pub(super) async fn chat_completions(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Chat, network.is_none(), query, headers, &body, size);
+    let call = Call::new(Wire::Chat, network, query, headers, &body, size);
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -70,14 +70,7 @@ pub(super) async fn messages(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(
-        Wire::Anthropic,
-        network.is_none(),
-        query,
-        headers,
-        &body,
-        size,
-    );
+    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size);
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -88,14 +81,7 @@ pub(super) async fn responses(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(
-        Wire::Responses,
-        network.is_none(),
-        query,
-        headers,
-        &body,
-        size,
-    );
+    let call = Call::new(Wire::Responses, network, query, headers, &body, size);
     // The history of a call that continues a stored response is upstream's: pass it on.
     let result = match body["previous_response_id"].is_string() {
         true => {
@@ -124,14 +110,7 @@ pub(super) async fn count_tokens(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(
-        Wire::Anthropic,
-        network.is_none(),
-        query,
-        headers,
-        &body,
-        size,
-    );
+    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size);
     let result = async {
         let caller = call.caller()?;
         let (request, body) = parsed(&call, body, "messages").await?;
@@ -178,7 +157,7 @@ pub(super) async fn models(
     } else {
         Wire::Chat
     };
-    let call = Call::new(wire, network.is_none(), query, headers, &Value::Null, 0);
+    let call = Call::new(wire, network, query, headers, &Value::Null, 0);
     call.caller()?;
     logged(
         &call,
@@ -213,9 +192,10 @@ struct Call {
 }
 
 impl Call {
+    /// `network` is set when the call came over the loopback listener.
     fn new(
         wire: Wire,
-        local: bool,
+        network: Option<Extension<Network>>,
         query: Option<String>,
         headers: HeaderMap,
         body: &Value,
@@ -224,7 +204,7 @@ impl Call {
         Call {
             wire,
             bytes,
-            local,
+            local: network.is_none(),
             query,
             headers,
             model: body["model"]
