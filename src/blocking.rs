@@ -32,13 +32,16 @@ pub(crate) async fn computed_off_the_worker<F: Future>(work: F) -> F::Output {
     }
 }
 
+/// What tests of work kept off the worker share.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use std::future::Future;
 
     /// Runs `scenario` as a task on a runtime of one worker: the test's own body would run
     /// on the test's thread, not on a worker.
-    fn on_the_only_worker(scenario: impl Future<Output = bool> + Send + 'static) -> bool {
+    pub(crate) fn on_the_only_worker(
+        scenario: impl Future<Output = bool> + Send + 'static,
+    ) -> bool {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -48,8 +51,11 @@ mod tests {
     }
 
     /// Work that waits (at most 10 s, so that a broken build fails instead of hanging) for
-    /// another task of the runtime to release it.
-    fn released_by_another_task() -> (impl FnOnce() -> bool, tokio::task::JoinHandle<()>) {
+    /// another task of the runtime to release it: run on the only worker, it waits in vain.
+    pub(crate) fn released_by_another_task() -> (
+        impl FnOnce() -> bool + Send + 'static,
+        tokio::task::JoinHandle<()>,
+    ) {
         let (release, released) = std::sync::mpsc::channel::<()>();
         let releaser = tokio::spawn(async move {
             let _ = release.send(());
@@ -61,6 +67,12 @@ mod tests {
         };
         (work, releaser)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{on_the_only_worker, released_by_another_task};
+    use super::*;
 
     #[test]
     fn the_only_worker_serves_other_tasks_while_work_blocks() {

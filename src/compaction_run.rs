@@ -53,9 +53,10 @@ pub(crate) async fn compact(
     }
 }
 
-/// The plan of a compaction of `input`; `None` when there is nothing to compact.
+/// The plan of a compaction of `input`; `None` when there is nothing to compact. Planning a
+/// session of thousands of messages takes milliseconds of CPU: off the runtime's worker.
 pub(crate) fn plan(input: &PlanInput) -> Result<Option<CompactionPlan>, CompactError> {
-    let plan = CompactionPlan::new(input);
+    let plan = crate::blocking::off_the_worker(|| CompactionPlan::new(input));
     if let Some(overflow) = plan.pinned_overflow {
         return Err(overflow.into());
     }
@@ -63,7 +64,9 @@ pub(crate) fn plan(input: &PlanInput) -> Result<Option<CompactionPlan>, CompactE
 }
 
 /// Runs a planned compaction with `summarizer`. A panic of the summarizer is a failure like
-/// any other, so it is recorded and the session stays as it was.
+/// any other, so it is recorded and the session stays as it was. A summarizer that only
+/// computes (the built-in one: hundreds of milliseconds for thousands of messages) runs off
+/// the runtime's worker, so the daemon's other connections are served meanwhile.
 pub(crate) async fn run(
     input: &PlanInput<'_>,
     plan: &CompactionPlan,
@@ -71,17 +74,21 @@ pub(crate) async fn run(
     compaction_num: u32,
 ) -> Result<Compacted, CompactError> {
     use futures_util::FutureExt;
-    std::panic::AssertUnwindSafe(summarize(input, plan, summarizer, compaction_num))
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(SummarizeError::Internal(format!("the summarizer panicked: {what}")).into())
-        })
+    let summarizing =
+        std::panic::AssertUnwindSafe(summarize(input, plan, summarizer, compaction_num))
+            .catch_unwind();
+    let outcome = match summarizer.is_instant() {
+        true => crate::blocking::computed_off_the_worker(summarizing).await,
+        false => summarizing.await,
+    };
+    outcome.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(SummarizeError::Internal(format!("the summarizer panicked: {what}")).into())
+    })
 }
 
 /// How many times a compaction cuts its chunks smaller after the summarizer said the prompt

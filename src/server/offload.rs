@@ -63,6 +63,7 @@ impl CpuSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocking::testing::{on_the_only_worker, released_by_another_task};
     use futures_util::FutureExt;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,26 +82,15 @@ mod tests {
         assert_ne!(large, here, "a large body's work ran on the worker");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn the_only_worker_serves_other_tasks_while_large_work_runs() {
-        // On the worker (a test's own body runs on the test's thread, not on a worker).
-        let on_worker = tokio::spawn(async {
-            let slots = CpuSlots::new(1);
-            let (release, released) = std::sync::mpsc::channel::<()>();
-            // The job waits for another task to release it: run on the only worker it would
-            // wait in vain (bounded, so that a broken build fails instead of hanging).
-            let job = slots.run(OFF_WORKER_BYTES, move || {
-                released
-                    .recv_timeout(std::time::Duration::from_secs(10))
-                    .is_ok()
-            });
-            let releaser = tokio::spawn(async move { release.send(()) });
-            let released = job.await.unwrap();
-            releaser.await.unwrap().unwrap();
-            released
-        });
+    #[test]
+    fn the_only_worker_serves_other_tasks_while_large_work_runs() {
         assert!(
-            on_worker.await.unwrap(),
+            on_the_only_worker(async {
+                let (work, releaser) = released_by_another_task();
+                let released = CpuSlots::new(1).run(OFF_WORKER_BYTES, work).await.unwrap();
+                releaser.await.unwrap();
+                released
+            }),
             "the worker was held while the large work ran"
         );
     }

@@ -279,7 +279,7 @@ impl Service {
             focus: &focus,
             summarizer: settings.summarizer.name(),
         };
-        let plan = match crate::blocking::off_the_worker(|| compaction_run::plan(&input)) {
+        let plan = match compaction_run::plan(&input) {
             Ok(Some(plan)) => plan,
             Ok(None) if trigger == Trigger::Manual => return Ok(Attempt::NothingToCompact),
             Ok(None) => {
@@ -480,18 +480,12 @@ impl Service {
         plan: &CompactionPlan,
         run: Run<'_>,
     ) -> Result<(Compacted, Option<String>), CompactError> {
-        // The built-in summarizer only computes (hundreds of milliseconds for a session of
-        // thousands of messages): off the worker, so other connections are served meanwhile.
-        if run.summarizer.is_instant() {
-            let done = extractive(input, plan, run.summarizer, run.num).await?;
-            return Ok((done, None));
-        }
         let hurry = self.hurries.token(run.id.as_str());
         let attempt = tokio::select! {
             result = compaction_run::run(input, plan, run.summarizer, run.num) => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
             _ = hurry.cancelled() => {
-                let done = extractive(input, plan, &Extractive, run.num).await?;
+                let done = compaction_run::run(input, plan, &Extractive, run.num).await?;
                 let why = format!(
                     "{}: a context over the trigger waited max_wait_s ({} s)",
                     run.summarizer.name(),
@@ -507,23 +501,12 @@ impl Service {
             }
             Err(error) if run.fallback => {
                 tracing::warn!(%error, "summarizer failed; compacting with the extractive fallback");
-                let done = extractive(input, plan, &Extractive, run.num).await?;
+                let done = compaction_run::run(input, plan, &Extractive, run.num).await?;
                 Ok((done, Some(format!("{}: {error}", run.summarizer.name()))))
             }
             Err(error) => Err(error),
         }
     }
-}
-
-/// A compaction with a summarizer that only computes, off the runtime's worker.
-async fn extractive(
-    input: &PlanInput<'_>,
-    plan: &CompactionPlan,
-    summarizer: &dyn Summarizer,
-    num: u32,
-) -> Result<Compacted, CompactError> {
-    crate::blocking::computed_off_the_worker(compaction_run::run(input, plan, summarizer, num))
-        .await
 }
 
 /// One compaction's summarizer and what decides when another stands in for it.
