@@ -3,8 +3,8 @@
 //! 10,000 messages of history. The agent resends its whole conversation with every call, as
 //! agents do, and keeps each answer; the first call of each conversation (which stores its
 //! whole history and compacts it) is not counted. Then, what the proxy costs its neighbours:
-//! another agent's `/context` on the same socket while the proxy serves two agents resending
-//! 10,000-message conversations at once.
+//! other agents' `/context` and appends on the same socket while the proxy serves two agents
+//! resending 10,000-message conversations at once.
 
 use super::mock_model::MockModel;
 use super::percentile;
@@ -32,6 +32,11 @@ pub(crate) struct ProxyFigures {
     pub neighbour_context_p50_ms: f64,
     pub neighbour_context_p99_ms: f64,
     pub neighbour_context_max_ms: f64,
+    /// Another agent's appends beside the same calls (a session that never compacts): p50,
+    /// p99 and max, ms.
+    pub neighbour_append_p50_ms: f64,
+    pub neighbour_append_p99_ms: f64,
+    pub neighbour_append_max_ms: f64,
 }
 
 const KEY: &str = "Bearer sk-bench-0123456789abcdef";
@@ -85,7 +90,7 @@ pub(super) async fn run(quick: bool) -> Result<ProxyFigures> {
         added.push(percentile(&through, 0.5) - percentile(&straight, 0.5));
         direct_10k = percentile(&straight, 0.5);
     }
-    let neighbour = beside_the_proxy(&client, calls).await?;
+    let Neighbours { context, append } = beside_the_proxy(&client, calls).await?;
     daemon.stop()?;
     Ok(ProxyFigures {
         calls_per_size: calls,
@@ -93,9 +98,12 @@ pub(super) async fn run(quick: bool) -> Result<ProxyFigures> {
         added_ms_1k: added[1],
         added_ms_10k: added[2],
         direct_ms_10k: direct_10k,
-        neighbour_context_p50_ms: percentile(&neighbour, 0.5),
-        neighbour_context_p99_ms: percentile(&neighbour, 0.99),
-        neighbour_context_max_ms: neighbour.last().copied().unwrap_or(0.0),
+        neighbour_context_p50_ms: percentile(&context, 0.5),
+        neighbour_context_p99_ms: percentile(&context, 0.99),
+        neighbour_context_max_ms: context.last().copied().unwrap_or(0.0),
+        neighbour_append_p50_ms: percentile(&append, 0.5),
+        neighbour_append_p99_ms: percentile(&append, 0.99),
+        neighbour_append_max_ms: append.last().copied().unwrap_or(0.0),
     })
 }
 
@@ -130,37 +138,45 @@ async fn proxied_call(
     Ok(ms)
 }
 
+/// What the neighbours saw beside the proxy: latencies (ms, sorted) of their requests that
+/// started while a proxied call was in flight.
+struct Neighbours {
+    context: Vec<f64>,
+    append: Vec<f64>,
+}
+
 /// Two agents resending conversations of 10,000 messages through the proxy at once, `calls`
-/// calls each, while a third asks for its own context (a session of 50 messages, under its trigger) one
-/// request after another; returns the latencies (ms, sorted) of the third's requests that
-/// started while a call was in flight. Two at once: with one, the runtime's other worker
-/// serves the neighbour whatever the proxy does with its own.
-async fn beside_the_proxy(client: &Client, calls: usize) -> Result<Vec<f64>> {
+/// calls each, while two more work beside them through the API, one request after another:
+/// one asks for its context (a session of 50 messages, under its trigger), the other appends
+/// (to a session that never compacts, so its appends measure the append path alone). Two
+/// proxied agents at once: with one, the runtime's other worker serves the neighbours
+/// whatever the proxy does with its own. Each proxied conversation's first call stores its
+/// 10,000 messages in one transaction (so that concurrent calls of one conversation store it
+/// once): the appending neighbour's commit waits for it.
+async fn beside_the_proxy(client: &Client, calls: usize) -> Result<Neighbours> {
     super::fill_session(client, "neighbour", 50).await?;
+    client
+        .post("/session", &super::unbounded_session("neighbour-writes"))
+        .await?;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    let neighbour = {
-        let (in_flight, done) = (in_flight.clone(), done.clone());
-        let mut conn = client.keep_alive().await?;
-        tokio::spawn(async move {
-            let mut out = Vec::new();
-            while !done.load(Ordering::Acquire) {
-                let during = in_flight.load(Ordering::Acquire) > 0;
-                let start = Instant::now();
-                let answer = conn
-                    .raw(Method::GET, "/session/neighbour/context", String::new())
-                    .await?;
-                if !answer.status.is_success() {
-                    bail!("the neighbour's context: {}", answer.status);
-                }
-                if during {
-                    out.push(start.elapsed().as_secs_f64() * 1e3);
-                }
-            }
-            out.sort_by(f64::total_cmp);
-            anyhow::Ok(out)
-        })
-    };
+    let reader = neighbour(client, &in_flight, &done, |_| {
+        (
+            Method::GET,
+            "/session/neighbour/context".into(),
+            String::new(),
+        )
+    })
+    .await?;
+    let writer = neighbour(client, &in_flight, &done, |i| {
+        let body = super::bench_message(i).to_string();
+        (
+            Method::POST,
+            "/session/neighbour-writes/message".into(),
+            body,
+        )
+    })
+    .await?;
     let agents: Vec<_> = (0..2)
         .map(|agent| {
             let (client, in_flight) = (client.clone(), in_flight.clone());
@@ -186,6 +202,38 @@ async fn beside_the_proxy(client: &Client, calls: usize) -> Result<Vec<f64>> {
         }
     }
     done.store(true, Ordering::Release);
-    let latencies = neighbour.await??;
-    result.map(|()| latencies)
+    let (context, append) = (reader.await??, writer.await??);
+    result.map(|()| Neighbours { context, append })
+}
+
+/// A neighbour sending `request(i)` (method, path, body) one after another on a connection of
+/// its own until `done`; its task returns the latencies (ms, sorted) of the requests that
+/// started while a proxied call was in flight. A request that fails fails the run.
+async fn neighbour(
+    client: &Client,
+    in_flight: &Arc<AtomicUsize>,
+    done: &Arc<AtomicBool>,
+    request: impl Fn(usize) -> (Method, String, String) + Send + 'static,
+) -> Result<tokio::task::JoinHandle<Result<Vec<f64>>>> {
+    let (in_flight, done) = (in_flight.clone(), done.clone());
+    let mut conn = client.keep_alive().await?;
+    Ok(tokio::spawn(async move {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while !done.load(Ordering::Acquire) {
+            let during = in_flight.load(Ordering::Acquire) > 0;
+            let (method, path, body) = request(i);
+            i += 1;
+            let start = Instant::now();
+            let answer = conn.raw(method, &path, body).await?;
+            if !answer.status.is_success() {
+                bail!("the neighbour's {path}: {}", answer.status);
+            }
+            if during {
+                out.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        out.sort_by(f64::total_cmp);
+        Ok(out)
+    }))
 }

@@ -174,5 +174,16 @@ fn loop_rows(r: &BenchReport) -> Vec<Row> {
             "another agent, beside two 10k-message proxy calls".into(),
             "",
         ),
+        (
+            "append beside the proxy",
+            format!(
+                "p50 {:.1} / p99 {:.1} / max {:.1} ms",
+                r.proxy.neighbour_append_p50_ms,
+                r.proxy.neighbour_append_p99_ms,
+                r.proxy.neighbour_append_max_ms
+            ),
+            "another agent, beside the same calls".into(),
+            "",
+        ),
     ]
 }
