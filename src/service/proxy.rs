@@ -261,7 +261,9 @@ impl Service {
     /// How a proxied call's messages are stored: nothing the client sends is refused, and its
     /// system messages and preamble are pinned while they take at most a quarter of the
     /// usable context.
-    fn proxy_rules(&self) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + 'static {
+    fn proxy_rules(
+        &self,
+    ) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + Sync + 'static {
         let base = self.append_rules();
         let settings = self.settings();
         move |session| {

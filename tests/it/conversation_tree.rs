@@ -210,3 +210,80 @@ fn a_message_of_text_and_a_call_is_one_fingerprint_whatever_the_whitespace() {
         fingerprint(&Message::text(Role::Assistant, "ok"), 4 << 20)
     );
 }
+
+/// A first call that carries a long history (a resumed session) is stored over several writes
+/// of the writer, so other clients' writes go between them. Read back from the file: the
+/// session holds each of the call's messages once, in the call's order, on one branch, with
+/// every tool result after its call, whether the call came alone or twice at once (with a
+/// conversation header or without one), and the same call again stores nothing.
+#[test]
+fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for conversation_header in [Some("conversation-1"), None] {
+            let dir = tempfile::TempDir::new().unwrap();
+            let path = dir.path().join("t.db");
+            let store = Store::open(&path, Synchronous::Normal).unwrap();
+            let mut config = Config::default();
+            config.proxy.models.insert("tree-test".into(), 10_000_000);
+            let bound = config.proxy.max_recorded_bytes;
+            let service = std::sync::Arc::new(Service::new(store.clone(), config).unwrap());
+            // 1,503 messages: several writes' worth, and an odd preamble so that a write ends
+            // between a tool call and its result.
+            let mut history = vec![
+                json!({"role": "system", "content": "You are a test agent."}),
+                json!({"role": "user", "content": "Do the task."}),
+                json!({"role": "user", "content": "And keep the tests green."}),
+            ];
+            for i in 0..750 {
+                history.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": format!("c{i}"), "type": "function",
+                     "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat f{i}\"}}")}}]}));
+                history.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("line {i}")}));
+            }
+            let request = Wire::Chat.parse(&mut chat_body(&history)).unwrap();
+            let identity = || Identity {
+                conversation: conversation_header.map(str::to_string),
+                ..Identity::default()
+            };
+            let caller = Caller::new("Bearer sk-tree", true);
+            let (a, b) = tokio::join!(
+                service.proxy_turn(&caller, identity(), &request),
+                service.proxy_turn(&caller, identity(), &request)
+            );
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!(a.id, b.id, "one conversation ({conversation_header:?})");
+            check(&request.messages, &a.context.messages, &a.branch).unwrap();
+            let again = service
+                .proxy_turn(&caller, identity(), &request)
+                .await
+                .unwrap();
+            assert_eq!(again.id, a.id);
+            service.shutdown().await;
+            store.close();
+
+            let db = rusqlite::Connection::open(&path).unwrap();
+            let sessions: i64 = db
+                .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(sessions, 1, "{conversation_header:?}");
+            let stored: Vec<(u64, Option<u64>, i64)> = db
+                .prepare("SELECT seq, parent_seq, hash FROM messages WHERE session_id = ?1 ORDER BY seq")
+                .unwrap()
+                .query_map([a.id.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert_eq!(stored.len(), request.messages.len(), "{conversation_header:?}");
+            for (i, (seq, parent, hash)) in stored.iter().enumerate() {
+                assert_eq!(*seq, i as u64 + 1);
+                assert_eq!(*parent, (i > 0).then_some(i as u64), "one branch");
+                assert_eq!(*hash, fingerprint(&request.messages[i], bound), "message {seq}");
+            }
+        }
+    });
+}
