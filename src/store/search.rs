@@ -26,8 +26,16 @@ use std::collections::HashMap;
 
 /// Messages waiting for the index past which a commit batch indexes them itself.
 pub(super) const INDEX_LAG: i64 = 256;
-/// Messages one indexing transaction takes at most (a large backlog goes in steps).
-pub(super) const INDEX_STEP: usize = 2_000;
+/// Messages one indexing transaction takes at most (a large backlog goes in steps). A step
+/// holds the writer, so every client's next write waits for it: steps of 2,000 messages of
+/// ~450 B took 40-55 ms, and another agent's append waited as long while a proxied
+/// conversation of 10,000 messages was indexed (`compactd bench`, append beside the proxy).
+/// 500 such messages take about 10 ms.
+pub(super) const INDEX_STEP: usize = 500;
+/// Bytes of stored parts one indexing transaction takes at most (past the first message):
+/// large tool outputs take as long to index per byte as small messages, and 500 of 60 KB
+/// would hold the writer for most of a second.
+const INDEX_STEP_BYTES: usize = 1 << 20;
 
 /// Words of a query beyond this many are ignored (each adds a posting list to merge).
 pub(super) const MAX_QUERY_WORDS: usize = 32;
@@ -88,10 +96,18 @@ pub(super) fn unindexed(conn: &Connection) -> Result<i64> {
         .query_row([], |r| r.get(0))?)
 }
 
-/// Indexes at most `max` of the messages not yet indexed, oldest first; returns how many.
-/// Each is read, indexed and let go before the next: a step of large messages (2,000 of
-/// 60 KB is 120 MB) never holds more than one of them.
-pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
+/// What one step of indexing did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IndexStep {
+    pub indexed: usize,
+    /// It stopped at a bound ([`INDEX_STEP`] messages or [`INDEX_STEP_BYTES`]): more may wait.
+    pub more: bool,
+}
+
+/// Indexes the messages not yet indexed, oldest first: at most `max` of them and
+/// [`INDEX_STEP_BYTES`] of their parts. Each is read, indexed and let go before the next, so a
+/// step never holds more than one message's text.
+pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<IndexStep> {
     let mut select = conn.prepare_cached(
         "SELECT id, session_id, parts FROM messages
          WHERE id > (SELECT coalesce(max(rowid), 0) FROM messages_fts) ORDER BY id LIMIT ?1",
@@ -99,10 +115,17 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
     let mut rows = select.query([max])?;
     // A step's messages are mostly of a few sessions: each token is hashed once.
     let mut tokens: HashMap<String, String> = HashMap::new();
-    let mut indexed = 0;
+    let (mut indexed, mut bytes) = (0, 0);
     while let Some(row) = rows.next()? {
+        if bytes >= INDEX_STEP_BYTES {
+            return Ok(IndexStep {
+                indexed,
+                more: true,
+            });
+        }
         let (rowid, session, parts): (i64, String, String) =
             (row.get(0)?, row.get(1)?, row.get(2)?);
+        bytes += parts.len();
         let parts: Vec<Part> = serde_json::from_str(&parts).unwrap_or_default();
         let token = tokens
             .entry(session)
@@ -110,7 +133,10 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<usize> {
         index_message(conn, rowid, token, &parts)?;
         indexed += 1;
     }
-    Ok(indexed)
+    Ok(IndexStep {
+        indexed,
+        more: indexed == max,
+    })
 }
 
 /// The words of a person's query, each a quoted FTS5 string (inner quotes doubled); words
@@ -161,7 +187,11 @@ impl Store {
         limit: usize,
     ) -> Result<(SessionRow, Vec<SearchHit>)> {
         // Everything acknowledged is searchable.
-        while self.write(|conn| index_pending(conn, INDEX_STEP)).await? == INDEX_STEP {}
+        while self
+            .write(|conn| index_pending(conn, INDEX_STEP))
+            .await?
+            .more
+        {}
         let session_id = session_id.to_string();
         self.read(move |conn| {
             let session = get_live(conn, &session_id)?;
@@ -204,6 +234,76 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A database of compactd's schema holding `sizes.len()` messages, each of parts of about
+    /// that many bytes, none of them indexed yet.
+    fn unindexed_messages(sizes: &[usize]) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::migrate::declare_writer(&conn).unwrap();
+        conn.execute_batch(super::super::migrate::SCHEMA).unwrap();
+        conn.execute(
+            "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('s', 1000, 'now', 'now')",
+            [],
+        )
+        .unwrap();
+        for (i, size) in sizes.iter().enumerate() {
+            let parts = serde_json::json!([{"type": "text", "text": format!("word{i} {}", "x".repeat(*size))}]);
+            conn.execute(
+                "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at) VALUES ('s', ?1, 'user', ?2, 1, 'now')",
+                params![i as i64 + 1, parts.to_string()],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
+    /// Indexing holds the writer (every client's next write waits), so a backlog goes in
+    /// steps bounded by messages and by bytes; stepping on until a step says nothing more
+    /// waits indexes every message.
+    #[test]
+    fn a_backlog_is_indexed_in_steps_bounded_by_messages_and_bytes() {
+        let small = unindexed_messages(&[100; INDEX_STEP + 1]);
+        let steps: Vec<IndexStep> =
+            std::iter::repeat_with(|| index_pending(&small, INDEX_STEP).unwrap())
+                .take(3)
+                .collect();
+        assert_eq!(
+            steps[0],
+            IndexStep {
+                indexed: INDEX_STEP,
+                more: true
+            }
+        );
+        assert_eq!(
+            steps[1],
+            IndexStep {
+                indexed: 1,
+                more: false
+            }
+        );
+        assert_eq!(unindexed(&small).unwrap(), 0);
+
+        // Outputs of 300 KB: four make a step (the fourth passes the byte bound).
+        let large = unindexed_messages(&[300_000; 10]);
+        let mut sizes = Vec::new();
+        loop {
+            let step = index_pending(&large, INDEX_STEP).unwrap();
+            sizes.push(step.indexed);
+            if !step.more {
+                break;
+            }
+        }
+        assert_eq!(sizes, [4, 4, 2]);
+        assert_eq!(unindexed(&large).unwrap(), 0);
+        let found: i64 = large
+            .query_row(
+                "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'text : word9'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(found, 1);
+    }
 
     /// Databases indexed by earlier builds hold these tokens: they never change.
     #[test]

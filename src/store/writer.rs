@@ -263,7 +263,7 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
         let _ = conn.execute_batch("ROLLBACK");
         return false;
     }
-    indexed.is_ok_and(|n| n == super::search::INDEX_STEP)
+    indexed.is_ok_and(|step| step.more)
 }
 
 /// Indexes pending messages inside the open batch transaction, alone in a savepoint.

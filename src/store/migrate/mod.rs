@@ -169,7 +169,7 @@ fn index_for_search(conn: &Connection) -> Result<()> {
         .ok_or_else(|| StoreError::Internal("schema.sql defines no messages_fts".into()))?;
     let statement = &statement[statement.find("CREATE VIRTUAL TABLE").unwrap_or(0)..];
     conn.execute_batch(&format!("DROP TABLE IF EXISTS messages_fts; {statement}"))?;
-    while super::search::index_pending(conn, super::search::INDEX_STEP)? > 0 {}
+    while super::search::index_pending(conn, super::search::INDEX_STEP)?.more {}
     Ok(())
 }
 

@@ -159,7 +159,10 @@ fn database_at(version: usize) -> Connection {
     }
     if version >= 10 {
         // A daemon of version 10 on indexes what it stores (at its next idle moment).
-        while super::super::search::index_pending(&conn, 100).unwrap() > 0 {}
+        while super::super::search::index_pending(&conn, 100)
+            .unwrap()
+            .more
+        {}
     }
     conn.execute_batch(&format!("PRAGMA user_version = {version};"))
         .unwrap();
