@@ -70,16 +70,19 @@ impl ProxyCall {
         self.fingerprints.iter().map(|f| f.hash).collect()
     }
 
-    /// The call's messages `from..to`, as an append stores them.
-    fn to_store(&self, from: usize, to: usize) -> Vec<NewMessage> {
-        self.messages[from..to]
-            .iter()
-            .zip(&self.fingerprints[from..to])
-            .map(|(message, f)| {
-                NewMessage::new(message, self.estimator.message(message))
-                    .with_hash(f.hash, f.opening)
-            })
-            .collect()
+    /// The call's messages from `from` on that one write stores, as an append stores them: at
+    /// most [`STORE_STEP`] of them and [`STORE_STEP_TOKENS`] (past the first).
+    fn to_store(&self, from: usize) -> Vec<NewMessage> {
+        let (mut step, mut tokens) = (Vec::new(), 0);
+        for (message, f) in self.messages[from..].iter().zip(&self.fingerprints[from..]) {
+            if step.len() == STORE_STEP || tokens >= STORE_STEP_TOKENS {
+                break;
+            }
+            let estimate = self.estimator.message(message);
+            tokens += estimate;
+            step.push(NewMessage::new(message, estimate).with_hash(f.hash, f.opening));
+        }
+        step
     }
 }
 
@@ -154,13 +157,13 @@ impl Store {
     /// Finds (or makes) the call's session, places the call in its tree, appends what is new
     /// and makes the call's branch the current one.
     ///
-    /// What is new is stored [`STORE_STEP`] messages per write: a first call that carries a
-    /// long history (a resumed session of 10,000 messages) held the writer for its whole
-    /// store, about 20 µs a message, and every other client's append waited behind it (up to
-    /// 190 ms in `compactd bench`). Each write walks the tree again from the call's first
-    /// message and stores only what follows what it finds, so a call of the same conversation
-    /// storing meanwhile leaves nothing stored twice; the first write settles the session,
-    /// the later ones go on in it.
+    /// What is new is stored a step per write (at most [`STORE_STEP`] messages and
+    /// [`STORE_STEP_TOKENS`]): a first call that carries a long history (a resumed session of
+    /// 10,000 messages) held the writer for its whole store, about 20 µs a message, and every
+    /// other client's append waited behind it (up to 190 ms in `compactd bench`). Each write
+    /// walks the tree again from the call's first message and stores only what follows what
+    /// it finds, so a call of the same conversation storing meanwhile leaves nothing stored
+    /// twice; the first write settles the session, the later ones go on in it.
     pub async fn place_call(
         &self,
         call: ProxyCall,
@@ -194,10 +197,13 @@ impl Store {
 /// Messages of a call stored per write (see [`Store::place_call`]): about 10 ms of the
 /// writer's time.
 const STORE_STEP: usize = 500;
+/// Estimated tokens of a call stored per write (about 1 MiB of text): 500 tool outputs of
+/// 60 KB would take 30 MB, and the writer, for most of a second.
+const STORE_STEP_TOKENS: usize = 256 * 1024;
 
 /// One write of [`Store::place_call`]: places the call in `into` (or the session it finds or
-/// makes) and stores at most [`STORE_STEP`] of its new messages; says whether the call is
-/// now stored whole.
+/// makes) and stores a step of its new messages (see [`ProxyCall::to_store`]); says whether
+/// the call is now stored whole.
 fn place(
     conn: &Connection,
     call: &ProxyCall,
@@ -214,16 +220,10 @@ fn place(
     };
     let (matched, node) = walk(conn, &session, &hashes)?;
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
-    let through = call.messages.len().min(matched + STORE_STEP);
-    if matched < through {
-        session = append_to(
-            conn,
-            &session,
-            &call.to_store(matched, through),
-            None,
-            rules(&session),
-        )?
-        .session;
+    let new = call.to_store(matched);
+    let through = matched + new.len();
+    if !new.is_empty() {
+        session = append_to(conn, &session, &new, None, rules(&session))?.session;
         if session.kind == SessionKind::Side && call.conversation.is_none() && !one_off(call) {
             // A headerless side session's call that goes on from an earlier one is a
             // conversation.

@@ -232,18 +232,23 @@ fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() 
             config.proxy.models.insert("tree-test".into(), 10_000_000);
             let bound = config.proxy.max_recorded_bytes;
             let service = std::sync::Arc::new(Service::new(store.clone(), config).unwrap());
-            // 1,503 messages: several writes' worth, and an odd preamble so that a write ends
-            // between a tool call and its result.
+            // 1,503 messages: several writes' worth of small ones, an odd preamble so that a
+            // write ends between a tool call and its result, and a run of large outputs (300 KB
+            // each) that fills writes by size.
             let mut history = vec![
                 json!({"role": "system", "content": "You are a test agent."}),
                 json!({"role": "user", "content": "Do the task."}),
                 json!({"role": "user", "content": "And keep the tests green."}),
             ];
             for i in 0..750 {
+                let output = match i {
+                    600..610 => format!("line {i} {}", "x".repeat(300_000)),
+                    _ => format!("line {i}"),
+                };
                 history.push(json!({"role": "assistant", "content": null, "tool_calls": [
                     {"id": format!("c{i}"), "type": "function",
                      "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat f{i}\"}}")}}]}));
-                history.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("line {i}")}));
+                history.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": output}));
             }
             let request = Wire::Chat.parse(&mut chat_body(&history)).unwrap();
             let identity = || Identity {
