@@ -170,12 +170,11 @@ impl Store {
         rules: impl Fn(&SessionRow) -> AppendRules + Send + Sync + 'static,
     ) -> Result<Placed> {
         let (call, rules) = (Arc::new(call), Arc::new(rules));
-        let mut first: Option<Placed> = None;
+        let (mut first, mut resume): (Option<Placed>, Option<Resume>) = (None, None);
         loop {
-            let into = first.as_ref().map(|p| p.session.id.to_string());
             let (step_call, step_rules) = (call.clone(), rules.clone());
-            let (placed, complete) = self
-                .write(move |conn| place(conn, &step_call, &*step_rules, into.as_deref()))
+            let (placed, left_off) = self
+                .write(move |conn| place(conn, &step_call, &*step_rules, resume))
                 .await?;
             let placed = match first.take() {
                 // What the call found stored and whether it made the session are the first
@@ -186,10 +185,10 @@ impl Store {
                 },
                 None => placed,
             };
-            if complete {
+            if left_off.is_none() {
                 return Ok(placed);
             }
-            first = Some(placed);
+            (first, resume) = (Some(placed), left_off);
         }
     }
 }
@@ -201,24 +200,39 @@ const STORE_STEP: usize = 500;
 /// 60 KB would take 30 MB, and the writer, for most of a second.
 const STORE_STEP_TOKENS: usize = 256 * 1024;
 
-/// One write of [`Store::place_call`]: places the call in `into` (or the session it finds or
-/// makes) and stores a step of its new messages (see [`ProxyCall::to_store`]); says whether
-/// the call is now stored whole.
+/// Where a write of [`Store::place_call`] left off, the call not stored whole yet.
+struct Resume {
+    session: String,
+    /// How many of the call's messages stand stored, the last of them at `node`.
+    matched: usize,
+    node: u64,
+}
+
+/// One write of [`Store::place_call`]: places the call (in the session where the previous
+/// write left off, or the one it finds or makes) and stores a step of its new messages (see
+/// [`ProxyCall::to_store`]); says where it left off unless the call is now stored whole.
 fn place(
     conn: &Connection,
     call: &ProxyCall,
     rules: &dyn Fn(&SessionRow) -> AppendRules,
-    into: Option<&str>,
-) -> Result<(Placed, bool)> {
-    let hashes = call.hashes();
-    let (session, created) = match into {
-        Some(id) => (get_live(conn, id)?, false),
-        None => match find(conn, call, &hashes)? {
+    resume: Option<Resume>,
+) -> Result<(Placed, Option<Resume>)> {
+    let (session, created) = match &resume {
+        Some(resume) => (get_live(conn, &resume.session)?, false),
+        None => match find(conn, call, &call.hashes())? {
             Some(session) => (session, false),
-            None => (create(conn, call, &hashes)?, true),
+            None => (create(conn, call, &call.hashes())?, true),
         },
     };
-    let (matched, node) = walk(conn, &session, &hashes)?;
+    let (matched, node) = match resume {
+        // Nothing moved since: the walk would end where the last write did. Walking again
+        // from the first message at every write would make a call of n messages cost n²/500
+        // steps of the walk.
+        Some(resume) if untouched(conn, &session, resume.node)? => {
+            (resume.matched, Some(resume.node))
+        }
+        _ => walk(conn, &session, &call.hashes())?,
+    };
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
     let new = call.to_store(matched);
     let through = matched + new.len();
@@ -233,12 +247,36 @@ fn place(
     }
     conn.prepare_cached("UPDATE sessions SET overhead_tokens = ?2 WHERE id = ?1")?
         .execute(params![session.id, call.overhead_tokens])?;
-    let placed = Placed {
-        session: get_live(conn, session.id.as_str())?,
-        matched,
-        created,
-    };
-    Ok((placed, through == call.messages.len()))
+    let session = get_live(conn, session.id.as_str())?;
+    let left_off = (through < call.messages.len()).then(|| Resume {
+        session: session.id.to_string(),
+        matched: through,
+        node: session.head_seq,
+    });
+    Ok((
+        Placed {
+            session,
+            matched,
+            created,
+        },
+        left_off,
+    ))
+}
+
+/// Whether the session's current branch still ends at `node` and nothing was stored after
+/// it on any branch: then the tree holds the call through `node` and nothing of what follows.
+fn untouched(conn: &Connection, session: &SessionRow, node: u64) -> Result<bool> {
+    if session.head_seq != node {
+        return Ok(false);
+    }
+    let child: Option<u64> = conn
+        .prepare_cached(
+            "SELECT seq FROM messages INDEXED BY messages_by_parent
+             WHERE session_id = ?1 AND parent_seq = ?2 AND hash IS NOT NULL LIMIT 1",
+        )?
+        .query_row(params![session.id, node], |r| r.get(0))
+        .optional()?;
+    Ok(child.is_none())
 }
 
 /// The newest child of a node with a given fingerprint. The index by parent is named: left to

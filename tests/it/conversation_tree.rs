@@ -213,9 +213,9 @@ fn a_message_of_text_and_a_call_is_one_fingerprint_whatever_the_whitespace() {
 
 /// A first call that carries a long history (a resumed session) is stored over several writes
 /// of the writer, so other clients' writes go between them. Read back from the file: the
-/// session holds each of the call's messages once, in the call's order, on one branch, with
-/// every tool result after its call, whether the call came alone or twice at once (with a
-/// conversation header or without one), and the same call again stores nothing.
+/// session holds each of the calls' messages once, in order, on one branch, whether the first
+/// call came twice at once (with a conversation header or without one), the same call again
+/// (storing nothing) or a long continuation alone.
 #[test]
 fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -256,18 +256,39 @@ fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() 
                 ..Identity::default()
             };
             let caller = Caller::new("Bearer sk-tree", true);
-            let (a, b) = tokio::join!(
-                service.proxy_turn(&caller, identity(), &request),
-                service.proxy_turn(&caller, identity(), &request)
-            );
-            let (a, b) = (a.unwrap(), b.unwrap());
-            assert_eq!(a.id, b.id, "one conversation ({conversation_header:?})");
-            check(&request.messages, &a.context.messages, &a.branch).unwrap();
+            // Two tasks, so that each call's writes queue behind the other's.
+            let at_once = [0, 1].map(|_| {
+                let (service, caller, request) = (service.clone(), caller.clone(), request.clone());
+                let identity = identity();
+                tokio::spawn(async move {
+                    service
+                        .proxy_turn(&caller, identity, &request)
+                        .await
+                        .map(|turn| (turn.id, turn.context, turn.branch))
+                })
+            });
+            let [a, b] = at_once;
+            let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+            assert_eq!(a.0, b.0, "one conversation ({conversation_header:?})");
+            check(&request.messages, &a.1.messages, &a.2).unwrap();
             let again = service
                 .proxy_turn(&caller, identity(), &request)
                 .await
                 .unwrap();
-            assert_eq!(again.id, a.id);
+            assert_eq!(again.id, a.0);
+            // The conversation goes on by 1,200 messages in one call, alone: its writes go on
+            // from where the one before left off.
+            for i in 750..1_350 {
+                history.push(json!({"role": "assistant", "content": format!("step {i}")}));
+                history.push(json!({"role": "user", "content": format!("go on {i}")}));
+            }
+            let request = Wire::Chat.parse(&mut chat_body(&history)).unwrap();
+            let longer = service
+                .proxy_turn(&caller, identity(), &request)
+                .await
+                .unwrap();
+            assert_eq!(longer.id, a.0);
+            check(&request.messages, &longer.context.messages, &longer.branch).unwrap();
             service.shutdown().await;
             store.close();
 
@@ -279,7 +300,7 @@ fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() 
             let stored: Vec<(u64, Option<u64>, i64)> = db
                 .prepare("SELECT seq, parent_seq, hash FROM messages WHERE session_id = ?1 ORDER BY seq")
                 .unwrap()
-                .query_map([a.id.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .query_map([a.0.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .unwrap()
                 .collect::<rusqlite::Result<_>>()
                 .unwrap();
