@@ -6,9 +6,11 @@
 //! message by a fingerprint of what the client sends); only what follows is stored, as a
 //! branch from where they part. A resend stores nothing; an edit in the middle starts a branch
 //! there, sharing everything before it; the session's counters then describe that branch
-//! ([`super::counters::switch_to`]), and a compaction of the shared part serves it too. Each
-//! write of the writer thread that stores a call's messages matches the call again first, so
-//! two calls of one conversation arriving at once store its new messages once.
+//! ([`super::counters::switch_to`]), and a compaction of the shared part serves it too. A
+//! call's messages are stored over several writes of the writer thread when there are many;
+//! each goes on from where the previous one left off only if nothing moved since, and matches
+//! the call again otherwise, so two calls of one conversation arriving at once store its new
+//! messages once.
 //!
 //! Which session: the one the client names, or the one its conversation header names
 //! (Claude Code's, Codex's, opencode's), or else the one of the caller's that the call
