@@ -162,36 +162,30 @@ impl Store {
     /// What is new is stored a step per write (at most [`STORE_STEP`] messages and
     /// [`STORE_STEP_TOKENS`]): a first call that carries a long history (a resumed session of
     /// 10,000 messages) held the writer for its whole store, about 20 µs a message, and every
-    /// other client's append waited behind it (up to 190 ms in `compactd bench`). Each write
-    /// walks the tree again from the call's first message and stores only what follows what
-    /// it finds, so a call of the same conversation storing meanwhile leaves nothing stored
-    /// twice; the first write settles the session, the later ones go on in it.
+    /// other client's append waited behind it (up to 190 ms in `compactd bench`). The first
+    /// write settles the session; each later one goes on where the previous one left off if
+    /// nothing moved since, and matches the call again otherwise, so a call of the same
+    /// conversation storing meanwhile leaves nothing stored twice.
     pub async fn place_call(
         &self,
         call: ProxyCall,
         rules: impl Fn(&SessionRow) -> AppendRules + Send + Sync + 'static,
     ) -> Result<Placed> {
+        let hashes: Arc<[i64]> = call.hashes().into();
         let (call, rules) = (Arc::new(call), Arc::new(rules));
-        let (mut first, mut resume): (Option<Placed>, Option<Resume>) = (None, None);
-        loop {
-            let (step_call, step_rules) = (call.clone(), rules.clone());
-            let (placed, left_off) = self
-                .write(move |conn| place(conn, &step_call, &*step_rules, resume))
-                .await?;
-            let placed = match first.take() {
-                // What the call found stored and whether it made the session are the first
-                // write's; the session is as the last one left it.
-                Some(first) => Placed {
-                    session: placed.session,
-                    ..first
-                },
-                None => placed,
-            };
-            if left_off.is_none() {
-                return Ok(placed);
-            }
-            (first, resume) = (Some(placed), left_off);
+        let write = |resume: Option<Resume>| {
+            let (call, hashes, rules) = (call.clone(), hashes.clone(), rules.clone());
+            self.write(move |conn| place(conn, &call, &hashes, &*rules, resume))
+        };
+        let (mut placed, mut left_off) = write(None).await?;
+        while let Some(resume) = left_off {
+            let (later, next) = write(Some(resume)).await?;
+            // What the call found stored and whether it made the session are the first
+            // write's; the session is as the last one left it.
+            placed.session = later.session;
+            left_off = next;
         }
+        Ok(placed)
     }
 }
 
@@ -210,20 +204,22 @@ struct Resume {
     node: u64,
 }
 
-/// One write of [`Store::place_call`]: places the call (in the session where the previous
-/// write left off, or the one it finds or makes) and stores a step of its new messages (see
+/// One write of [`Store::place_call`]: places the call (its messages' fingerprints are
+/// `hashes`) in the session where the previous write left off, or the one it finds or makes,
+/// and stores a step of its new messages (see
 /// [`ProxyCall::to_store`]); says where it left off unless the call is now stored whole.
 fn place(
     conn: &Connection,
     call: &ProxyCall,
+    hashes: &[i64],
     rules: &dyn Fn(&SessionRow) -> AppendRules,
     resume: Option<Resume>,
 ) -> Result<(Placed, Option<Resume>)> {
     let (session, created) = match &resume {
         Some(resume) => (get_live(conn, &resume.session)?, false),
-        None => match find(conn, call, &call.hashes())? {
+        None => match find(conn, call, hashes)? {
             Some(session) => (session, false),
-            None => (create(conn, call, &call.hashes())?, true),
+            None => (create(conn, call, hashes)?, true),
         },
     };
     let (matched, node) = match resume {
@@ -233,7 +229,7 @@ fn place(
         Some(resume) if untouched(conn, &session, resume.node)? => {
             (resume.matched, Some(resume.node))
         }
-        _ => walk(conn, &session, &call.hashes())?,
+        _ => walk(conn, &session, hashes)?,
     };
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
     let new = call.to_store(matched);

@@ -27,8 +27,9 @@ pub(crate) struct ProxyFigures {
     pub added_ms_10k: f64,
     /// p50 of a straight call at 10,000 messages, for scale.
     pub direct_ms_10k: f64,
-    /// Another agent's `/context` (a session of 50 messages, under its trigger) while the proxy serves two
-    /// agents resending 10,000-message conversations at once: p50, p99 and max, ms.
+    /// Another agent's `/context` (a session of 50 messages, under its trigger) while the
+    /// proxy serves two agents resending 10,000-message conversations at once: p50, p99 and
+    /// max, ms.
     pub neighbour_context_p50_ms: f64,
     pub neighbour_context_p99_ms: f64,
     pub neighbour_context_max_ms: f64,
@@ -151,8 +152,8 @@ struct Neighbours {
 /// (to a session that never compacts, so its appends measure the append path alone). Two
 /// proxied agents at once: with one, the runtime's other worker serves the neighbours
 /// whatever the proxy does with its own. Each proxied conversation's first call stores its
-/// 10,000 messages in one transaction (so that concurrent calls of one conversation store it
-/// once): the appending neighbour's commit waits for it.
+/// 10,000 messages and the search index takes them in, a bounded step per write: the
+/// appending neighbour's commit waits for the step in progress.
 async fn beside_the_proxy(client: &Client, calls: usize) -> Result<Neighbours> {
     super::fill_session(client, "neighbour", 50).await?;
     client
