@@ -260,8 +260,9 @@ async fn the_wal_is_truncated_after_a_long_reader_finishes() {
     let _: i64 = reader
         .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
         .unwrap();
+    // Past the size under which an idle writer leaves the WAL file as it is (32 MiB).
     let chunk = "y".repeat(1_000_000);
-    for i in 0..12 {
+    for i in 0..40 {
         client
             .post("/session/w/message", &user(&format!("{i} {chunk}")))
             .await
@@ -270,17 +271,72 @@ async fn the_wal_is_truncated_after_a_long_reader_finishes() {
     let wal = std::path::PathBuf::from(format!("{}-wal", daemon.db().display()));
     let grown = std::fs::metadata(&wal).unwrap().len();
     assert!(
-        grown > 10_000_000,
+        grown > 36_000_000,
         "WAL {grown} bytes while the reader holds on"
     );
     reader.execute_batch("COMMIT").unwrap();
     drop(reader);
-    let shrunk = eventually(Duration::from_secs(10), || async {
+    let shrunk = eventually(Duration::from_secs(30), || async {
         let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
         (size < 4 * 1024 * 1024).then_some(size)
     })
     .await;
     assert!(shrunk.is_some(), "the WAL stayed at {grown} bytes");
+}
+
+fn size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+// 7b. Writes that never pause keep the WAL bounded (the commit past 4,000 pages checkpoints
+// it), and once they pause the rest of it is copied into the database file.
+#[tokio::test]
+async fn the_wal_stays_bounded_under_writes_and_is_folded_in_once_they_pause() {
+    let daemon = TestDaemon::start("");
+    let wal = std::path::PathBuf::from(format!("{}-wal", daemon.db().display()));
+    let words = "the agent reads the build log again ".repeat(1_800);
+    // Four clients at once, so that some write is always under way and the writer is never
+    // idle long enough to checkpoint between them.
+    let writers: Vec<_> = (0..4)
+        .map(|c| {
+            let (client, words, wal) = (daemon.client(), words.clone(), wal.clone());
+            tokio::spawn(async move {
+                let mut largest = 0;
+                for i in 0..320 {
+                    client
+                        .post(
+                            &format!("/session/b{c}/message"),
+                            &user(&format!("{i} {words}")),
+                        )
+                        .await
+                        .unwrap();
+                    largest = largest.max(size(&wal));
+                }
+                largest
+            })
+        })
+        .collect();
+    let mut largest = 0;
+    for writer in writers {
+        largest = largest.max(writer.await.unwrap());
+    }
+    // 4,000 pages of 4 KiB and their frame headers, plus the batch (up to four 64 KB appends)
+    // that passed them; without the bound the WAL would hold most of the 80 MB.
+    assert!(
+        largest < 18_000_000,
+        "the WAL reached {largest} bytes over 80 MB of appends"
+    );
+    let stored = eventually(Duration::from_secs(30), || async {
+        let main = size(&daemon.db());
+        (main > 80_000_000).then_some(main)
+    })
+    .await;
+    assert!(
+        stored.is_some(),
+        "the database file holds {} bytes of 80 MB appended, the WAL {} more",
+        size(&daemon.db()),
+        size(&wal)
+    );
 }
 
 // 8. The config watcher ignores its own reads; a rejected edit is reported once; SIGHUP
