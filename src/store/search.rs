@@ -24,13 +24,8 @@ use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
-/// Messages waiting for the index past which a commit batch indexes them itself, so a client
-/// that never pauses still gets its messages indexed. Below it, what waits is indexed once the
-/// writer is idle: a burst of appends shorter than this (an import, a replay, a test's loop)
-/// never carries an indexing step in a commit it waits for (at 256, one append in ~256 of a
-/// burst held ~5 ms of indexing); a search right after one catches up in two or three
-/// [`INDEX_STEP`]s of small messages, or [`INDEX_STEP_BYTES`] at a time of large ones.
-pub(super) const INDEX_LAG: i64 = 1_024;
+/// Messages waiting for the index past which a commit batch indexes them itself.
+pub(super) const INDEX_LAG: i64 = 256;
 /// Messages one indexing transaction takes at most (a large backlog goes in steps). A step
 /// holds the writer, so every client's next write waits for it: steps of 2,000 messages of
 /// ~450 B took 40-55 ms, and another agent's append waited as long while a proxied

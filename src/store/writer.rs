@@ -6,10 +6,8 @@ use super::file::DatabaseFile;
 use super::waiting::{self, InFlight};
 use super::{Result, StoreError};
 use rusqlite::Connection;
-use rusqlite::hooks::Wal;
-use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::thread::JoinHandle;
@@ -32,23 +30,14 @@ const INDEX_AFTER: Duration = Duration::from_millis(20);
 /// A busy writer asks how many messages wait for the search index once per this many
 /// batches: the question is a statement of its own, 5-10% of a one-append batch's work.
 const INDEX_CHECK_EVERY: u32 = 32;
-/// A commit that leaves the WAL at least this many frames (pages) long checkpoints it there
-/// and then, as SQLite's automatic checkpoint does at 1,000: the bound on how long the WAL
-/// grows while writes never pause. Below it, the writer checkpoints once idle (see
-/// [`CHECKPOINT_WHEN_IDLE`]), so a commit that an agent or a burst of appends waits for never
-/// carries a checkpoint (copying the WAL's pages into the database and syncing it: one
-/// append in about 330 paid 1-5 ms for it, a fifth of a burst's p99 to p50 spread).
-const CHECKPOINT_AT_COMMIT: i32 = 4_000;
-/// A WAL at least this many frames long is checkpointed at the writer's next idle moment.
-const CHECKPOINT_WHEN_IDLE: i32 = 1_000;
-/// A WAL file larger than this is truncated when idle: twice what [`CHECKPOINT_AT_COMMIT`]
-/// lets it reach (4,000 pages of 4 KiB, plus the batch that passed them). After each
-/// checkpoint SQLite writes the WAL over again from its start, and a commit over bytes the
-/// file already has costs an fsync of its data only, where one that grows the file syncs its
-/// size as well (Python's `sqlite3`, 400 single-row transactions here: p50 213-238 µs over a
-/// written WAL, 324-465 µs onto one growing from empty). Truncating the usual WAL at every
-/// idle second put an agent's appends, which come seconds apart, always on a growing one.
-const WAL_WORTH_TRUNCATING: u64 = 32 * 1024 * 1024;
+/// A WAL smaller than this is left alone when idle: twice what SQLite's automatic
+/// checkpoint lets it reach (1,000 pages of 4 KiB, plus the batch that passed them). After
+/// each checkpoint SQLite writes the WAL over again from its start, and a commit over bytes
+/// the file already has costs an fsync of its data only, where one that grows the file syncs
+/// its size as well (Python's `sqlite3`, 400 single-row transactions here: p50 213-238 µs
+/// over a written WAL, 324-465 µs onto one growing from empty). Truncating the usual WAL at
+/// every idle second put an agent's appends, which come seconds apart, always on a growing one.
+const WAL_WORTH_TRUNCATING: u64 = 8 * 1024 * 1024;
 
 pub(super) struct Writer {
     jobs: Mutex<Option<Sender<Job>>>,
@@ -69,8 +58,6 @@ struct Shared {
     batches: AtomicU32,
     /// Set by a caller's commit: the thread, timing its idle work, was not told of it.
     wrote: AtomicBool,
-    /// The WAL's length in frames after the last commit (see [`watch_wal`]).
-    wal_frames: Arc<AtomicI32>,
 }
 
 impl Shared {
@@ -94,15 +81,13 @@ impl Shared {
 }
 
 impl Writer {
-    pub(super) fn start(mut conn: Connection, database: DatabaseFile) -> Result<Writer> {
+    pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
         let (tx, rx) = channel::<Job>();
-        let wal_frames = watch_wal(&mut conn)?;
         let shared = Arc::new(Shared {
             conn: Mutex::new(Some(conn)),
             database,
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
-            wal_frames,
         });
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
@@ -194,7 +179,6 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 }
                 let conn = lock();
                 let Some(conn) = conn.as_ref() else { break };
-                checkpoint_if_long(conn, &shared.wal_frames);
                 if index_pending {
                     index_pending = index_when_idle(conn, &shared.database);
                 } else {
@@ -288,41 +272,6 @@ fn index_in_savepoint(conn: &Connection) {
         super::search::index_pending(c, super::search::INDEX_STEP)
     }) {
         tracing::warn!(error = %e, "cannot index new messages for search; trying again later");
-    }
-}
-
-/// Takes over SQLite's automatic checkpoint on the write connection: after each commit, notes
-/// the WAL's length in frames (returned) and checkpoints only past [`CHECKPOINT_AT_COMMIT`].
-fn watch_wal(conn: &mut Connection) -> Result<Arc<AtomicI32>> {
-    let frames = Arc::new(AtomicI32::new(0));
-    let noted = frames.clone();
-    conn.wal_hook(Some(move |wal: &mut Wal, length: c_int| {
-        noted.store(length, Ordering::Relaxed);
-        if length >= CHECKPOINT_AT_COMMIT {
-            // As SQLite's own: a checkpoint a reader holds back is tried again later, and its
-            // outcome is never the commit's (an error here would fail a commit that was made).
-            let _ = wal.checkpoint();
-        }
-        Ok(())
-    }))?;
-    Ok(frames)
-}
-
-/// Checkpoints a WAL of [`CHECKPOINT_WHEN_IDLE`] frames or more, without waiting for another
-/// process's lock; one a reader holds back (it still reads the WAL) is tried again at the next
-/// idle moment.
-fn checkpoint_if_long(conn: &Connection, frames: &AtomicI32) {
-    if frames.load(Ordering::Relaxed) < CHECKPOINT_WHEN_IDLE {
-        return;
-    }
-    let _ = conn.busy_timeout(Duration::ZERO);
-    let outcome = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-    });
-    let _ = conn.busy_timeout(super::BUSY_WAIT);
-    if outcome.is_ok_and(|(length, copied)| copied == length) {
-        // All of it is in the database: the next commit writes the WAL from its start.
-        frames.store(0, Ordering::Relaxed);
     }
 }
 

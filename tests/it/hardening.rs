@@ -260,9 +260,8 @@ async fn the_wal_is_truncated_after_a_long_reader_finishes() {
     let _: i64 = reader
         .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
         .unwrap();
-    // Past the size under which an idle writer leaves the WAL file as it is (32 MiB).
     let chunk = "y".repeat(1_000_000);
-    for i in 0..40 {
+    for i in 0..12 {
         client
             .post("/session/w/message", &user(&format!("{i} {chunk}")))
             .await
@@ -271,7 +270,7 @@ async fn the_wal_is_truncated_after_a_long_reader_finishes() {
     let wal = std::path::PathBuf::from(format!("{}-wal", daemon.db().display()));
     let grown = std::fs::metadata(&wal).unwrap().len();
     assert!(
-        grown > 36_000_000,
+        grown > 10_000_000,
         "WAL {grown} bytes while the reader holds on"
     );
     reader.execute_batch("COMMIT").unwrap();
@@ -284,30 +283,25 @@ async fn the_wal_is_truncated_after_a_long_reader_finishes() {
     assert!(shrunk.is_some(), "the WAL stayed at {grown} bytes");
 }
 
-fn size(path: &std::path::Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
-}
-
-// 7b. Writes that never pause keep the WAL bounded (the commit past 4,000 pages checkpoints
-// it), and once they pause the rest of it is copied into the database file.
+// 7b. Writes that never pause keep the WAL bounded: the commit that takes it past 1,000 pages
+// checkpoints it, and SQLite writes it over again from its start.
 #[tokio::test]
-async fn the_wal_stays_bounded_under_writes_and_is_folded_in_once_they_pause() {
+async fn the_wal_stays_bounded_while_writes_never_pause() {
     let daemon = TestDaemon::start("");
     let wal = std::path::PathBuf::from(format!("{}-wal", daemon.db().display()));
+    let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
     let words = "the agent reads the build log again ".repeat(1_800);
     // Four clients at once, so that some write is always under way and the writer is never
-    // idle long enough to checkpoint between them.
+    // idle long enough to tidy the WAL between them.
     let writers: Vec<_> = (0..4)
         .map(|c| {
             let (client, words, wal) = (daemon.client(), words.clone(), wal.clone());
             tokio::spawn(async move {
                 let mut largest = 0;
                 for i in 0..320 {
+                    let message = user(&format!("{i} {words}"));
                     client
-                        .post(
-                            &format!("/session/b{c}/message"),
-                            &user(&format!("{i} {words}")),
-                        )
+                        .post(&format!("/session/b{c}/message"), &message)
                         .await
                         .unwrap();
                     largest = largest.max(size(&wal));
@@ -320,22 +314,11 @@ async fn the_wal_stays_bounded_under_writes_and_is_folded_in_once_they_pause() {
     for writer in writers {
         largest = largest.max(writer.await.unwrap());
     }
-    // 4,000 pages of 4 KiB and their frame headers, plus the batch (up to four 64 KB appends)
-    // that passed them; without the bound the WAL would hold most of the 80 MB.
+    // 1,000 pages of 4 KiB and their frame headers, plus the batch (up to four 64 KB appends)
+    // that passed them; without the checkpoint the WAL would hold all 80 MB and more.
     assert!(
-        largest < 18_000_000,
+        largest < 8_000_000,
         "the WAL reached {largest} bytes over 80 MB of appends"
-    );
-    let stored = eventually(Duration::from_secs(30), || async {
-        let main = size(&daemon.db());
-        (main > 80_000_000).then_some(main)
-    })
-    .await;
-    assert!(
-        stored.is_some(),
-        "the database file holds {} bytes of 80 MB appended, the WAL {} more",
-        size(&daemon.db()),
-        size(&wal)
     );
 }
 
