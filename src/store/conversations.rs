@@ -402,7 +402,8 @@ fn side_session(conn: &Connection, call: &ProxyCall) -> Result<Option<SessionRow
 }
 
 /// The caller's conversation the call continues: it shares the conversation's first message
-/// and either its prefix past the client's preamble or its task.
+/// and either its prefix past the client's preamble, or its task, or all of a first call that
+/// was cut off between its writes.
 fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<SessionRow>> {
     let candidates: Vec<String> = conn
         .prepare_cached(
@@ -424,7 +425,15 @@ fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<O
         let carries_task = session
             .task_hash
             .is_some_and(|task| call.fingerprints.iter().any(|f| f.opening == Some(task)));
-        if (past_preamble || carries_task) && best.as_ref().is_none_or(|(m, _)| matched > *m) {
+        // A whole first call is stored past its preamble (its task follows it), so a session
+        // that ends inside its own is one cut off between its writes (the daemon killed, a
+        // write failed): a call holding all of it is its retry, whose task may have no
+        // opening to be known by (a user message of tool results only).
+        let cut_off =
+            session.message_count <= session.static_seq && matched as u64 == session.message_count;
+        if (past_preamble || carries_task || cut_off)
+            && best.as_ref().is_none_or(|(m, _)| matched > *m)
+        {
             best = Some((matched, session));
         }
     }
@@ -522,6 +531,107 @@ mod tests {
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap()
+    }
+
+    /// A first call of 1,202 messages whose task has no opening (so only its stored prefix
+    /// can tell its retry apart), written in full or cut off after its first write, as a
+    /// daemon killed between the two would leave it.
+    fn long_first_call() -> ProxyCall {
+        let mut messages = vec![
+            Message::text(Role::System, "You are a test agent."),
+            Message::text(Role::User, "Do the task."),
+        ];
+        for i in 0..600 {
+            messages.push(Message::text(Role::Assistant, format!("step {i}")));
+            messages.push(Message::text(Role::User, format!("go on {i}")));
+        }
+        let fingerprints = (0..messages.len() as i64)
+            .map(|i| Fingerprints {
+                hash: 1_000 + i,
+                opening: None,
+            })
+            .collect();
+        ProxyCall {
+            owner: "owner".into(),
+            named: None,
+            conversation: None,
+            root_hash: 42,
+            messages: messages.into(),
+            fingerprints,
+            estimator: LazyEstimator::default(),
+            has_tools: false,
+            overhead_tokens: 0,
+            new_session: NewSession {
+                id: SessionId::unchecked(format!("proxy-{}", rand_suffix())),
+                model: None,
+                context_limit: 10_000_000,
+                overrides: serde_json::json!({}),
+                owner: Some("owner".into()),
+                limit_source: None,
+            },
+            may_create: Ok(()),
+        }
+    }
+
+    fn rand_suffix() -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn rules(_: &SessionRow) -> AppendRules {
+        AppendRules {
+            task_max_tokens: 0,
+            max_pinned_tokens: 0,
+            step_budget: usize::MAX,
+            lenient: true,
+            pin_cap: 0,
+            masking: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_first_call_cut_off_between_its_writes_is_completed_by_its_retry() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.db");
+        let store = Store::open(&path, crate::store::Synchronous::Normal).unwrap();
+        let cut = Arc::new(long_first_call());
+        let hashes: Arc<[i64]> = cut.hashes().into();
+        let (first, left_off) = store
+            .write(move |conn| place(conn, &cut, &hashes, &rules, None))
+            .await
+            .unwrap();
+        assert!(left_off.is_some(), "the call took one write");
+        assert_eq!(first.session.message_count, STORE_STEP as u64);
+
+        // Meanwhile a call that shares only the first 300 messages: another conversation.
+        let mut other = long_first_call();
+        let mut messages = other.messages.to_vec();
+        messages.truncate(300);
+        messages.push(Message::text(Role::User, "Another task."));
+        other.messages = messages.into();
+        other.fingerprints.truncate(300);
+        other.fingerprints.push(Fingerprints {
+            hash: 7,
+            opening: None,
+        });
+        let other = store.place_call(other, rules).await.unwrap();
+        assert_ne!(other.session.id, first.session.id, "a call of another task");
+
+        let retry = store.place_call(long_first_call(), rules).await.unwrap();
+        assert_eq!(retry.session.id, first.session.id, "a second session");
+        assert_eq!(retry.matched, STORE_STEP);
+        assert_eq!(retry.session.message_count, 1_202);
+        store.close();
+
+        let db = Connection::open(&path).unwrap();
+        let counts: (i64, i64) = db
+            .query_row(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(counts, (2, 1_202 + 301));
     }
 
     /// The walk reads indexes only, never a message's row (its parts may fill overflow
