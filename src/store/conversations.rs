@@ -562,7 +562,7 @@ mod tests {
             has_tools: false,
             overhead_tokens: 0,
             new_session: NewSession {
-                id: SessionId::unchecked(format!("proxy-{}", rand_suffix())),
+                id: SessionId::unchecked(format!("proxy-{}", next_suffix())),
                 model: None,
                 context_limit: 10_000_000,
                 overrides: serde_json::json!({}),
@@ -573,20 +573,13 @@ mod tests {
         }
     }
 
-    fn rand_suffix() -> u64 {
+    fn next_suffix() -> u64 {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn rules(_: &SessionRow) -> AppendRules {
-        AppendRules {
-            task_max_tokens: 0,
-            max_pinned_tokens: 0,
-            step_budget: usize::MAX,
-            lenient: true,
-            pin_cap: 0,
-            masking: None,
-        }
+        AppendRules::AS_SENT
     }
 
     #[tokio::test]

@@ -63,6 +63,19 @@ pub struct AppendRules {
     pub masking: Option<MaskingStart>,
 }
 
+impl AppendRules {
+    /// Rules that refuse nothing and pin nothing, the current step unbounded: for a message
+    /// stored off the current branch, whose counters describe another branch.
+    pub(super) const AS_SENT: AppendRules = AppendRules {
+        task_max_tokens: 0,
+        max_pinned_tokens: 0,
+        step_budget: usize::MAX,
+        lenient: true,
+        pin_cap: 0,
+        masking: None,
+    };
+}
+
 impl NewMessage {
     pub fn new(message: &Message, tokens: usize) -> NewMessage {
         NewMessage::owned(message.clone(), tokens)
@@ -308,14 +321,6 @@ pub(super) fn append_leaf(
         std::slice::from_ref(message),
         true,
     )?;
-    let rules = AppendRules {
-        task_max_tokens: 0,
-        max_pinned_tokens: 0,
-        step_budget: usize::MAX,
-        lenient: true,
-        pin_cap: 0,
-        masking: None,
-    };
     let off_branch = SessionRow {
         head_seq: parent,
         ..session.clone()
@@ -325,7 +330,7 @@ pub(super) fn append_leaf(
         &off_branch,
         std::slice::from_ref(message),
         &tools,
-        rules,
+        AppendRules::AS_SENT,
         &super::clock::now(),
     )?;
     conn.prepare_cached(
