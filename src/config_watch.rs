@@ -5,7 +5,8 @@
 //! the watcher could not be set up.
 //!
 //! Only changes count: reading the file (which the reload itself does) is not an edit, and a
-//! file whose bytes did not change is neither reapplied nor re-rejected.
+//! file whose bytes did not change is neither reapplied nor re-rejected. A config put in force
+//! starts the compactions it makes due, as a start does (`daemon::resume`).
 
 use crate::config::Config;
 use crate::service::{Event, Service};
@@ -99,7 +100,7 @@ fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::R
 }
 
 /// Re-reads the config; applies it if valid, keeps the old one otherwise.
-pub(crate) async fn reload(path: &Path, service: &Service) {
+pub(crate) async fn reload(path: &Path, service: &Arc<Service>) {
     let shown = path.display().to_string();
     let result = match Config::load(path) {
         Ok(new) => match service.misfits(&new).await {
@@ -134,6 +135,7 @@ pub(crate) async fn reload(path: &Path, service: &Service) {
             if changed {
                 tracing::info!(path = %shown, "config reloaded");
                 service.emit(Event::ConfigReloaded { path: shown });
+                crate::daemon::resume(service, "config reload").await;
             }
         }
         Err(error) => {

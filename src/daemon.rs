@@ -73,7 +73,7 @@ pub async fn run(
     let (listeners, socket) = listen(options, &service).await?;
     config_watch::spawn(config_path, service.clone());
     spawn_watchdog(&service);
-    resume(&service).await;
+    resume(&service, "start").await;
     tracing::info!(
         socket = %socket,
         db = %db.display(),
@@ -154,13 +154,16 @@ async fn listen(
     Ok((listeners, origin))
 }
 
-/// Compactions a crash or kill interrupted, or a config change made due, run now.
-async fn resume(service: &Arc<Service>) {
+/// Compactions a crash or kill interrupted, or a config change made due, start now rather
+/// than at each session's next append or context: an idle session over its new trigger is
+/// compacted before its agent comes back, so its next step does not wait for it.
+pub(crate) async fn resume(service: &Arc<Service>, after: &'static str) {
     match service.resume().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(
             sessions = n,
-            "resumed compactions of sessions over their trigger"
+            after,
+            "started compactions of sessions over their trigger"
         ),
         Err(e) => tracing::warn!(error = %e, "cannot look for sessions over their trigger"),
     }

@@ -209,16 +209,24 @@ impl Service {
     /// sessions, and the key that owns each proxy session (by the start of its hash: the key
     /// itself is never stored). A config edit is checked like a PATCH is.
     pub async fn misfits(&self, config: &Config) -> Result<Vec<String>, ServiceError> {
-        let mut misfits = Vec::new();
-        for session in self.store.sessions().await? {
-            let why = compaction_with_overrides(&config.compaction, &session.overrides)
-                .and_then(|c| Ok(c.check_context_limit(session.context_limit)?));
-            if let Err(why) = why {
-                let owner = match &session.owner {
-                    Some(owner) => format!(", proxy key sha256 {}…", &owner[..owner.len().min(12)]),
-                    None => String::new(),
-                };
-                misfits.push(format!("session `{}`{owner}: {why}", session.id));
+        let (mut misfits, mut cursor) = (Vec::new(), String::new());
+        loop {
+            let page = self.store.next_sessions(&mut cursor).await?;
+            if page.is_empty() {
+                break;
+            }
+            for session in page {
+                let why = compaction_with_overrides(&config.compaction, &session.overrides)
+                    .and_then(|c| Ok(c.check_context_limit(session.context_limit)?));
+                if let Err(why) = why {
+                    let owner = match &session.owner {
+                        Some(owner) => {
+                            format!(", proxy key sha256 {}…", &owner[..owner.len().min(12)])
+                        }
+                        None => String::new(),
+                    };
+                    misfits.push(format!("session `{}`{owner}: {why}", session.id));
+                }
             }
         }
         Ok(misfits)
@@ -293,16 +301,6 @@ impl Service {
         })
     }
 
-    pub async fn sessions(&self) -> Result<Vec<SessionView>, ServiceError> {
-        Ok(self
-            .store
-            .sessions()
-            .await?
-            .into_iter()
-            .map(|s| self.view(s))
-            .collect())
-    }
-
     pub async fn session(&self, id: &SessionId) -> Result<SessionView, ServiceError> {
         Ok(self.view(self.store.session(id).await?))
     }
@@ -336,13 +334,18 @@ impl Service {
     /// Starts the compactions a restart interrupted (or a config change made due): every
     /// session over its trigger compacts now rather than at its next append.
     pub async fn resume(self: &Arc<Self>) -> Result<usize, ServiceError> {
-        let mut started = 0;
-        for session in self.store.sessions().await? {
-            if self.after_append(&session, false).await.is_some() {
-                started += 1;
+        let (mut started, mut cursor) = (0, String::new());
+        loop {
+            let page = self.store.next_sessions(&mut cursor).await?;
+            if page.is_empty() {
+                return Ok(started);
+            }
+            for session in page {
+                if self.after_append(&session, false).await.is_some() {
+                    started += 1;
+                }
             }
         }
-        Ok(started)
     }
 
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), ServiceError> {

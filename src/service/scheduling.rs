@@ -172,25 +172,28 @@ impl Service {
     }
 
     /// Masks the session's old tool outputs if its context has passed the point where masking
-    /// starts and a masking would save a batch's worth; returns the session after it.
+    /// starts and a masking would save a batch's worth. Returns the session as it stands when
+    /// its masking moved past what `session` shows: masked by this call, or by another request
+    /// since `session` was read (a context read before that masking is stale).
     pub(super) async fn mask_if_due(&self, session: &SessionRow) -> Option<SessionRow> {
         let config = self.compaction_config(session);
         let min_saving = MaskingStart::of(&config, session.context_limit)?
             .saving_due(session.context_tokens().0, session.pinned_tokens)?;
-        let (row, after) = match self
+        let (row, now) = match self
             .store
             .mask_outputs(&session.id, PRESERVE_RECENT_OUTPUTS, min_saving)
             .await
         {
-            Ok(Some(masked)) => masked,
-            Ok(None) => return None,
+            Ok(masked) => masked,
             Err(e) => {
                 tracing::warn!(session = %session.id, error = %e, "cannot mask old outputs");
                 return None;
             }
         };
-        self.announce_masking(&session.id, &row);
-        Some(after)
+        if let Some(row) = &row {
+            self.announce_masking(&session.id, row);
+        }
+        (now.masked_through_seq != session.masked_through_seq).then_some(now)
     }
 
     /// Logs a masking and tells the event stream.

@@ -152,17 +152,23 @@ fn write_masking(
 }
 
 impl Store {
-    /// [`mask`] in a write of its own, for the session as it is then.
+    /// [`mask`] in a write of its own, for the session as it is then. Returns the masking, if
+    /// one was made, and the session after it: a caller holding an older row of the session
+    /// sees whether its outputs were masked meanwhile (by another request) even when this
+    /// call found nothing left to mask.
     pub async fn mask_outputs(
         &self,
         session_id: &SessionId,
         keep_recent: usize,
         min_saving: usize,
-    ) -> Result<Option<(MaskingRow, SessionRow)>> {
+    ) -> Result<(Option<MaskingRow>, SessionRow)> {
         let session_id = session_id.to_string();
         self.write(move |conn| {
             let session = get_live(conn, &session_id)?;
-            mask(conn, &session, keep_recent, min_saving)
+            Ok(match mask(conn, &session, keep_recent, min_saving)? {
+                Some((row, after)) => (Some(row), after),
+                None => (None, session),
+            })
         })
         .await
     }
@@ -184,5 +190,79 @@ impl Store {
             page,
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::message::{Message, Part, Role};
+    use crate::protocol::SessionId;
+    use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
+
+    /// A task, then `rounds` tool calls each answered by an output of 2,000 characters.
+    fn session_with_outputs(id: &SessionId, rounds: usize) -> Append {
+        let mut messages = vec![NewMessage::owned(Message::text(Role::User, "fix it"), 3)];
+        for i in 0..rounds {
+            let call = Message {
+                role: Role::Assistant,
+                parts: vec![Part::ToolCall {
+                    id: format!("c{i}"),
+                    name: "bash".into(),
+                    args: serde_json::json!({"command": "cargo test"}),
+                }],
+            };
+            let result = Message {
+                role: Role::Tool,
+                parts: vec![Part::ToolResult {
+                    call_id: format!("c{i}"),
+                    name: None,
+                    output: "x".repeat(2_000),
+                    is_error: false,
+                }],
+            };
+            messages.push(NewMessage::owned(call, 10));
+            messages.push(NewMessage::owned(result, 500));
+        }
+        Append {
+            session: id.clone(),
+            create: Some(NewSession {
+                id: id.clone(),
+                model: None,
+                context_limit: 128_000,
+                overrides: serde_json::json!({}),
+                owner: None,
+                limit_source: None,
+            }),
+            messages,
+            reported_tokens: None,
+            idempotency: None,
+        }
+    }
+
+    /// Whoever asks second (a context that read the session before another request masked
+    /// it) finds nothing left to mask, and is told where the session's masking stands now,
+    /// so it can tell its own read is stale.
+    #[tokio::test]
+    async fn a_masking_found_made_already_reports_the_session_as_it_stands() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+        let id = SessionId::unchecked("s".into());
+        let appended = store
+            .append(session_with_outputs(&id, 20), |_| AppendRules::AS_SENT)
+            .await
+            .unwrap();
+        let before = appended.session.masked_through_seq;
+
+        let (first, after) = store.mask_outputs(&id, 3, 1).await.unwrap();
+        assert!(
+            first.is_some_and(|m| m.outputs >= 17),
+            "the old outputs are masked"
+        );
+        assert!(after.masked_through_seq > before);
+
+        let (second, now) = store.mask_outputs(&id, 3, 1).await.unwrap();
+        assert!(second.is_none(), "nothing is left to mask");
+        assert_eq!(now.masked_through_seq, after.masked_through_seq);
+        assert_eq!(now.context_tokens(), after.context_tokens());
     }
 }

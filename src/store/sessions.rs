@@ -10,6 +10,9 @@ use std::sync::LazyLock;
 /// The current time as stored: UTC ISO 8601 with milliseconds.
 pub(super) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
+/// Sessions a walk over all of them reads at a time (see [`Store::next_sessions`]).
+const SESSION_SCAN_PAGE: usize = 500;
+
 /// A session to create.
 #[derive(Debug, Clone)]
 pub struct NewSession {
@@ -91,7 +94,6 @@ impl Store {
         self.read(move |conn| get_live(conn, &id)).await
     }
 
-    /// Live sessions, most recently updated first.
     /// A page of the live sessions in id order: those after `after`, at most `limit`.
     pub async fn sessions_page(&self, after: String, limit: usize) -> Result<Vec<SessionRow>> {
         self.read(move |conn| {
@@ -107,17 +109,18 @@ impl Store {
         .await
     }
 
-    pub async fn sessions(&self) -> Result<Vec<SessionRow>> {
-        self.read(|conn| {
-            let sql = format!(
-                "SELECT {} FROM sessions WHERE deleted_at IS NULL ORDER BY updated_at DESC, id",
-                SessionRow::COLUMNS
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let rows = stmt.query_map([], SessionRow::from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
-        .await
+    /// The next page of live sessions in id order, those after `cursor`, which moves past
+    /// them; an empty page is the end. What walks every session (a config check, the
+    /// compactions due after a start or a reload) holds one page at a time, however many
+    /// sessions the database has.
+    pub async fn next_sessions(&self, cursor: &mut String) -> Result<Vec<SessionRow>> {
+        let page = self
+            .sessions_page(cursor.clone(), SESSION_SCAN_PAGE)
+            .await?;
+        if let Some(last) = page.last() {
+            *cursor = last.id.to_string();
+        }
+        Ok(page)
     }
 
     /// Changes the session; when its limit or overrides change, its messages are shortened

@@ -284,15 +284,10 @@ async fn config_edits_apply_without_restart_and_bad_edits_keep_the_old_config() 
     edit_config(&daemon, "[compaction]\nmax_messages = 10\n");
     let reloaded = wait_for_event(&mut events, "config_reloaded").await;
     assert_eq!(reloaded["path"], daemon.config_path().to_str().unwrap());
-    let answer = client
-        .post(
-            "/session/hot/message",
-            &json!({"messages": [user("one more")], "wait": true}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer["compaction"]["trigger"], "messages");
-    assert_eq!(answer["compaction"]["status"], "completed");
+    // In force at once: the session is over the new limit and compacts.
+    let compacted = wait_for_event(&mut events, "compaction_finished").await;
+    assert_eq!(compacted["session_id"], "hot");
+    assert_eq!(compacted["trigger"], "messages");
 
     // An invalid edit: the daemon stays up, reports it, and keeps max_messages = 10.
     edit_config(&daemon, "[compaction]\nmax_messages = \"lots\"\n");
@@ -322,6 +317,50 @@ async fn config_edits_apply_without_restart_and_bad_edits_keep_the_old_config() 
         client.get("/session/hot").await.unwrap()["max_messages"],
         20
     );
+}
+
+/// An edit that lowers the trigger under sessions nobody is writing to compacts them at the
+/// reload, not at their agent's next step: the agent comes back to a context already
+/// compacted instead of waiting for it. Sessions still under the new trigger are left alone.
+#[tokio::test]
+async fn a_config_edit_compacts_the_idle_sessions_it_puts_over_their_trigger() {
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 80\n");
+    let client = daemon.client();
+    let twelve: Vec<Value> = (0..12)
+        .map(|i| user(&format!("idle m{i} {}", "w ".repeat(200))))
+        .collect();
+    client
+        .post("/session/idle/message", &json!({"messages": twelve}))
+        .await
+        .unwrap();
+    client
+        .post(
+            "/session/small/message",
+            &json!({"messages": [user("a"), user("b")]}),
+        )
+        .await
+        .unwrap();
+    let mut events = client.events().await.unwrap();
+
+    edit_config(&daemon, "[compaction]\nmax_messages = 10\n");
+    wait_for_event(&mut events, "config_reloaded").await;
+    // Nothing is appended or read: the reload alone starts the compaction.
+    let finished = wait_for_event(&mut events, "compaction_finished").await;
+    assert_eq!(finished["session_id"], "idle");
+    assert_eq!(finished["trigger"], "messages");
+
+    let session = client.get("/session/idle").await.unwrap();
+    assert_eq!(session["compaction_count"], 1, "{session}");
+    let context = client.get("/session/idle/context").await.unwrap();
+    assert_eq!(context["compaction_num"], 1, "{context}");
+    let summarized = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["summary"] == true);
+    assert!(summarized, "the next context holds the summary: {context}");
+    let small = client.get("/session/small").await.unwrap();
+    assert_eq!(small["compaction_count"], 0, "{small}");
 }
 
 #[tokio::test]
