@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 /// `status`: whether the daemon runs, and how.
 pub async fn status(client: &Client, out: Output) -> Result<()> {
     let health = client.health().await?;
-    let sessions = client.sessions().await?.len();
+    let sessions = client.session_count().await?;
     #[derive(Serialize)]
     struct Status {
         #[serde(flatten)]
         health: crate::protocol::Health,
         socket: String,
-        sessions: usize,
+        sessions: u64,
     }
     let status = Status {
         health,

@@ -50,6 +50,12 @@ impl Client {
         }
     }
 
+    /// How many sessions the daemon holds, without listing them.
+    pub async fn session_count(&self) -> Result<u64, ClientError> {
+        let v = self.get("/v1/session?limit=1").await?;
+        Ok(self.typed::<SessionList>(v)?.total)
+    }
+
     pub async fn session(&self, id: &SessionId) -> Result<SessionView, ClientError> {
         let v = self.get(&format!("/v1/session/{id}")).await?;
         self.typed(v)

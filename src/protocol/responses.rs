@@ -127,6 +127,9 @@ pub struct BreakerView {
 pub struct SessionList {
     /// In id order.
     pub sessions: Vec<SessionView>,
+    /// Live sessions in all, on every page: a count needs no walk through the pages.
+    #[serde(default)]
+    pub total: u64,
     /// More sessions follow: ask again with `after` set to this id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,

@@ -281,6 +281,7 @@ impl Service {
         after: String,
         limit: usize,
     ) -> Result<crate::protocol::SessionList, ServiceError> {
+        let total = self.store.session_count().await?;
         let rows = self.store.sessions_page(after, limit + 1).await?;
         let more = rows.len() > limit;
         let mut sessions = Vec::with_capacity(rows.len().min(limit));
@@ -297,6 +298,7 @@ impl Service {
         let next_after = sessions.last().filter(|_| full).map(|s| s.id.to_string());
         Ok(crate::protocol::SessionList {
             sessions,
+            total,
             next_after,
         })
     }

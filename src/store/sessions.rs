@@ -109,6 +109,16 @@ impl Store {
         .await
     }
 
+    /// How many live sessions there are.
+    pub async fn session_count(&self) -> Result<u64> {
+        self.read(|conn| {
+            Ok(conn
+                .prepare_cached("SELECT count(*) FROM sessions WHERE deleted_at IS NULL")?
+                .query_row([], |r| r.get(0))?)
+        })
+        .await
+    }
+
     /// The next page of live sessions in id order, those after `cursor`, which moves past
     /// them; an empty page is the end. What walks every session (a config check, the
     /// compactions due after a start or a reload) holds one page at a time, however many

@@ -431,6 +431,7 @@ async fn sessions_are_listed_in_bounded_pages_and_the_cli_follows_them() {
     let first = client.get("/session").await.unwrap();
     assert_eq!(first["sessions"].as_array().unwrap().len(), 1_000);
     assert_eq!(first["next_after"], "s00999");
+    assert_eq!(first["total"], 2_500, "every page says how many there are");
     let mut listed = vec![];
     let mut after = String::new();
     loop {
@@ -467,6 +468,20 @@ async fn sessions_are_listed_in_bounded_pages_and_the_cli_follows_them() {
     );
     let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(cli["sessions"].as_array().unwrap().len(), 2_500);
+
+    // `status` counts them from one page's total; a deleted session no longer counts.
+    client.delete("/session/s00042").await.unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_compactd"))
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["--json", "status"])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["sessions"], 2_499, "{status}");
+    let last = client.get("/session?after=s02400").await.unwrap();
+    assert_eq!(last["sessions"].as_array().unwrap().len(), 99);
+    assert_eq!(last["total"], 2_499);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
