@@ -24,16 +24,8 @@ use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
-/// Messages waiting for the index past which a commit batch indexes them itself. An agent
-/// pauses between steps and its messages are indexed in the pause; a burst of appends (an
-/// import, a tool loop, a proxied conversation) is indexed once it stops, unless it passes
-/// this many: a writer that never pauses still gets indexed, a step at a time. At 256 a
-/// burst's commits carried an index step every 256 appends (~2 ms each; one client's
-/// appends 11-26% fewer per second in `compactd bench`, p99 1.1-1.2 ms instead of
-/// 0.7-0.8). What it bounds: a search right after a burst first indexes what waits, at most
-/// about this many messages in steps of [`INDEX_STEP`] (~10 ms each), and so does the first
-/// idle moment after a crash.
-pub(super) const INDEX_LAG: i64 = 4_096;
+/// Messages waiting for the index past which a commit batch indexes them itself.
+pub(super) const INDEX_LAG: i64 = 256;
 /// Messages one indexing transaction takes at most (a large backlog goes in steps). A step
 /// holds the writer, so every client's next write waits for it: steps of 2,000 messages of
 /// ~450 B took 40-55 ms, and another agent's append waited as long while a proxied

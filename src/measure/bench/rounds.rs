@@ -81,12 +81,6 @@ pub(super) async fn run(
         rounds.sixteen_elapsed += start.elapsed();
         clients = back;
         rounds.sixteen.extend(sixteen);
-        // Raw SQLite is timed beside an idle daemon: what the rounds' appends left for the
-        // search index is indexed first (a search indexes everything pending, then answers).
-        let indexed = conn
-            .raw(Method::GET, "/session/append-1/search?q=x", String::new())
-            .await?;
-        anyhow::ensure!(indexed.status.is_success(), "search: {}", indexed.status);
         raw.write(one_n)?;
         raw_indexed.write(one_n)?;
     }
