@@ -15,6 +15,7 @@ mod clients;
 mod current_step;
 mod daemon_api;
 mod database;
+mod disk_full;
 mod engine_properties;
 mod hardening;
 mod in_process;

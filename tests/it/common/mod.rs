@@ -255,7 +255,6 @@ pub fn bash_round(id: &str, command: &str, output: &str) -> [Value; 2] {
     ]
 }
 
-/// Whether a program is on PATH.
 /// The status and message of an API error (the test fails on any other error).
 pub fn api_error(e: compactd::client::ClientError) -> (u16, String) {
     match e {
@@ -275,6 +274,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether a program is on PATH.
 pub fn have(program: &str) -> bool {
     Command::new("sh")
         .arg("-c")
