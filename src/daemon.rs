@@ -61,6 +61,8 @@ pub async fn run(
         .clone()
         .or_else(|| config.store.path.clone())
         .unwrap_or_else(paths::default_db);
+    // Before the database is opened (and perhaps migrated): no other daemon serves it.
+    let _lock = crate::database_lock::lock(&db)?;
     let store = Store::open(&db, config.store.synchronous).context("cannot open the database")?;
     let service = Service::new(store.clone(), config).context("cannot build the summarizer")?;
     service.set_config_status(|s| s.path = Some(config_path.display().to_string()));

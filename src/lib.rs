@@ -26,7 +26,7 @@
 //! - `service`: append, check, compact: per-session locks, the breaker, events.
 //! - `server`: HTTP over the Unix socket: accept loop, peer-uid check, routes, errors, SSE,
 //!   the OpenAPI document. [`daemon`] runs it all (`compactd serve`), `config_watch` reloads
-//!   `config`.
+//!   `config`, `database_lock` keeps a second daemon off its database.
 //! - [`client`]: a typed client of the socket API; [`cli`]: the commands.
 //! - [`transcript`]: converters from agents' session files.
 //! - [`measure`]: what measures and stresses the daemon and is no part of it: `replay`,
@@ -45,6 +45,7 @@ pub(crate) mod compaction_run;
 pub(crate) mod config;
 pub(crate) mod config_watch;
 pub mod daemon;
+pub(crate) mod database_lock;
 pub(crate) mod fnv;
 pub mod measure;
 pub(crate) mod message;

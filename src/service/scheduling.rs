@@ -371,8 +371,6 @@ impl Service {
         }
     }
 
-    /// What a compaction of the session starts from. The caller holds the session's lock, so
-    /// no compaction can commit between these reads.
     /// What compacting the session will hold, from the compaction budget: a compaction waits
     /// until others leave room (one larger than the whole budget runs alone).
     async fn compaction_charge(&self, id: &SessionId) -> Result<memory::Charge, ServiceError> {
@@ -385,6 +383,8 @@ impl Service {
         }
     }
 
+    /// What a compaction of the session starts from. The caller holds the session's lock, so
+    /// no compaction can commit between these reads.
     async fn load(&self, id: &SessionId) -> Result<Loaded, ServiceError> {
         let snapshot = self.store.compaction_input(id).await?;
         let messages = snapshot

@@ -638,8 +638,10 @@ async fn sqlite3_reads_the_history_while_the_daemon_runs() {
 #[tokio::test]
 async fn a_live_daemon_keeps_its_socket_and_a_stale_one_is_replaced() {
     let mut daemon = TestDaemon::start("");
-    // A second daemon on the same socket refuses to start.
-    let second = daemon.command().output().unwrap();
+    // A second daemon on the same socket (with a database of its own: one on the same
+    // database is refused before it gets to the socket) refuses to start.
+    let other = TestDaemon::builder().socket(daemon.socket()).build();
+    let second = other.command().output().unwrap();
     assert!(!second.status.success());
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains("already listening"), "{stderr}");

@@ -668,3 +668,66 @@ fn an_error_says_its_cause_once() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("os error").count(), 1, "{err}");
 }
+
+/// A second `compactd serve` on the database another daemon serves (through another socket,
+/// as a shell without `XDG_RUNTIME_DIR` picks one) refuses to start, names the first's pid,
+/// binds nothing and opens nothing; the first goes on serving. Once the first is gone, even
+/// by kill -9, the second starts on the same database and finds its messages.
+#[tokio::test]
+async fn a_second_daemon_on_the_same_database_refuses_to_start() {
+    let mut first = TestDaemon::start("");
+    let client = first.client();
+    client
+        .post("/session/s/message", &user("first"))
+        .await
+        .unwrap();
+    let pid = crate::common::daemon_pid(&client).await;
+
+    let mut second = TestDaemon::builder().db(first.db()).build();
+    let mut child = second
+        .command()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the second daemon kept running on a database another one serves");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another compactd (pid {pid}) already serves the database"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(!second.socket().exists(), "it bound no socket");
+    client
+        .post("/session/s/message", &user("still served"))
+        .await
+        .unwrap();
+
+    first.kill9();
+    second.spawn();
+    let texts: Vec<String> = crate::common::all_messages(&second.client(), "s")
+        .await
+        .iter()
+        .map(|m| {
+            m["parts"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(texts, ["first", "still served"]);
+}
