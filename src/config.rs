@@ -228,10 +228,36 @@ pub(crate) const READ_AT_START: &[&str] = &[
     "[store] synchronous",
 ];
 
+/// A config file larger than this is refused (the full example in the README is ~6 KB).
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// The text of the config file at `path`, checked to be a regular file (a symlink to one is
+/// followed) of at most [`MAX_CONFIG_BYTES`] before it is opened.
+fn read_config_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(invalid("not a regular file".into()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(invalid(format!(
+            "larger than {} KiB; a config file is a few KB",
+            MAX_CONFIG_BYTES / 1024
+        )));
+    }
+    Ok(text)
+}
+
 impl Config {
-    /// Loads `path`; a missing file is the defaults.
+    /// Loads `path`; a missing file is the defaults. Only a regular file of at most
+    /// [`MAX_CONFIG_BYTES`] is read: a path that names a FIFO would block the daemon's start
+    /// and every reload, and one that names a device or a runaway file would fill its memory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
+        match read_config_file(path) {
             Ok(text) => Config::parse(&text, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(source) => Err(ConfigError::Read {
@@ -466,6 +492,39 @@ mod tests {
             .map(backticked)
             .expect("the README lists the keys read once at start");
         assert_eq!(listed, READ_AT_START);
+    }
+
+    /// A config path naming a FIFO, a directory or a runaway file is refused at once with a
+    /// reason (a FIFO would block the start; /dev/zero would fill memory); a symlink to a
+    /// regular file is read.
+    #[test]
+    fn only_a_regular_config_file_of_bounded_size_is_read() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let big = dir.path().join("big.toml");
+        let line = "# a comment that goes on and on\n";
+        std::fs::write(
+            &big,
+            line.repeat(MAX_CONFIG_BYTES as usize / line.len() + 1),
+        )
+        .unwrap();
+        for (path, why) in [
+            (fifo.as_path(), "not a regular file"),
+            (dir.path(), "not a regular file"),
+            (Path::new("/dev/zero"), "not a regular file"),
+            (big.as_path(), "larger than 1024 KiB"),
+        ] {
+            let refused = Config::load(path).unwrap_err().to_string();
+            assert!(refused.contains(why), "{}: {refused}", path.display());
+        }
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, "[compaction]\nmax_messages = 42\n").unwrap();
+        let link = dir.path().join("link.toml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(Config::load(&link).unwrap().compaction.max_messages, 42);
     }
 
     #[test]
