@@ -233,7 +233,7 @@ pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// The text of the config file at `path`, checked to be a regular file (a symlink to one is
 /// followed) of at most [`MAX_CONFIG_BYTES`] before it is opened.
-fn read_config_file(path: &Path) -> std::io::Result<String> {
+pub(crate) fn read_config_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
     if !std::fs::metadata(path)?.is_file() {

@@ -31,7 +31,8 @@ pub(crate) fn spawn(path: PathBuf, service: Arc<Service>) {
     let shutdown = service.shutdown_token();
     // Read now, before the daemon says it is ready: read in the task, it could see an edit
     // made right after the start as the file's first state, and never apply it.
-    let mut last = std::fs::read(&path).ok();
+    // Read as the config is (a regular file, bounded): a FIFO put there would block a worker.
+    let mut last = crate::config::read_config_file(&path).ok();
     tokio::spawn(async move {
         // Keep the watcher and the sender alive as long as this task.
         let _watcher = (watcher, tx);
@@ -57,7 +58,7 @@ pub(crate) fn spawn(path: PathBuf, service: Arc<Service>) {
                 Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
             };
             // An event that changed nothing (a touch, an editor's swap file) is not an edit.
-            let now = std::fs::read(&path).ok();
+            let now = crate::config::read_config_file(&path).ok();
             if forced || now != last {
                 last = now;
                 reload(&path, &service).await;

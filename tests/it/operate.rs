@@ -308,6 +308,26 @@ async fn config_edits_apply_without_restart_and_bad_edits_keep_the_old_config() 
     let session = client.get("/session/hot").await.unwrap();
     assert_eq!(session["max_messages"], 10, "the old config stays in force");
 
+    // A FIFO in the config's place (a reload that read it would wait for a writer forever):
+    // rejected at once, and the daemon goes on serving.
+    let fifo = daemon.dir.path().join("config.fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    std::fs::rename(&fifo, daemon.config_path()).unwrap();
+    let rejected = wait_for_event(&mut events, "config_rejected").await;
+    assert!(
+        rejected["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a regular file"),
+        "{rejected}"
+    );
+    assert_eq!(
+        client.get("/session/hot").await.unwrap()["max_messages"],
+        10
+    );
+
     // Fixing the file clears the error.
     edit_config(&daemon, "[compaction]\nmax_messages = 20\n");
     wait_for_event(&mut events, "config_reloaded").await;
