@@ -23,6 +23,12 @@ const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// No wait between attempts is longer than this, whatever Retry-After says.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// The most of an answer read from a model API (or a summarizer command): a summary of
+/// `max_output_tokens` is tens of KB of JSON, an error page a few. A server that answers more
+/// (a wrong endpoint streaming a download, one that never stops) is cut off here instead of
+/// filling the daemon's memory until the timeout.
+pub(crate) const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
 /// How to call an endpoint.
 #[derive(Debug, Clone)]
 pub struct CallPolicy {
@@ -41,6 +47,35 @@ pub(crate) async fn post_json(
     policy: &CallPolicy,
 ) -> Result<Value, SummarizeError> {
     with_retries(policy, || attempt_once(url, headers, body, policy)).await
+}
+
+/// The answer's body as text, read chunk by chunk up to [`MAX_ANSWER_BYTES`]: past it the
+/// call fails for good (the same server would answer the same way again).
+async fn read_bounded(
+    mut response: reqwest::Response,
+    policy: &CallPolicy,
+) -> Result<String, Failure> {
+    let mut body = Vec::new();
+    loop {
+        let chunk = response.chunk().await.map_err(|e| Failure::Retryable {
+            error: if e.is_timeout() {
+                SummarizeError::Timeout(policy.timeout.as_secs())
+            } else {
+                SummarizeError::Unavailable(describe(&e))
+            },
+            retry_after: None,
+        })?;
+        let Some(chunk) = chunk else {
+            return Ok(String::from_utf8_lossy(&body).into_owned());
+        };
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(Failure::Final(SummarizeError::BadResponse(format!(
+                "the answer is larger than {} MiB; is the URL a model API?",
+                MAX_ANSWER_BYTES >> 20
+            ))));
+        }
+        body.extend_from_slice(&chunk);
+    }
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or has been retried
@@ -108,14 +143,7 @@ async fn attempt_once(
     })?;
     let status = response.status();
     let retry_after = retry_after(response.headers());
-    let text = response.text().await.map_err(|e| Failure::Retryable {
-        error: if e.is_timeout() {
-            SummarizeError::Timeout(policy.timeout.as_secs())
-        } else {
-            SummarizeError::Unavailable(describe(&e))
-        },
-        retry_after: None,
-    })?;
+    let text = read_bounded(response, policy).await?;
     // Whatever the server says is scrubbed of the key before anything cuts it short: a cut
     // through the key would leave a fragment no scrubbing recognises.
     let text = scrub_secret(&text, policy.secret.as_deref());

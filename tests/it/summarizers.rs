@@ -279,6 +279,8 @@ async fn garbage_and_blank_answers_are_failures_that_change_nothing() {
         vec![
             Reply::status(200, "this is not json"),
             Reply::OpenAi("   \n ".into()),
+            // A wrong endpoint answering a download: cut off at 4 MiB, not held whole.
+            Reply::status(200, &"x".repeat(5 << 20)),
         ],
         Reply::Hang,
     );
@@ -300,10 +302,17 @@ async fn garbage_and_blank_answers_are_failures_that_change_nothing() {
             .unwrap_err(),
     );
     assert!(blank.contains("blank"), "{blank}");
-    assert_eq!(mock.requests().len(), 2, "neither is retried");
+    let (_, huge) = api_error(
+        client
+            .post("/session/junk/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(huge.contains("larger than 4 MiB"), "{huge}");
+    assert_eq!(mock.requests().len(), 3, "none is retried");
     assert_eq!(client.get("/session/junk/context").await.unwrap(), before);
     let history = client.get("/session/junk/compaction").await.unwrap();
-    assert_eq!(history["failures"].as_array().unwrap().len(), 2);
+    assert_eq!(history["failures"].as_array().unwrap().len(), 3);
     assert_eq!(
         client.get("/session/junk").await.unwrap()["compaction_count"],
         0
@@ -552,6 +561,29 @@ async fn the_command_summarizer_runs_a_program_and_reports_its_failures() {
     let client = hangs.client();
     let (_, message) = fill_and_fail(&client, "cmd").await;
     assert!(message.contains("timed out"), "{message}");
+    // A program that never stops writing fails at once (killed past 4 MiB), not at its
+    // timeout with everything it wrote held; one that writes megabytes to stderr is drained
+    // and its summary taken.
+    let endless = TestDaemon::start(
+        "[summarizer]\nkind = \"command\"\ncommand = \"yes '## 1. Primary Request and Intent'\"\ntimeout_s = 120\n",
+    );
+    let client = endless.client();
+    let started = std::time::Instant::now();
+    let (_, message) = fill_and_fail(&client, "cmd").await;
+    assert!(message.contains("more than 4 MiB"), "{message}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let chatty = TestDaemon::start(
+        "[summarizer]\nkind = \"command\"\ncommand = \"cat > /dev/null; head -c 20000000 /dev/zero | tr '\\\\0' e >&2; printf '## 1. Primary Request and Intent\\\\nquiet on stdout'\"\n",
+    );
+    let client = chatty.client();
+    let answer = fill_and_compact(&client, "cmd").await;
+    assert!(
+        answer["summary"]
+            .as_str()
+            .unwrap()
+            .contains("quiet on stdout"),
+        "{answer}"
+    );
 }
 
 /// A command summarizer that fails while `flag` exists.
