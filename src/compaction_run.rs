@@ -123,6 +123,14 @@ async fn summarize(
     loop {
         match chunks.summarize(&ranges).await {
             Ok(summary) => {
+                let tokens = input.estimator.text(&summary);
+                if tokens > plan.summary_ceiling {
+                    return Err(SummarizeError::TooLong {
+                        tokens,
+                        ceiling: plan.summary_ceiling,
+                    }
+                    .into());
+                }
                 let chunks = ranges.len();
                 return Ok(finish(
                     input,

@@ -71,6 +71,13 @@ pub enum SummarizeError {
     BadResponse(String),
     #[error("summarizer returned a blank summary")]
     Blank,
+    /// A summary longer than the context leaves it (a model that ignored `max_tokens`, or a
+    /// `max_output_tokens` larger than a small context allows): stored, it would put the
+    /// context over its trigger or its limit.
+    #[error(
+        "summarizer wrote {tokens} tokens, over the {ceiling} this session's context leaves a summary; lower [summarizer] max_output_tokens"
+    )]
+    TooLong { tokens: usize, ceiling: usize },
     #[error("summarizer command failed: {0}")]
     Command(String),
     #[error("summarizer call cancelled by shutdown")]

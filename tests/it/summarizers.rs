@@ -432,6 +432,49 @@ async fn the_extractive_fallback_compacts_when_the_model_fails_and_says_so() {
     );
 }
 
+/// A model that ignores `max_tokens` and answers a summary longer than the session's context
+/// leaves one (stored, it would put the context over its limit): a failure that changes
+/// nothing, and with the extractive fallback, an extractive compaction that says why. Every
+/// context stays within its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summary_longer_than_the_context_allows_is_a_failure_never_a_context() {
+    // About 25,000 tokens in a session of 16,000: the ceiling is half the usable context.
+    let long = nine_sections(&"the model went on and on about module seven. ".repeat(2_500));
+    let mock = MockModel::start(vec![], Reply::OpenAi(long));
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    fill_for_manual(&client, "long").await;
+    let before = client.get("/session/long/context").await.unwrap();
+    let (status, message) = api_error(
+        client
+            .post("/session/long/summarize", &json!({}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 503);
+    assert!(message.contains("tokens, over the"), "{message}");
+    assert_eq!(client.get("/session/long/context").await.unwrap(), before);
+
+    let with_fallback = start(&openai_config(&mock, "fallback = \"extractive\"\n"));
+    let client = with_fallback.client();
+    fill_for_manual(&client, "long").await;
+    let answer = client
+        .post("/session/long/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(answer["summarizer"], "extractive", "{answer}");
+    assert!(
+        answer["fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("tokens, over the"),
+        "{answer}"
+    );
+    let context = client.get("/session/long/context").await.unwrap();
+    let tokens = context["tokens"].as_u64().unwrap();
+    assert!(tokens <= 16_000, "{tokens} tokens in a context of 16,000");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
     // The key deep inside a long error body (past where messages are cut), base64-encoded,
