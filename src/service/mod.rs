@@ -436,8 +436,10 @@ impl Service {
     /// `wait`, a context over the trigger waits for the compaction that brings it under
     /// (starting one if none runs: after a restart or a config change), at most the session's
     /// `max_wait_s`; past it the compaction is hurried and finishes with the extractive
-    /// summarizer. So an agent is never handed an over-limit context while compaction could
-    /// prevent it, and never waits long for one.
+    /// summarizer. A context still over its limit after that (the model failed and the breaker
+    /// stopped trying) is compacted with the extractive summarizer at once. So an agent is
+    /// never handed an over-limit context while compaction could prevent it, and never waits
+    /// long for one.
     pub async fn context(
         self: &Arc<Self>,
         id: &SessionId,
@@ -451,7 +453,13 @@ impl Service {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             self.hurries.calm(id.as_str());
         }
-        Ok(ContextView::new(served?))
+        let served = served?;
+        let session = &served.session;
+        if session.context_tokens().0 > session.context_limit {
+            self.rescue(session).await;
+            return Ok(ContextView::new(self.store.context(id).await?));
+        }
+        Ok(ContextView::new(served))
     }
 
     /// The session's context once it is under its trigger, or after [`CONTEXT_WAIT_ROUNDS`]

@@ -152,7 +152,7 @@ impl Service {
                 Decision::Compact(trigger) => trigger,
             };
             let _ = self.store.record_attempt(&id, session.turn_start_seq).await;
-            match self.compact_once(&id, trigger, None).await {
+            match self.compact_once(&id, trigger, None, None).await {
                 Ok(Attempt::Compacted(row)) => {
                     status = Some(CompactionStatus::completed(trigger, *row));
                     if self.shutdown.is_cancelled() {
@@ -254,7 +254,7 @@ impl Service {
         self.store.session(id).await?;
         let _guard = self.locks.lock(id.as_str()).await;
         let focus = focus.filter(|f| !f.trim().is_empty());
-        match self.compact_once(id, Trigger::Manual, focus).await? {
+        match self.compact_once(id, Trigger::Manual, focus, None).await? {
             Attempt::Compacted(row) => Ok(SummarizeOutcome::compacted(*row)),
             Attempt::NothingToCompact => Ok(SummarizeOutcome::not_compacted(NOTHING_TO_COMPACT)),
         }
@@ -264,11 +264,14 @@ impl Service {
     /// Success and failure are both recorded and announced; a failure changes nothing else.
     /// With nothing to compact, a manual compaction says so and nothing is announced; an
     /// automatic one is recorded as a failed attempt.
+    /// With `instead`, the extractive summarizer writes the summary, recorded as a fallback
+    /// for that reason (a rescue: see [`Self::rescue`]).
     async fn compact_once(
         &self,
         id: &SessionId,
         trigger: Trigger,
         focus: Option<String>,
+        instead: Option<String>,
     ) -> Result<Attempt, ServiceError> {
         let _charge = self.compaction_charge(id).await?;
         let loaded = self.load(id).await?;
@@ -313,7 +316,12 @@ impl Service {
             fallback: settings.config.summarizer.fallback.is_some(),
             max_wait_s: config.max_wait_s,
         };
-        let outcome = self.run_summarizer(&input, &plan, run).await;
+        let outcome = match instead {
+            Some(why) => compaction_run::run(&input, &plan, &Extractive, num)
+                .await
+                .map(|done| (done, Some(why))),
+            None => self.run_summarizer(&input, &plan, run).await,
+        };
         self.hurries.finished(id.as_str());
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
@@ -339,6 +347,39 @@ impl Service {
                     .await?;
                 Err(error.into())
             }
+        }
+    }
+
+    /// A context over its session's limit that compaction did not bring under (the model
+    /// failed, fast, with no fallback configured, and the breaker then stopped trying): it is
+    /// compacted now with the extractive summarizer, recorded as a fallback with why, so the
+    /// agent is not handed a context its model will refuse. A compaction still running is
+    /// hurried instead (it finishes the same way). With the extractive summarizer configured
+    /// there is nothing else to try: an open breaker says it did not help.
+    pub(super) async fn rescue(&self, session: &SessionRow) {
+        let settings = self.settings();
+        if settings.summarizer.is_instant() {
+            return;
+        }
+        let id = &session.id;
+        let Some(_guard) = self.locks.try_lock(id.as_str()) else {
+            self.hurries.hurry(id.as_str());
+            self.locks.wait_idle(id.as_str()).await;
+            self.hurries.calm(id.as_str());
+            return;
+        };
+        let why = format!(
+            "{}: a context over its limit ({} of {} tokens) was left uncompacted by it",
+            settings.summarizer.name(),
+            session.context_tokens().0,
+            session.context_limit
+        );
+        tracing::warn!(session = %id, reason = %why, "compacting a context over its limit with the extractive summarizer");
+        if let Err(e) = self
+            .compact_once(id, Trigger::Tokens, None, Some(why))
+            .await
+        {
+            tracing::warn!(session = %id, error = %e, "a context over its limit could not be compacted");
         }
     }
 

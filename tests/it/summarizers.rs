@@ -475,6 +475,57 @@ async fn a_summary_longer_than_the_context_allows_is_a_failure_never_a_context()
     assert!(tokens <= 16_000, "{tokens} tokens in a context of 16,000");
 }
 
+/// A model that is down, with no fallback configured: each compaction fails at once, the
+/// breaker stops the attempts of a turn after three, and the agent goes on appending. No
+/// context it is handed is over its limit: one that would be is compacted with the extractive
+/// summarizer first, recorded as a fallback that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_keeps_failing_never_leaves_a_context_over_its_limit() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::status(500, "{\"error\":{\"message\":\"down\"}}"),
+    );
+    let daemon = start(&openai_config(&mock, "").replace("max_retries = 2", "max_retries = 0"));
+    let client = daemon.client();
+    client
+        .post(
+            "/session",
+            &json!({"id": "down", "context_limit": 16000, "config": {"microcompact": false}}),
+        )
+        .await
+        .unwrap();
+    let mut largest = 0;
+    for i in 0..80 {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        let text = format!("step {i} {}", "word ".repeat(300));
+        client
+            .post(
+                "/session/down/message",
+                &json!({"role": role, "content": text}),
+            )
+            .await
+            .unwrap();
+        let context = client.get("/session/down/context").await.unwrap();
+        largest = largest.max(context["tokens"].as_u64().unwrap());
+    }
+    assert!(
+        largest <= 16_000,
+        "a context of {largest} tokens, limit 16,000"
+    );
+    let history = client.get("/session/down/compaction").await.unwrap();
+    let compactions = history["compactions"].as_array().unwrap();
+    assert!(!compactions.is_empty(), "{history}");
+    for compaction in compactions {
+        assert_eq!(compaction["summarizer"], "extractive");
+        let why = compaction["fallback_reason"].as_str().unwrap();
+        assert!(
+            why.contains("openai:sum-model") && why.contains("over its limit"),
+            "{why}"
+        );
+    }
+    assert!(!history["failures"].as_array().unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
     // The key deep inside a long error body (past where messages are cut), base64-encoded,
