@@ -39,6 +39,8 @@ pub enum ErrorCode {
     SummarizerFailed,
     /// 502: the proxy's upstream model API could not be reached.
     UpstreamUnreachable,
+    /// 508: the proxy's upstream is this daemon's own proxy (a call came back to it).
+    ProxyLoop,
     /// 503: the daemon is stopping.
     ShuttingDown,
     /// 503: the database file was removed or replaced while running.
@@ -69,6 +71,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::SummarizerFailed => "summarizer_failed",
             ErrorCode::UpstreamUnreachable => "upstream_unreachable",
+            ErrorCode::ProxyLoop => "proxy_loop",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::StorageGone => "storage_gone",
             ErrorCode::StorageFull => "storage_full",

@@ -32,8 +32,9 @@ use std::time::Duration;
 /// Request headers never forwarded: the connection's own, our own, `content-type` (set for
 /// the new body) and `accept-encoding` (the answer is read to record it, so it must come
 /// uncompressed).
-const NOT_FORWARDED: [&str; 9] = [
+const NOT_FORWARDED: [&str; 10] = [
     "host",
+    VIA,
     "content-length",
     "content-type",
     "connection",
@@ -43,6 +44,21 @@ const NOT_FORWARDED: [&str; 9] = [
     "x-compactd-context-limit",
     "keep-alive",
 ];
+
+/// Sent with every call the proxy forwards, carrying this process's [`MARK`]: a call that
+/// comes back with it (an upstream set to the daemon's own loopback listener) is refused at
+/// once, where it would otherwise go round until the connections ran out, storing a copy of
+/// the conversation at every turn.
+const VIA: &str = "x-compactd-via";
+
+/// This process's mark: random, made once.
+static MARK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{random:016x}")
+});
 
 /// Headers that name a conversation, as the agents send them: Claude Code's, Codex's and
 /// opencode's.
@@ -59,7 +75,7 @@ pub(super) async fn chat_completions(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Chat, network, query, headers, &body, size);
+    let call = Call::new(Wire::Chat, network, query, headers, &body, size)?;
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -70,7 +86,7 @@ pub(super) async fn messages(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size);
+    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size)?;
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -81,7 +97,7 @@ pub(super) async fn responses(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Responses, network, query, headers, &body, size);
+    let call = Call::new(Wire::Responses, network, query, headers, &body, size)?;
     // The history of a call that continues a stored response is upstream's: pass it on.
     let result = match body["previous_response_id"].is_string() {
         true => {
@@ -110,7 +126,7 @@ pub(super) async fn count_tokens(
     headers: HeaderMap,
     SizedJson(body, size): SizedJson<Value>,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size);
+    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size)?;
     let result = async {
         let caller = call.caller()?;
         let (request, body) = parsed(&call, body, "messages").await?;
@@ -157,7 +173,7 @@ pub(super) async fn models(
     } else {
         Wire::Chat
     };
-    let call = Call::new(wire, network, query, headers, &Value::Null, 0);
+    let call = Call::new(wire, network, query, headers, &Value::Null, 0)?;
     call.caller()?;
     logged(
         &call,
@@ -192,7 +208,8 @@ struct Call {
 }
 
 impl Call {
-    /// `network` is set when the call came over the loopback listener.
+    /// `network` is set when the call came over the loopback listener. A call this daemon
+    /// forwarded itself is refused ([`VIA`]).
     fn new(
         wire: Wire,
         network: Option<Extension<Network>>,
@@ -200,8 +217,22 @@ impl Call {
         headers: HeaderMap,
         body: &Value,
         bytes: usize,
-    ) -> Call {
-        Call {
+    ) -> Result<Call, ApiError> {
+        if headers
+            .get(VIA)
+            .is_some_and(|v| v.as_bytes() == MARK.as_bytes())
+        {
+            tracing::warn!(
+                api = wire.name(),
+                "a call the proxy forwarded came back to it: its upstream is this daemon"
+            );
+            return Err(ApiError::new(
+                StatusCode::LOOP_DETECTED,
+                ErrorCode::ProxyLoop,
+                "the proxy's upstream is this daemon's own proxy: set [proxy] openai_upstream or anthropic_upstream to the model API",
+            ));
+        }
+        Ok(Call {
             wire,
             bytes,
             local: network.is_none(),
@@ -214,7 +245,7 @@ impl Call {
                 .take(128)
                 .collect(),
             streamed: body["stream"] == true,
-        }
+        })
     }
 
     fn caller(&self) -> Result<Caller, ApiError> {
@@ -416,6 +447,7 @@ async fn forward(
             request = request.header(name.as_str(), value.as_bytes());
         }
     }
+    request = request.header(VIA, MARK.as_str());
     if let Some(body) = body {
         request = request
             .header("content-type", "application/json")

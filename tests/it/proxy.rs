@@ -283,6 +283,43 @@ async fn a_call_without_a_key_is_refused() {
     assert!(mock.requests().is_empty());
 }
 
+/// An upstream set to the daemon's own loopback listener: the call that comes back is
+/// refused at once (508 `proxy_loop`, saying what to fix) instead of going round until the
+/// connections run out; only the agent's own call stored its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_is_the_proxy_itself_is_a_loop_refused_at_once() {
+    let port = crate::common::free_port();
+    let daemon = TestDaemon::start(&format!(
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"http://127.0.0.1:{port}/v1\"\n"
+    ));
+    let client = daemon.client();
+    let mut conn = client.keep_alive().await.unwrap();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let started = std::time::Instant::now();
+    let answer = conn
+        .raw_with(
+            Method::POST,
+            "/v1/chat/completions",
+            &[("authorization", &format!("Bearer {KEY}"))],
+            body.to_string(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 508, "{:?}", answer.json());
+    assert_eq!(answer.json()["error"]["code"], "proxy_loop");
+    assert!(
+        answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("openai_upstream"),
+        "{:?}",
+        answer.json()
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let sessions = client.get("/session").await.unwrap();
+    assert_eq!(sessions["total"], 1, "{sessions}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_sdk_runs_a_long_agent_loop_through_the_proxy() {
     if !python_has("openai") {
