@@ -123,8 +123,12 @@ async fn summarize(
     loop {
         match chunks.summarize(&ranges).await {
             Ok(summary) => {
+                // A model (or a command) may ignore the length it was given; stored, its
+                // summary would put the context over its trigger or its limit. The built-in
+                // summarizer shapes its own to the ceiling and passes it only for the recent
+                // user messages it keeps whole: failing it would leave nothing to fall back on.
                 let tokens = input.estimator.text(&summary);
-                if tokens > plan.summary_ceiling {
+                if tokens > plan.summary_ceiling && !summarizer.is_instant() {
                     return Err(SummarizeError::TooLong {
                         tokens,
                         ceiling: plan.summary_ceiling,
