@@ -19,6 +19,7 @@ use crate::provider::wire::{Outgoing, Wire, WireRequest};
 use crate::service::Service;
 use crate::service::memory::Charge;
 use crate::service::proxy::{Caller, Identity, ProxyTurn};
+use crate::summarize::http::{MARK, VIA_HEADER};
 use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
@@ -34,7 +35,7 @@ use std::time::Duration;
 /// uncompressed).
 const NOT_FORWARDED: [&str; 10] = [
     "host",
-    VIA,
+    VIA_HEADER,
     "content-length",
     "content-type",
     "connection",
@@ -44,21 +45,6 @@ const NOT_FORWARDED: [&str; 10] = [
     "x-compactd-context-limit",
     "keep-alive",
 ];
-
-/// Sent with every call the proxy forwards, carrying this process's [`MARK`]: a call that
-/// comes back with it (an upstream set to the daemon's own loopback listener) is refused at
-/// once, where it would otherwise go round until the connections ran out, storing a copy of
-/// the conversation at every turn.
-const VIA: &str = "x-compactd-via";
-
-/// This process's mark: random, made once.
-static MARK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    format!("{random:016x}")
-});
 
 /// Headers that name a conversation, as the agents send them: Claude Code's, Codex's and
 /// opencode's.
@@ -209,7 +195,7 @@ struct Call {
 
 impl Call {
     /// `network` is set when the call came over the loopback listener. A call this daemon
-    /// forwarded itself is refused ([`VIA`]).
+    /// made itself is refused ([`VIA_HEADER`]).
     fn new(
         wire: Wire,
         network: Option<Extension<Network>>,
@@ -219,17 +205,17 @@ impl Call {
         bytes: usize,
     ) -> Result<Call, ApiError> {
         if headers
-            .get(VIA)
+            .get(VIA_HEADER)
             .is_some_and(|v| v.as_bytes() == MARK.as_bytes())
         {
             tracing::warn!(
                 api = wire.name(),
-                "a call the proxy forwarded came back to it: its upstream is this daemon"
+                "a call this daemon made came back to its proxy: an upstream or the summarizer's base_url points at it"
             );
             return Err(ApiError::new(
                 StatusCode::LOOP_DETECTED,
                 ErrorCode::ProxyLoop,
-                "the proxy's upstream is this daemon's own proxy: set [proxy] openai_upstream or anthropic_upstream to the model API",
+                "this call came from this daemon itself: [proxy] openai_upstream, anthropic_upstream or [summarizer] base_url points at its own proxy; set it to the model API",
             ));
         }
         Ok(Call {
@@ -447,7 +433,7 @@ async fn forward(
             request = request.header(name.as_str(), value.as_bytes());
         }
     }
-    request = request.header(VIA, MARK.as_str());
+    request = request.header(VIA_HEADER, MARK.as_str());
     if let Some(body) = body {
         request = request
             .header("content-type", "application/json")

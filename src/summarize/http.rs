@@ -18,6 +18,22 @@ pub(crate) static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
         .unwrap_or_default()
 });
 
+/// Sent with every call this daemon makes to a model API (the proxy's and the summarizer's),
+/// carrying this process's [`MARK`]: a call that comes back to the daemon's own proxy (an
+/// upstream or a summarizer `base_url` set to its loopback listener) is refused at once
+/// (`proxy_loop`), where it would otherwise go round until the connections ran out, storing
+/// a copy of the conversation at every turn.
+pub(crate) const VIA_HEADER: &str = "x-compactd-via";
+
+/// This process's mark: random, made once.
+pub(crate) static MARK: LazyLock<String> = LazyLock::new(|| {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{random:016x}")
+});
+
 /// First backoff; doubles per retry.
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// No wait between attempts is longer than this, whatever Retry-After says.
@@ -126,7 +142,7 @@ async fn attempt_once(
     body: &Value,
     policy: &CallPolicy,
 ) -> Result<Value, Failure> {
-    let mut request = HTTP.post(url).json(body);
+    let mut request = HTTP.post(url).json(body).header(VIA_HEADER, MARK.as_str());
     for (name, value) in headers {
         request = request.header(*name, value);
     }

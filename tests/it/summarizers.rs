@@ -526,6 +526,25 @@ async fn a_model_that_keeps_failing_never_leaves_a_context_over_its_limit() {
     assert!(!history["failures"].as_array().unwrap().is_empty());
 }
 
+/// A summarizer `base_url` set to the daemon's own proxy: its call comes back to the daemon
+/// and is refused at once (`proxy_loop`, saying what to fix), a failure like any other; the
+/// compaction prompt is not stored as a proxied conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summarizer_pointed_at_the_daemons_own_proxy_fails_at_once() {
+    let port = crate::common::free_port();
+    let daemon = start(&format!(
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\n[summarizer]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\napi_key_env = \"COMPACTD_TEST_KEY\"\nmax_retries = 0\n"
+    ));
+    let client = daemon.client();
+    let (status, message) = fill_and_fail(&client, "looped").await;
+    assert_eq!(status, 503);
+    assert!(
+        message.contains("508") && message.contains("[summarizer] base_url"),
+        "{message}"
+    );
+    assert_eq!(client.get("/session").await.unwrap()["total"], 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_key_never_reaches_errors_events_logs_or_the_database() {
     // The key deep inside a long error body (past where messages are cut), base64-encoded,
