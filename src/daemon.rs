@@ -96,14 +96,52 @@ pub async fn run(
             .into_iter()
             .map(|listener| server::serve_on(listener, service.clone(), service.shutdown_token())),
     );
+    let kept = async {
+        if let Socket::Bound(path) = &socket {
+            keep_socket(path, &service).await;
+        }
+    };
     // Every server has finished (or ended what outlived the grace) before the store closes.
-    tokio::join!(stop, servers);
+    tokio::join!(stop, servers, kept);
     service.shutdown().await;
     store.close();
     if let Socket::Bound(path) = socket {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// How often the daemon checks that the socket it bound is still there.
+const SOCKET_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A socket file removed while the daemon runs (a cleaner of `/tmp`, an `rm -rf` of its
+/// directory) would leave it running with no agent able to reach it. The daemon binds its
+/// socket again when the path is gone (a file someone else put there is left alone); the new
+/// listener is served like the first, until shutdown. Systemd's socket is systemd's to keep.
+async fn keep_socket(path: &std::path::Path, service: &Arc<Service>) {
+    let stop = service.shutdown_token();
+    let mut rebound = Vec::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(SOCKET_CHECK) => {}
+        }
+        if std::fs::symlink_metadata(path).is_ok() {
+            continue;
+        }
+        match listener::bind(path) {
+            Ok(socket) => {
+                tracing::warn!(path = %path.display(), "the socket file was removed; bound it again");
+                let listener = server::Listener::Unix(socket);
+                let serving = server::serve_on(listener, service.clone(), stop.clone());
+                rebound.push(tokio::spawn(serving));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the socket file was removed and cannot be bound again")
+            }
+        }
+    }
+    futures_util::future::join_all(rebound).await;
 }
 
 /// Where the daemon's socket came from; only one it bound is removed at exit.

@@ -635,6 +635,47 @@ async fn sqlite3_reads_the_history_while_the_daemon_runs() {
     );
 }
 
+/// The socket file removed under a running daemon (a cleaner of /tmp, an `rm` by hand): within
+/// seconds the daemon binds it again (0600) and serves it; nothing stored is lost, and a
+/// SIGTERM still ends it cleanly.
+#[tokio::test]
+async fn a_socket_removed_under_the_daemon_is_bound_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session/s/message", &user("before"))
+        .await
+        .unwrap();
+    std::fs::remove_file(daemon.socket()).unwrap();
+    let socket = daemon.socket();
+    let back = crate::common::eventually(std::time::Duration::from_secs(20), || {
+        let socket = socket.clone();
+        async move { Client::new(socket).get("/health").await.ok() }
+    })
+    .await;
+    assert!(back.is_some(), "never bound again: {}", daemon.log());
+    let mode = std::fs::metadata(daemon.socket())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let fresh = Client::new(daemon.socket());
+    fresh
+        .post("/session/s/message", &user("after"))
+        .await
+        .unwrap();
+    let texts: Vec<Value> = crate::common::all_messages(&fresh, "s")
+        .await
+        .iter()
+        .map(|m| m["parts"][0]["text"].clone())
+        .collect();
+    assert_eq!(texts, [json!("before"), json!("after")]);
+    assert!(daemon.log().contains("bound it again"), "{}", daemon.log());
+    assert!(daemon.terminate().success());
+    assert!(!daemon.socket().exists());
+}
+
 #[tokio::test]
 async fn a_live_daemon_keeps_its_socket_and_a_stale_one_is_replaced() {
     let mut daemon = TestDaemon::start("");
