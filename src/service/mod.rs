@@ -436,10 +436,10 @@ impl Service {
     /// `wait`, a context over the trigger waits for the compaction that brings it under
     /// (starting one if none runs: after a restart or a config change), at most the session's
     /// `max_wait_s`; past it the compaction is hurried and finishes with the extractive
-    /// summarizer. A context still over its limit after that (the model failed and the breaker
-    /// stopped trying) is compacted with the extractive summarizer at once. So an agent is
-    /// never handed an over-limit context while compaction could prevent it, and never waits
-    /// long for one.
+    /// summarizer. A context still over the trigger after that (the model failed fast and the
+    /// breaker stopped trying) is compacted with the extractive summarizer at once, as a
+    /// waiting one would have been. So an agent is never handed an over-limit context while
+    /// compaction could prevent it, and never waits long for one.
     pub async fn context(
         self: &Arc<Self>,
         id: &SessionId,
@@ -455,7 +455,8 @@ impl Service {
         }
         let served = served?;
         let session = &served.session;
-        if session.context_tokens().0 > session.context_limit {
+        let config = self.compaction_config(session);
+        if matches!(due(session, &config), Due::Urgent(_)) {
             self.rescue(session).await;
             return Ok(ContextView::new(self.store.context(id).await?));
         }

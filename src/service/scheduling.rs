@@ -350,12 +350,14 @@ impl Service {
         }
     }
 
-    /// A context over its session's limit that compaction did not bring under (the model
+    /// A context over its session's trigger that compaction did not bring under (the model
     /// failed, fast, with no fallback configured, and the breaker then stopped trying): it is
-    /// compacted now with the extractive summarizer, recorded as a fallback with why, so the
-    /// agent is not handed a context its model will refuse. A compaction still running is
-    /// hurried instead (it finishes the same way). With the extractive summarizer configured
-    /// there is nothing else to try: an open breaker says it did not help.
+    /// compacted now with the extractive summarizer, recorded as a fallback with why, as a
+    /// context that waited `max_wait_s` for a slow model would have been; past the trigger
+    /// the room left for the model's answer runs out, past the limit the model refuses the
+    /// call. A compaction still running is hurried instead (it finishes the same way). With
+    /// the extractive summarizer configured there is nothing else to try: an open breaker
+    /// says it did not help.
     pub(super) async fn rescue(&self, session: &SessionRow) {
         let settings = self.settings();
         if settings.summarizer.is_instant() {
@@ -369,17 +371,17 @@ impl Service {
             return;
         };
         let why = format!(
-            "{}: a context over its limit ({} of {} tokens) was left uncompacted by it",
+            "{}: a context over its trigger ({} tokens, limit {}) was left uncompacted by it",
             settings.summarizer.name(),
             session.context_tokens().0,
             session.context_limit
         );
-        tracing::warn!(session = %id, reason = %why, "compacting a context over its limit with the extractive summarizer");
+        tracing::warn!(session = %id, reason = %why, "compacting a context over its trigger with the extractive summarizer");
         if let Err(e) = self
             .compact_once(id, Trigger::Tokens, None, Some(why))
             .await
         {
-            tracing::warn!(session = %id, error = %e, "a context over its limit could not be compacted");
+            tracing::warn!(session = %id, error = %e, "a context over its trigger could not be compacted");
         }
     }
 
