@@ -3,31 +3,13 @@
 //! with SIGKILL. Ground truth is what those outside programs find in the file, not the
 //! daemon's own answers.
 
-use crate::common::{TestDaemon, all_messages, bash_round, have, user};
+use crate::common::{TestDaemon, all_messages, bash_round, have, sqlite3, user};
 use compactd::client::Client;
 use serde_json::{Value, json};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Runs the system `sqlite3` on `db` and returns its stdout, or its stderr as the error.
-/// The system `sqlite3` on `db`, as a person runs it with `.timeout` set: compactd's writer
-/// holds the write lock for the moment of each commit (and of indexing new messages for
-/// search, right after a burst of appends), so a write by hand may find it taken.
-fn sqlite3(db: &Path, sql: &str) -> Result<String, String> {
-    let out = Command::new("sqlite3")
-        .args(["-cmd", ".timeout 2000"])
-        .arg(db)
-        .arg(sql)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
 
 /// What the system `sqlite3` counts of `session`'s messages.
 fn counted(db: &Path, session: &str) -> usize {

@@ -2,8 +2,8 @@
 //! test, so only where the test runs as root) holds the database. Ground truth is what the
 //! system's `sqlite3` finds in the file.
 
-use crate::common::{TestDaemon, api_error, have, post_with_headers, raw_http, user};
-use std::path::{Path, PathBuf};
+use crate::common::{TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// A tmpfs of `size` mounted on a temp directory, unmounted when dropped.
@@ -33,16 +33,12 @@ impl SmallDisk {
 
     /// Frees space, as an operator does by growing or cleaning the disk.
     fn grow(&self, size: &str) {
-        let out = Command::new("mount")
+        let grown = Command::new("mount")
             .args(["-o", &format!("remount,size={size}")])
             .arg(&self.mount)
-            .output()
+            .status()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(grown.success(), "cannot remount {}", self.mount.display());
     }
 }
 
@@ -50,16 +46,6 @@ impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
     }
-}
-
-fn sqlite3(db: &Path, sql: &str) -> String {
-    let out = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A message of about 1 KB: the disk fills after a few hundred.
@@ -132,7 +118,8 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
         sqlite3(
             &db,
             "select count(*), max(seq) from messages where session_id = 's'"
-        ),
+        )
+        .unwrap(),
         format!("{acknowledged}|{acknowledged}")
     );
 
@@ -155,14 +142,16 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
     let stored = sqlite3(
         &db,
         "select count(*), count(distinct seq), min(seq), max(seq) from messages where session_id = 's'",
-    );
+    )
+    .unwrap();
     let n = acknowledged + 1;
     assert_eq!(stored, format!("{n}|{n}|1|{n}"));
     // The texts are the ones sent, in order.
     let texts = sqlite3(
         &db,
         "select group_concat(substr(json_extract(parts, '$[0].text'), 1, instr(json_extract(parts, '$[0].text'), ':') - 1), ',') from (select parts from messages where session_id = 's' order by seq)",
-    );
+    )
+    .unwrap();
     let sent: Vec<String> = (0..n).map(|i| format!("step {i}")).collect();
     assert_eq!(texts, sent.join(","));
     assert!(daemon.log().contains("full"), "{}", daemon.log());

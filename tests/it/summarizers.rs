@@ -288,27 +288,16 @@ async fn garbage_and_blank_answers_are_failures_that_change_nothing() {
     let client = daemon.client();
     fill(&client, "junk", 30).await;
     let before = client.get("/session/junk/context").await.unwrap();
-    let (_, garbage) = api_error(
-        client
-            .post("/session/junk/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
-    assert!(garbage.contains("could not be read"), "{garbage}");
-    let (_, blank) = api_error(
-        client
-            .post("/session/junk/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
-    assert!(blank.contains("blank"), "{blank}");
-    let (_, huge) = api_error(
-        client
-            .post("/session/junk/summarize", &json!({}))
-            .await
-            .unwrap_err(),
-    );
-    assert!(huge.contains("larger than 4 MiB"), "{huge}");
+    // The scripted answers in order: not JSON, blank, larger than the bound.
+    for expected in ["could not be read", "blank", "larger than 4 MiB"] {
+        let (_, message) = api_error(
+            client
+                .post("/session/junk/summarize", &json!({}))
+                .await
+                .unwrap_err(),
+        );
+        assert!(message.contains(expected), "{message}");
+    }
     assert_eq!(mock.requests().len(), 3, "none is retried");
     assert_eq!(client.get("/session/junk/context").await.unwrap(), before);
     let history = client.get("/session/junk/compaction").await.unwrap();

@@ -274,6 +274,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The system `sqlite3` on `db`, as a person runs it with `.timeout` set: compactd's writer
+/// holds the write lock for the moment of each commit (and of indexing new messages for
+/// search, right after a burst of appends), so a write by hand may find it taken.
+pub fn sqlite3(db: &Path, sql: &str) -> Result<String, String> {
+    let out = Command::new("sqlite3")
+        .args(["-cmd", ".timeout 2000"])
+        .arg(db)
+        .arg(sql)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Whether a program is on PATH.
 pub fn have(program: &str) -> bool {
     Command::new("sh")
