@@ -36,13 +36,37 @@ pub(crate) fn backup(source: &Path, dest: &Path) -> Result<BackupReport> {
             ),
         ));
     }
+    DatabaseFile::prepare(dest)?;
+    copy(source, dest)
+        .inspect_err(|_| {
+            // Nothing half made stays behind: the file is the one made just now.
+            for leftover in ["", "-journal", "-wal", "-shm"] {
+                let mut path = dest.as_os_str().to_owned();
+                path.push(leftover);
+                let _ = std::fs::remove_file(path);
+            }
+        })
+        .map_err(|e| match e {
+            // The database's own disk is not the one that filled.
+            StoreError::Full => StoreError::io(
+                dest,
+                std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "the disk holding the copy is full",
+                ),
+            ),
+            other => other,
+        })
+}
+
+/// The copy itself, into `dest` (made just now, empty).
+fn copy(source: &Path, dest: &Path) -> Result<BackupReport> {
     let from = Connection::open_with_flags(
         source,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | NO_SYMLINK,
     )?;
     from.busy_timeout(super::BUSY_WAIT)?;
     from.execute_batch("PRAGMA query_only = ON;")?;
-    DatabaseFile::prepare(dest)?;
     let mut to = Connection::open_with_flags(dest, OpenFlags::default() | NO_SYMLINK)?;
     {
         let copy = rusqlite::backup::Backup::new(&from, &mut to)?;

@@ -1,4 +1,4 @@
-//! The disk fills up under the daemon: a real file system of 3 MiB (a tmpfs mounted for the
+//! The disk fills up under the daemon, or under a backup: a real small file system (a tmpfs mounted for the
 //! test, so only where the test runs as root) holds the database. Ground truth is what the
 //! system's `sqlite3` finds in the file.
 
@@ -155,4 +155,51 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
     let sent: Vec<String> = (0..n).map(|i| format!("step {i}")).collect();
     assert_eq!(texts, sent.join(","));
     assert!(daemon.log().contains("full"), "{}", daemon.log());
+}
+
+/// A backup onto a disk that fills: `compactd backup` fails, names the copy's disk (not the
+/// database's) and leaves no file behind, so the same path takes the next backup once there is
+/// room; that one is whole.
+#[tokio::test]
+async fn a_backup_onto_a_full_disk_fails_and_leaves_nothing() {
+    let Some(disk) = SmallDisk::mount("256k") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let batch: Vec<_> = (0..600).map(message).collect();
+    client
+        .post(
+            "/session/b/message",
+            &serde_json::json!({"messages": batch}),
+        )
+        .await
+        .unwrap();
+    let copy = disk.mount.join("copy.db");
+    let backup = || {
+        Command::new(crate::common::BIN)
+            .args(["--socket", daemon.socket().to_str().unwrap(), "backup"])
+            .arg(&copy)
+            .output()
+            .unwrap()
+    };
+    let refused = backup();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("the disk holding the copy is full"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(&disk.mount).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    disk.grow("16m");
+    let made = backup();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert_eq!(
+        sqlite3(&copy, "select count(*) from messages").unwrap(),
+        "600"
+    );
 }
