@@ -1,6 +1,6 @@
-//! The disk fills up under the daemon, or under a backup: a real small file system (a tmpfs mounted for the
-//! test, so only where the test runs as root) holds the database. Ground truth is what the
-//! system's `sqlite3` finds in the file.
+//! The disk fills up under the daemon, or under a backup: a real small file system (a tmpfs
+//! mounted for the test, so only where the test runs as root) holds the database or the copy.
+//! Ground truth is what the system's `sqlite3` finds in the file.
 
 use crate::common::{TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user};
 use std::path::PathBuf;
