@@ -152,17 +152,29 @@ impl SessionRow {
         self.pinned_tokens + self.overhead_tokens
     }
 
-    /// The tokens the session's context holds now, and where the figure comes from.
+    /// The tokens the session's context holds now, and where the figure comes from: the
+    /// model's last report and the estimate of what came after it, unless that is under a
+    /// third of the estimate of the whole context ([`IMPLAUSIBLE_REPORT_DIVISOR`]).
     pub fn context_tokens(&self) -> (usize, TokenSource) {
+        let estimated = self.fixed_tokens() + self.summary_tokens + self.active_tokens;
         match self.reported_tokens {
-            Some(reported) => (reported + self.tokens_since_report, TokenSource::Reported),
-            None => (
-                self.fixed_tokens() + self.summary_tokens + self.active_tokens,
-                TokenSource::Estimated,
-            ),
+            Some(reported)
+                if (reported + self.tokens_since_report) * IMPLAUSIBLE_REPORT_DIVISOR
+                    >= estimated =>
+            {
+                (reported + self.tokens_since_report, TokenSource::Reported)
+            }
+            _ => (estimated, TokenSource::Estimated),
         }
     }
 }
+
+/// A usage report under the estimate divided by this is not believed. The estimate counts
+/// only text, at four characters a token, which real tokenizers meet or exceed (code, other
+/// scripts, identifiers) but for long runs of one repeated character; a model server that
+/// reports a handful of tokens for a long conversation (a constant, a zero, only the uncached
+/// part) would otherwise switch compaction off and let the context overflow.
+pub(crate) const IMPLAUSIBLE_REPORT_DIVISOR: usize = 3;
 
 /// A stored message. `parts` stays raw JSON so serving history never re-encodes it.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]

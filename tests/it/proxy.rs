@@ -320,6 +320,43 @@ async fn an_upstream_that_is_the_proxy_itself_is_a_loop_refused_at_once() {
     assert_eq!(sessions["total"], 1, "{sessions}");
 }
 
+/// An upstream whose usage says a long conversation is 1 token (a constant, a zero, the
+/// uncached part only): its report is not believed against an estimate many times larger, so
+/// the conversation still compacts and nothing sent upstream passes the session's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_reporting_implausible_usage_does_not_switch_compaction_off() {
+    let mock = MockModel::start(vec![], Reply::OpenAi("noted".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
+    let mut session = String::new();
+    for i in 0..30 {
+        messages.push(json!({"role": "user", "content": format!("step {i}: {}", "the log says ".repeat(250))}));
+        let (status, head, body) = call(
+            &client,
+            KEY,
+            None,
+            &json!({"model": "m", "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        messages.push(answer["choices"][0]["message"].clone());
+    }
+    // Every request the upstream saw fits the limit (four characters a token, as estimated).
+    for sent in mock.requests() {
+        let chars = sent.body["messages"].to_string().chars().count();
+        assert!(chars / 4 < 16_000, "{chars} characters sent upstream");
+    }
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+    assert_eq!(state["token_source"], "estimated", "{state}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_sdk_runs_a_long_agent_loop_through_the_proxy() {
     if !python_has("openai") {
