@@ -370,6 +370,14 @@ impl Service {
             self.hurries.calm(id.as_str());
             return;
         };
+        // A compaction may have landed since `session` was read.
+        let Ok(session) = self.store.session(id).await else {
+            return;
+        };
+        let config = self.compaction_config(&session);
+        if !matches!(super::due(&session, &config), Due::Urgent(_)) {
+            return;
+        }
         let why = format!(
             "{}: a context over its trigger ({} tokens, limit {}) was left uncompacted by it",
             settings.summarizer.name(),
