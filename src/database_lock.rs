@@ -37,6 +37,8 @@ pub(crate) enum LockError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error("cannot use the directory of the database {}: {error}", db.display())]
+    Directory { db: PathBuf, error: std::io::Error },
 }
 
 /// The lock file of the database at `db`.
@@ -55,7 +57,10 @@ pub(crate) fn lock(db: &Path) -> Result<DatabaseLock, LockError> {
         error,
     };
     if let Some(dir) = path.parent() {
-        crate::paths::ensure_private_dir(dir).map_err(io)?;
+        crate::paths::ensure_private_dir(dir).map_err(|error| LockError::Directory {
+            db: db.to_path_buf(),
+            error,
+        })?;
     }
     let mut file = OpenOptions::new()
         .read(true)
