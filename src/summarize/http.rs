@@ -73,14 +73,10 @@ async fn read_bounded(
 ) -> Result<String, Failure> {
     let mut body = Vec::new();
     loop {
-        let chunk = response.chunk().await.map_err(|e| Failure::Retryable {
-            error: if e.is_timeout() {
-                SummarizeError::Timeout(policy.timeout.as_secs())
-            } else {
-                SummarizeError::Unavailable(describe(&e))
-            },
-            retry_after: None,
-        })?;
+        let chunk = response
+            .chunk()
+            .await
+            .map_err(|e| transport_failure(&e, policy))?;
         let Some(chunk) = chunk else {
             return Ok(String::from_utf8_lossy(&body).into_owned());
         };
@@ -91,6 +87,20 @@ async fn read_bounded(
             ))));
         }
         body.extend_from_slice(&chunk);
+    }
+}
+
+/// A request or its answer lost on the way (a timeout, a refused or dropped connection):
+/// worth another attempt.
+fn transport_failure(e: &reqwest::Error, policy: &CallPolicy) -> Failure {
+    let error = if e.is_timeout() {
+        SummarizeError::Timeout(policy.timeout.as_secs())
+    } else {
+        SummarizeError::Unavailable(describe(e))
+    };
+    Failure::Retryable {
+        error,
+        retry_after: None,
     }
 }
 
@@ -146,17 +156,10 @@ async fn attempt_once(
     for (name, value) in headers {
         request = request.header(*name, value);
     }
-    let response = request.send().await.map_err(|e| {
-        let error = if e.is_timeout() {
-            SummarizeError::Timeout(policy.timeout.as_secs())
-        } else {
-            SummarizeError::Unavailable(describe(&e))
-        };
-        Failure::Retryable {
-            error,
-            retry_after: None,
-        }
-    })?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_failure(&e, policy))?;
     let status = response.status();
     let retry_after = retry_after(response.headers());
     let text = read_bounded(response, policy).await?;
