@@ -456,8 +456,7 @@ impl Service {
         let served = served?;
         let session = &served.session;
         let config = self.compaction_config(session);
-        if matches!(due(session, &config), Due::Urgent(_)) {
-            self.rescue(session).await;
+        if matches!(due(session, &config), Due::Urgent(_)) && self.rescue(session).await {
             return Ok(ContextView::new(self.store.context(id).await?));
         }
         Ok(ContextView::new(served))

@@ -357,26 +357,27 @@ impl Service {
     /// the room left for the model's answer runs out, past the limit the model refuses the
     /// call. A compaction still running is hurried instead (it finishes the same way). With
     /// the extractive summarizer configured there is nothing else to try: an open breaker
-    /// says it did not help.
-    pub(super) async fn rescue(&self, session: &SessionRow) {
+    /// says it did not help. Returns whether the session may have changed (its context is
+    /// worth reading again).
+    pub(super) async fn rescue(&self, session: &SessionRow) -> bool {
         let settings = self.settings();
         if settings.summarizer.is_instant() {
-            return;
+            return false;
         }
         let id = &session.id;
         let Some(_guard) = self.locks.try_lock(id.as_str()) else {
             self.hurries.hurry(id.as_str());
             self.locks.wait_idle(id.as_str()).await;
             self.hurries.calm(id.as_str());
-            return;
+            return true;
         };
         // A compaction may have landed since `session` was read.
         let Ok(session) = self.store.session(id).await else {
-            return;
+            return true;
         };
         let config = self.compaction_config(&session);
         if !matches!(super::due(&session, &config), Due::Urgent(_)) {
-            return;
+            return true;
         }
         let why = format!(
             "{}: a context over its trigger ({} tokens, limit {}) was left uncompacted by it",
@@ -391,6 +392,7 @@ impl Service {
         {
             tracing::warn!(session = %id, error = %e, "a context over its trigger could not be compacted");
         }
+        true
     }
 
     /// The engine's input for compacting `loaded`.
