@@ -229,7 +229,7 @@ pub(crate) const READ_AT_START: &[&str] = &[
 ];
 
 /// A config file larger than this is refused (the full example in the README is ~6 KB).
-pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// The text of the config file at `path`, checked to be a regular file (a symlink to one is
 /// followed) of at most [`MAX_CONFIG_BYTES`] before it is opened.

@@ -42,7 +42,7 @@ pub(crate) enum LockError {
 }
 
 /// The lock file of the database at `db`.
-pub(crate) fn lock_path(db: &Path) -> PathBuf {
+fn lock_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(".lock");
     PathBuf::from(name)
