@@ -414,6 +414,7 @@ impl Service {
                 lenient: false,
                 pin_cap: 0,
                 masking: MaskingStart::of(&config, session.context_limit),
+                token_trigger: config.token_threshold(session.context_limit),
             }
         }
     }

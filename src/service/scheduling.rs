@@ -4,11 +4,13 @@
 //! them.
 //!
 //! The breaker (SPEC.md 5.2) counts automatic attempts per user turn (from one user text
-//! message to the next). Every compaction that made the context smaller starts the count over:
-//! the breaker exists to stop *loops* (compactions that fail, or do not help), and an agent
-//! that works for hours in one turn, or appends faster than a slow summarizer compacts, must
-//! still be compacted as often as it needs. After `breaker_threshold` attempts that failed or
-//! did not shrink the context, automatic compaction stops until the next user message; manual
+//! message to the next). Every compaction that made the context smaller starts the count over
+//! (when a usage report measured the context, the model server's next report says whether it
+//! did; see [`crate::store::Store::commit_compaction`]): the breaker exists to stop *loops*
+//! (compactions that fail, or do not help), and an agent that works for hours in one turn, or
+//! appends faster than a slow summarizer compacts, must still be compacted as often as it
+//! needs. After `breaker_threshold` attempts that failed or did not shrink the context,
+//! automatic compaction stops until the next user message; manual
 //! compaction still works.
 //!
 //! A session's lock is held for one compaction at a time: between two compactions of a busy
@@ -379,6 +381,13 @@ impl Service {
         if !matches!(super::due(&session, &config), Due::Urgent(_)) {
             return true;
         }
+        // One rescue per open breaker: counted as an attempt, it did not help if the breaker
+        // is still open past its threshold (the model server's next count is still over the
+        // trigger), and another would only rewrite the summary again.
+        if session.turn_attempts > config.breaker_threshold {
+            return false;
+        }
+        let _ = self.store.record_attempt(id, session.turn_start_seq).await;
         let why = format!(
             "{}: a context over its trigger ({} tokens, limit {}) was left uncompacted by it",
             settings.summarizer.name(),

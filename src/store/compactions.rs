@@ -1,6 +1,6 @@
 //! Compactions: commit a successful one, record a failed one, read the history.
 
-use super::rows::{CompactionRow, FailureRow, SessionRow};
+use super::rows::{CompactionRow, FailureRow, SessionRow, TokenSource};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
@@ -57,8 +57,13 @@ fn started(duration_ms_param: &str) -> String {
 
 impl Store {
     /// Stores the compaction and moves the session's boundary. Messages appended while it ran
-    /// are counted into the new active span; a compaction that shrank the context closes the
-    /// breaker. Fails with a conflict, changing nothing, if the
+    /// are counted into the new active span. A compaction that shrank the context closes the
+    /// breaker, when the context was measured by estimate as the compaction measures it; a
+    /// context the model server measured (its usage report) is judged by that server's next
+    /// report instead ([`super::AppendRules::token_trigger`]): a server that counts what
+    /// compactd cannot see, or answers nonsense, would otherwise have the context compacted
+    /// on every call, each time found smaller by the estimate. Fails with a conflict, changing
+    /// nothing, if the
     /// session moved on (another compaction committed first). Returns the stored compaction
     /// and the session after it (masked as [`NewCompaction::mask_tail`] asks).
     pub async fn commit_compaction(&self, c: NewCompaction) -> Result<Committed> {
@@ -124,7 +129,8 @@ impl Store {
                 c.summary_tokens,
                 // A compaction that made the context smaller closes the breaker (its count
                 // of unproductive attempts starts over).
-                c.result.post_tokens < c.result.pre_tokens,
+                c.result.post_tokens < c.result.pre_tokens
+                    && session.context_tokens().1 == TokenSource::Estimated,
             ])?;
             let session = super::counters::recount_active(conn, &get_live(conn, c.session_id.as_str())?)?;
             let sql = format!("SELECT {} FROM compactions WHERE id = ?1", CompactionRow::COLUMNS);

@@ -220,6 +220,7 @@ mod tests {
                     },
                     1_000_000,
                 ),
+                token_trigger: 0,
             };
             let (mut open_calls, mut n) = (Vec::new(), 0);
             let (mut first_instruction, mut last_instruction, mut last_calls) = (None, 0, 0);

@@ -61,6 +61,11 @@ pub struct AppendRules {
     /// when that saves a batch's worth, so the agent's next step needs no second write to
     /// find out. `None`: microcompaction is off, or the caller masks on its own (the proxy).
     pub masking: Option<MaskingStart>,
+    /// The session's token trigger. The first usage report after a compaction of a context
+    /// the model server measured is that compaction's verdict (see
+    /// [`crate::store::Store::commit_compaction`]): under this line, the compaction did its
+    /// work and the breaker's count starts over; over it, the attempt stays counted.
+    pub token_trigger: usize,
 }
 
 impl AppendRules {
@@ -73,6 +78,7 @@ impl AppendRules {
         lenient: true,
         pin_cap: 0,
         masking: None,
+        token_trigger: 0,
     };
 }
 
@@ -296,6 +302,7 @@ pub(super) fn append_to(
         reported_tokens,
         &inserted,
         now,
+        rules.token_trigger,
     )?;
     Ok(AppendOutcome {
         session: after,
@@ -602,8 +609,8 @@ fn encoded(parts: Option<Vec<Part>>) -> Result<(Option<String>, Option<usize>)> 
     Ok((json, tokens))
 }
 
-/// Adds the batch to the session's counters (messages, tokens, turn, task, usage) and returns
-/// the session as it now is. The counters are computed here from `session`, the row as this
+/// Adds the batch to the session's counters (messages, tokens, turn, task, usage, the
+/// breaker's count) and returns the session as it now is. The counters are computed here from `session`, the row as this
 /// write read it (the writer is the only one), and stored as they are: an UPDATE that did the
 /// arithmetic and read the row back with RETURNING cost a quarter of an append's SQL (SQLite
 /// fills a temporary table with RETURNING's rows).
@@ -614,9 +621,10 @@ fn count_appended(
     reported_tokens: Option<usize>,
     inserted: &Inserted,
     now: String,
+    token_trigger: usize,
 ) -> Result<SessionRow> {
     let new_turn = inserted.turn_start.is_some();
-    let after = SessionRow {
+    let mut after = SessionRow {
         message_count: session.message_count + count as u64,
         active_messages: session.active_messages + count,
         active_tokens: session.active_tokens + inserted.unpinned_tokens,
@@ -637,6 +645,14 @@ fn count_appended(
         updated_at: now,
         ..session.clone()
     };
+    // The first report since a compaction (or a masking) dropped the last one: a context
+    // under the trigger by the model server's own count closes the breaker.
+    if session.reported_tokens.is_none()
+        && reported_tokens.is_some()
+        && after.context_tokens().0 < token_trigger
+    {
+        after.turn_attempts = 0;
+    }
     conn.prepare_cached(
         "UPDATE sessions SET message_count = ?2, active_messages = ?3, active_tokens = ?4,
              pinned_tokens = ?5, task_seq = ?6, reported_tokens = ?7, tokens_since_report = ?8,

@@ -357,6 +357,53 @@ async fn an_upstream_reporting_implausible_usage_does_not_switch_compaction_off(
     assert_eq!(state["token_source"], "estimated", "{state}");
 }
 
+/// An upstream whose usage stays over the trigger however compactd compacts (it counts what
+/// compactd cannot see: images, a server-side prompt; or answers nonsense): each compaction is
+/// judged by the next count, so the agent's turn sees three compactions and then none, not a
+/// summary rewritten (and with a model summarizer, a model call) on every call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_whose_count_stays_over_the_trigger_is_not_compacted_on_every_call() {
+    // Ten calls counted as compactd would count them, then twenty counted over the trigger.
+    let answers = (0..30)
+        .map(|i| {
+            let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
+            answer["usage"]["prompt_tokens"] = json!(if i < 10 { 1000 + 700 * i } else { 15_000 });
+            raw(answer.to_string(), false)
+        })
+        .collect();
+    let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "read every module"}),
+    ];
+    let mut session = String::new();
+    for i in 0..30 {
+        let (status, head, body) = call(
+            &client,
+            KEY,
+            None,
+            &json!({"model": "m", "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(assistant(i));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
+    }
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["compaction_count"], 3, "{state}");
+    assert_eq!(state["breaker"]["open"], true, "{state}");
+    for sent in mock.requests() {
+        no_orphans(sent.body["messages"].as_array().unwrap());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_sdk_runs_a_long_agent_loop_through_the_proxy() {
     if !python_has("openai") {

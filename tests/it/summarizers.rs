@@ -520,6 +520,51 @@ async fn a_model_that_keeps_failing_never_leaves_a_context_over_its_limit() {
     assert!(!history["failures"].as_array().unwrap().is_empty());
 }
 
+/// The rescue above, when the model server's count stays over the trigger after it: one
+/// extractive compaction for the open breaker, not one for every context the agent asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_over_its_trigger_by_the_servers_count_is_rescued_once_per_turn() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::status(500, "{\"error\":{\"message\":\"down\"}}"),
+    );
+    let daemon = start(&openai_config(&mock, "").replace("max_retries = 2", "max_retries = 0"));
+    let client = daemon.client();
+    client
+        .post(
+            "/session",
+            &json!({"id": "counted", "context_limit": 10000}),
+        )
+        .await
+        .unwrap();
+    client
+        .post("/session/counted/message", &user("work on the parser"))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        step(&client, "counted", i, 2000 + 1000 * i as u64).await;
+    }
+    for i in 5..17 {
+        step(&client, "counted", i, 9000).await;
+        client.get("/session/counted/context").await.unwrap();
+    }
+    let history = client.get("/session/counted/compaction").await.unwrap();
+    let compactions = history["compactions"].as_array().unwrap();
+    assert_eq!(compactions.len(), 1, "{history}");
+    assert!(
+        compactions[0]["fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("over its trigger"),
+        "{history}"
+    );
+    assert_eq!(
+        history["failures"].as_array().unwrap().len(),
+        3,
+        "{history}"
+    );
+}
+
 /// A summarizer `base_url` set to the daemon's own proxy: its call comes back to the daemon
 /// and is refused at once (`proxy_loop`, saying what to fix), a failure like any other; the
 /// compaction prompt is not stored as a proxied conversation.
@@ -982,4 +1027,113 @@ async fn credentials_reach_neither_the_model_nor_a_summary_but_stay_in_the_histo
         .unwrap()["summary"]
         .to_string();
     assert!(summary.contains("hunter2hunter2"), "{summary}");
+}
+
+/// An agent step: a ~1,000-token answer with the usage its model call reported.
+async fn step(client: &Client, id: &str, i: usize, input_tokens: u64) -> Value {
+    client
+        .post(
+            &format!("/session/{id}/message"),
+            &json!({
+                "messages": [{"role": "assistant", "content": format!("{i:>4}{}", "x".repeat(3996))}],
+                "usage": {"input_tokens": input_tokens},
+                "wait": true,
+            }),
+        )
+        .await
+        .unwrap()
+}
+
+/// A model server whose count of the context stays over the trigger whatever compaction does
+/// (it counts what compactd cannot see, or answers nonsense): compacting again on every call
+/// would rewrite the summary (with a model summarizer, a model call) on every agent step. Each
+/// compaction is judged by the first count after it, so three that did not bring the count
+/// under the trigger open the breaker for the turn, as failed ones do; the next user message
+/// starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_count_that_stays_over_the_trigger_after_compacting_opens_the_breaker() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "over", "context_limit": 10000}))
+        .await
+        .unwrap();
+    client
+        .post("/session/over/message", &user("work on the parser"))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let answer = step(&client, "over", i, 2000 + 1000 * i as u64).await;
+        assert!(answer["compaction"].is_null(), "{answer}");
+    }
+    let mut statuses = Vec::new();
+    for i in 5..17 {
+        let answer = step(&client, "over", i, 9000).await;
+        statuses.push(
+            answer["compaction"]["status"]
+                .as_str()
+                .unwrap_or("none")
+                .to_string(),
+        );
+    }
+    let session = client.get("/session/over").await.unwrap();
+    assert_eq!(session["compaction_count"], 3, "{statuses:?} {session}");
+    assert_eq!(session["breaker"]["open"], true, "{session}");
+    assert_eq!(
+        statuses[..4],
+        ["completed", "completed", "completed", "breaker_open"],
+        "{statuses:?}"
+    );
+    // A new turn: compaction resumes, and a count under the trigger after it closes the breaker.
+    let answer = client
+        .post(
+            "/session/over/message",
+            &json!({"messages": [user("now the lexer")], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
+    let attempts =
+        || async { client.get("/session/over").await.unwrap()["breaker"]["attempts"].clone() };
+    assert_eq!(attempts().await, 1);
+    step(&client, "over", 100, 3000).await;
+    assert_eq!(attempts().await, 0);
+}
+
+/// The other side of the test above: a model server whose count drops after each compaction
+/// (what it counts is what compactd sent) never opens the breaker, however long the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_count_that_drops_after_each_compaction_keeps_compaction_going() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "drops", "context_limit": 10000}))
+        .await
+        .unwrap();
+    client
+        .post(
+            "/session/drops/message",
+            &user("work alone for a long time"),
+        )
+        .await
+        .unwrap();
+    // The upstream's count: the system prompt and tools (2,000) and what was sent.
+    let mut counted = 2000;
+    for i in 0..40 {
+        let answer = step(&client, "drops", i, counted).await;
+        assert_ne!(
+            answer["compaction"]["status"], "breaker_open",
+            "step {i}: {answer}"
+        );
+        counted = 2000
+            + client.get("/session/drops/context").await.unwrap()["tokens"]
+                .as_u64()
+                .unwrap();
+    }
+    let session = client.get("/session/drops").await.unwrap();
+    assert!(
+        session["compaction_count"].as_u64().unwrap() >= 5,
+        "{session}"
+    );
+    assert_eq!(session["breaker"]["open"], false, "{session}");
 }
