@@ -19,6 +19,7 @@ use crate::provider::wire::{Outgoing, Wire, WireRequest};
 use crate::service::Service;
 use crate::service::memory::Charge;
 use crate::service::proxy::{Caller, Identity, ProxyTurn};
+use crate::store::ContextVersion;
 use crate::summarize::http::{MARK, VIA_HEADER};
 use axum::Extension;
 use axum::body::{Body, Bytes};
@@ -457,6 +458,7 @@ async fn forward(
         service: service.clone(),
         id: turn.id.clone(),
         after_seq: turn.last_seq,
+        sent: turn.sent,
         recorder: match call.streamed {
             true => Captured::Stream(Box::new(call.wire.recorder(proxy.max_recorded_bytes))),
             false => Captured::Whole(BoundedJson::new(proxy.max_recorded_bytes)),
@@ -507,6 +509,7 @@ struct Recording {
     service: Arc<Service>,
     id: SessionId,
     after_seq: u64,
+    sent: ContextVersion,
     recorder: Captured,
     wire: Wire,
     max_bytes: usize,
@@ -578,7 +581,7 @@ impl Recording {
         let Some(reply) = reply else { return };
         if let Err(e) = self
             .service
-            .proxy_reply(&self.id, self.after_seq, reply)
+            .proxy_reply(&self.id, self.after_seq, self.sent, reply)
             .await
         {
             tracing::warn!(session = %self.id, error = %e, "could not record a proxied answer");

@@ -446,8 +446,18 @@ impl Service {
         id: &SessionId,
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
+        Ok(ContextView::new(self.context_snapshot(id, wait).await?))
+    }
+
+    /// [`Service::context`] as the store read it (with the session row and branch it was
+    /// read with).
+    pub(crate) async fn context_snapshot(
+        self: &Arc<Self>,
+        id: &SessionId,
+        wait: bool,
+    ) -> Result<ContextSnapshot, ServiceError> {
         if !wait {
-            return Ok(ContextView::new(self.store.context(id).await?));
+            return Ok(self.store.context(id).await?);
         }
         let mut deadline = None;
         let served = self.wait_under_trigger(id, &mut deadline).await;
@@ -458,9 +468,9 @@ impl Service {
         let session = &served.session;
         let config = self.compaction_config(session);
         if matches!(due(session, &config), Due::Urgent(_)) && self.rescue(session).await {
-            return Ok(ContextView::new(self.store.context(id).await?));
+            return Ok(self.store.context(id).await?);
         }
-        Ok(ContextView::new(served))
+        Ok(served)
     }
 
     /// The session's context once it is under its trigger, or after [`CONTEXT_WAIT_ROUNDS`]

@@ -14,7 +14,8 @@ use super::{Service, ServiceError};
 use crate::protocol::{ContextView, SessionId};
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
-    AppendRules, Branch, Fingerprints, NewMessage, NewSession, ProxyCall, SessionKind,
+    AppendRules, Branch, ContextVersion, Fingerprints, NewMessage, NewSession, ProxyCall,
+    SessionKind,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -83,6 +84,8 @@ pub struct ProxyTurn {
     pub kind: SessionKind,
     /// The seq of the call's last message: its answer is recorded after it.
     pub last_seq: u64,
+    /// The context sent: the answer's usage counts only while the session still serves it.
+    pub sent: ContextVersion,
 }
 
 impl Service {
@@ -108,12 +111,12 @@ impl Service {
         if placed.matched < request.messages.len() {
             self.after_append(&placed.session, false).await;
         }
-        let context = self.context(&id, true).await?;
-        let branch = self.store.branch(&id).await?;
+        let snapshot = self.context_snapshot(&id, true).await?;
         Ok(ProxyTurn {
             id,
-            context,
-            branch,
+            branch: snapshot.branch.clone(),
+            sent: snapshot.session.context_version(),
+            context: ContextView::new(snapshot),
             kind: placed.session.kind,
             last_seq: placed.session.head_seq,
         })
@@ -135,13 +138,13 @@ impl Service {
             return Ok(None);
         };
         let id = session.id.clone();
-        let context = self.context(&id, false).await?;
-        let branch = self.store.branch(&id).await?;
+        let snapshot = self.context_snapshot(&id, false).await?;
         Ok(Some(Preview {
             turn: ProxyTurn {
                 id,
-                context,
-                branch,
+                branch: snapshot.branch.clone(),
+                sent: snapshot.session.context_version(),
+                context: ContextView::new(snapshot),
                 kind: session.kind,
                 last_seq: session.head_seq,
             },
@@ -150,11 +153,13 @@ impl Service {
     }
 
     /// Records the model's answer to a proxied call (after the message it answered, the last
-    /// of the call) and what the call really cost.
+    /// of the call) and what the call really cost (when the call was `sent` with the context
+    /// the session still serves).
     pub async fn proxy_reply(
         self: &Arc<Self>,
         id: &SessionId,
         after_seq: u64,
+        sent: ContextVersion,
         reply: WireReply,
     ) -> Result<(), ServiceError> {
         let WireReply {
@@ -172,7 +177,14 @@ impl Service {
             NewMessage::new(&reply, tokens).with_hash(fingerprint(&reply, bound), opening(&reply));
         let session = self
             .store
-            .append_reply(id, after_seq, message, context_tokens, self.proxy_rules())
+            .append_reply(
+                id,
+                after_seq,
+                message,
+                context_tokens,
+                sent,
+                self.proxy_rules(),
+            )
             .await?;
         if let Some(session) = session {
             self.after_append(&session, false).await;

@@ -22,7 +22,7 @@
 use super::counters::switch_to;
 use super::messages::{AppendRules, NewMessage, append_to};
 use super::path::Branch;
-use super::rows::{SessionKind, SessionRow};
+use super::rows::{ContextVersion, SessionKind, SessionRow};
 use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::LazyEstimator;
@@ -125,20 +125,24 @@ impl Store {
 
     /// Records a proxied call's answer after `after_seq`, the call's last message. When that is
     /// still the head of the session's current branch, the answer extends it (with the usage
-    /// the upstream reported) and the session after it is returned; when another call moved
-    /// the branch on meanwhile, the answer is kept as a leaf of its own call's branch and the
-    /// current one is left as it is.
+    /// the upstream reported, when it measured the context as it still is: `sent`) and the
+    /// session after it is returned; when another call moved the branch on meanwhile, the
+    /// answer is kept as a leaf of its own call's branch and the current one is left as it is.
     pub async fn append_reply(
         &self,
         id: &SessionId,
         after_seq: u64,
         reply: NewMessage,
         context_tokens: Option<usize>,
+        sent: ContextVersion,
         rules: impl Fn(&SessionRow) -> AppendRules + Send + 'static,
     ) -> Result<Option<SessionRow>> {
         let id = id.to_string();
         self.write(move |conn| {
             let session = get_live(conn, &id)?;
+            // A compaction (or a masking) landed while the call was with the model: its usage
+            // counts the context before it, and would make the session look as full as then.
+            let context_tokens = context_tokens.filter(|_| session.context_version() == sent);
             let (matched, _) = walk_from(conn, &id, Some(after_seq), &[reply.hash().unwrap_or(0)])?;
             if matched == 1 {
                 // The client sent this answer back already (a retried call): nothing new.

@@ -39,7 +39,7 @@ pub(crate) use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMe
 pub(crate) use migrate::declare_writer;
 pub use path::Branch;
 pub use rows::{CompactionRow, FailureRow, StoredMessage, TokenSource};
-pub(crate) use rows::{ContextSnapshot, SessionKind, SessionRow};
+pub(crate) use rows::{ContextSnapshot, ContextVersion, SessionKind, SessionRow};
 pub(crate) use search::{SearchHit, query_words, searchable_text};
 pub(crate) use sessions::{NewSession, SessionUpdate};
 

@@ -99,7 +99,23 @@ pub enum TokenSource {
     Reported,
 }
 
+/// Which context a usage report measured: a compaction or a masking since makes the context
+/// another, and a report of the one before no longer counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextVersion {
+    compaction_count: u32,
+    masked_through_seq: u64,
+}
+
 impl SessionRow {
+    /// The context this session serves now (see [`ContextVersion`]).
+    pub fn context_version(&self) -> ContextVersion {
+        ContextVersion {
+            compaction_count: self.compaction_count,
+            masked_through_seq: self.masked_through_seq,
+        }
+    }
+
     pub(super) const COLUMNS: &'static str = "id, model, context_limit, overrides, created_at, updated_at, \
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \

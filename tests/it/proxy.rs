@@ -404,6 +404,68 @@ async fn an_upstream_whose_count_stays_over_the_trigger_is_not_compacted_on_ever
     }
 }
 
+/// A call's usage measures the context it was sent with. When a compaction lands while the
+/// call is with the model (in the background, or asked for meanwhile), the answer's usage
+/// counts the context before it: kept, it would make the session look as full as before its
+/// compaction (and start another at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_of_a_call_sent_before_a_compaction_landed_does_not_count_after_it() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let mut answers: Vec<Reply> = (0..8)
+        .map(|i| {
+            let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
+            answer["usage"]["prompt_tokens"] = json!(1000 + 700 * i);
+            raw(answer.to_string(), false)
+        })
+        .collect();
+    let mut last: Value = serde_json::from_str(&tool_call_answer(8)).unwrap();
+    last["usage"]["prompt_tokens"] = json!(7000);
+    answers.push(Reply::Gated(
+        gate.clone(),
+        Box::new(raw(last.to_string(), false)),
+    ));
+    let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "read every module"}),
+    ];
+    let mut session = String::new();
+    for i in 0..8 {
+        let (status, head, _) = call(
+            &client,
+            KEY,
+            None,
+            &json!({"model": "m", "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(assistant(i));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
+    }
+    let in_flight = {
+        let (client, body) = (client.clone(), json!({"model": "m", "messages": messages}));
+        tokio::spawn(async move { call(&client, KEY, None, &body).await })
+    };
+    mock.wait_for_requests(9);
+    let compacted = client
+        .post(&format!("/session/{session}/summarize"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    gate.add_permits(1);
+    assert_eq!(in_flight.await.unwrap().0, 200);
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["token_source"], "estimated", "{state}");
+    assert!(state["tokens"].as_u64().unwrap() < 7000, "{state}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_sdk_runs_a_long_agent_loop_through_the_proxy() {
     if !python_has("openai") {

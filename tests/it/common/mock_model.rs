@@ -34,6 +34,9 @@ pub enum Reply {
     /// As a model with a window of this many tokens (4 characters each): a request longer
     /// than that gets OpenAI's 400 `context_length_exceeded`, others `OpenAiNumbered`.
     Window(usize),
+    /// The reply, once the test adds a permit to the semaphore (a model call in flight for as
+    /// long as the test needs).
+    Gated(Arc<tokio::sync::Semaphore>, Box<Reply>),
 }
 
 impl Reply {
@@ -187,12 +190,16 @@ async fn handle(
         state.arrived.notify_all();
         requests.len()
     };
-    let reply = state
+    let mut reply = state
         .script
         .lock()
         .unwrap()
         .pop_front()
         .unwrap_or_else(|| state.otherwise.lock().unwrap().clone().unwrap());
+    if let Reply::Gated(gate, inner) = reply {
+        gate.acquire().await.unwrap().forget();
+        reply = *inner;
+    }
     match reply {
         Reply::OpenAi(text) => axum::Json(openai_completion(&text)).into_response(),
         Reply::OpenAiNumbered => axum::Json(openai_completion(&nine_sections(&format!(
@@ -232,6 +239,7 @@ async fn handle(
             std::future::pending::<()>().await;
             unreachable!()
         }
+        Reply::Gated(..) => (StatusCode::INTERNAL_SERVER_ERROR, "gated twice").into_response(),
         Reply::After(wait) => {
             tokio::time::sleep(wait).await;
             axum::Json(openai_completion(&nine_sections(&format!(
