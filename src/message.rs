@@ -225,6 +225,8 @@ pub(crate) struct MessageBatch {
     pub messages: Vec<Message>,
     /// The agent's `usage.input_tokens` for its last model call.
     pub input_tokens: Option<u64>,
+    /// `usage.compaction_num`: the `compaction_num` of the context that call was sent with.
+    pub compaction_num: Option<u32>,
     pub wait: bool,
 }
 
@@ -300,6 +302,14 @@ fn batch_object(
                             )
                         })?,
                 );
+                batch.compaction_num = match usage.get("compaction_num") {
+                    None | Some(Value::Null) => None,
+                    Some(num) => Some(num.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                        BatchError::Shape(
+                            "usage.compaction_num must be the compaction_num of the context the call was sent with (a non-negative integer)".into(),
+                        )
+                    })?),
+                };
             }
             "wait" => {
                 batch.wait = match text {

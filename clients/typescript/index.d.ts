@@ -154,7 +154,7 @@ export declare class Client {
   session(id: string): Promise<Session>;
   updateSession(id: string, changes: { model?: string; context_limit?: number; config?: Record<string, unknown> }): Promise<Session>;
   deleteSession(id: string): Promise<{ deleted: true; id: string }>;
-  append(id: string, messages: Message | Message[], options?: { wait?: boolean; inputTokens?: number }): Promise<AppendResult>;
+  append(id: string, messages: Message | Message[], options?: { wait?: boolean; inputTokens?: number; compactionNum?: number }): Promise<AppendResult>;
   messages(id: string, options?: { after?: number; limit?: number }): Promise<HistoryPage>;
   context(id: string, options?: { format?: "compactd"; wait?: boolean }): Promise<ContextView>;
   context(id: string, options: { format: "openai" | "anthropic"; wait?: boolean }): Promise<ProviderContext>;

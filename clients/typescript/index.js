@@ -127,7 +127,10 @@ export class Client {
    */
   async append(id, messages, options = {}) {
     const body = { messages: Array.isArray(messages) ? messages : [messages], wait: !!options.wait };
-    if (options.inputTokens !== undefined) body.usage = { input_tokens: options.inputTokens };
+    if (options.inputTokens !== undefined) {
+      body.usage = { input_tokens: options.inputTokens };
+      if (options.compactionNum !== undefined) body.usage.compaction_num = options.compactionNum;
+    }
     const headers = { "idempotency-key": `ts-${randomUUID()}` };
     const deadline = Date.now() + this.appendRetryMs;
     let pause = 50;

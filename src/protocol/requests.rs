@@ -53,6 +53,10 @@ pub struct MessageInput {
 pub struct Usage {
     /// At most 1,000,000,000.
     pub input_tokens: u64,
+    /// The `compaction_num` of the context the call was sent with (`GET /context` answers
+    /// it): a report of a context compacted since is not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_num: Option<u32>,
 }
 
 /// The three body forms `POST /v1/session/{id}/message` accepts.

@@ -168,6 +168,7 @@ pub(super) async fn append(
     let request = AppendRequest {
         messages: batch.messages,
         input_tokens,
+        compaction_num: batch.compaction_num,
         wait: batch.wait,
         idempotency_key,
     };

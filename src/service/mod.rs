@@ -78,6 +78,8 @@ pub struct AppendRequest {
     pub messages: Vec<Message>,
     /// The agent's `usage.input_tokens` for its last model call.
     pub input_tokens: Option<usize>,
+    /// `usage.compaction_num`: the `compaction_num` of the context that call was sent with.
+    pub compaction_num: Option<u32>,
     /// Respond only after a compaction this append triggers has finished.
     pub wait: bool,
     /// The client's Idempotency-Key: a retry with the same key appends nothing again.
@@ -388,6 +390,7 @@ impl Service {
                     create: Some(create),
                     messages: new_messages,
                     reported_tokens: request.input_tokens,
+                    reported_of: request.compaction_num,
                     idempotency,
                 },
                 self.append_rules(),

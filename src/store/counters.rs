@@ -252,6 +252,7 @@ mod tests {
                                 }),
                                 messages,
                                 reported_tokens: *reported_tokens,
+                                reported_of: None,
                                 idempotency: None,
                             },
                             rules,

@@ -235,6 +235,7 @@ mod tests {
             }),
             messages,
             reported_tokens: None,
+            reported_of: None,
             idempotency: None,
         }
     }

@@ -236,13 +236,14 @@ fn append_one(
         )));
     }
     let rules = rules(&session);
-    let mut outcome = append_to(
-        conn,
-        &session,
-        &append.messages,
-        append.reported_tokens,
-        rules,
-    )?;
+    // A compaction landed while the agent's model call was out: its usage counts the context
+    // before it, and would make the session look as full as then.
+    let reported_tokens = append.reported_tokens.filter(|_| {
+        append
+            .reported_of
+            .is_none_or(|num| num == session.compaction_count)
+    });
+    let mut outcome = append_to(conn, &session, &append.messages, reported_tokens, rules)?;
     outcome.created = created;
     if let Some(idempotency) = idempotency {
         remember_key(conn, idempotency, &outcome)?;
@@ -802,6 +803,9 @@ pub struct Append {
     pub messages: Vec<NewMessage>,
     /// The agent's `usage.input_tokens` for its last model call.
     pub reported_tokens: Option<usize>,
+    /// The `compaction_num` of the context that call was sent with, when the client says
+    /// (`usage.compaction_num`): a report of a context compacted since is not counted.
+    pub reported_of: Option<u32>,
     /// A retried append with the same key is answered with the first one's outcome.
     pub idempotency: Option<Idempotency>,
 }

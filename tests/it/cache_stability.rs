@@ -72,6 +72,7 @@ proptest! {
                 service.append(&sid(), AppendRequest {
                     messages: vec![message.clone()],
                     input_tokens: None,
+                    compaction_num: None,
                     wait: true,
                     idempotency_key: None,
                 }).await.unwrap();

@@ -90,6 +90,7 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
             let request = AppendRequest {
                 messages,
                 input_tokens: None,
+                compaction_num: None,
                 wait: true,
                 idempotency_key: None,
             };
@@ -239,6 +240,7 @@ async fn a_lower_limit_shortens_the_current_step_again() {
     let request = AppendRequest {
         messages,
         input_tokens: None,
+        compaction_num: None,
         wait: true,
         idempotency_key: None,
     };
@@ -315,6 +317,7 @@ async fn masking_spares_every_result_of_the_current_step() {
         let request = AppendRequest {
             messages: vec![message],
             input_tokens: None,
+            compaction_num: None,
             wait: true,
             idempotency_key: None,
         };

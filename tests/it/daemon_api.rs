@@ -1,7 +1,7 @@
 //! The daemon as its clients see it: a real `compactd serve` on a temp socket and database,
 //! driven over HTTP.
 
-use crate::common::{TestDaemon, bash_round, have, next_event, user};
+use crate::common::{TestDaemon, api_error, bash_round, have, next_event, user};
 use compactd::client::{Client, ClientError};
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -784,6 +784,79 @@ async fn events_stream_compactions() {
     assert_eq!(data["session_id"], "ev");
     assert_eq!(data["compaction_num"], 1);
     assert!(data["post_tokens"].as_u64() < data["pre_tokens"].as_u64());
+}
+
+/// A client's model call can outlast a compaction (in the background, or asked for
+/// meanwhile): its usage then counts the context before it. With `usage.compaction_num` (the
+/// context's, as `GET /context` gave it) such a report is not counted; a report of the
+/// current context is.
+#[tokio::test]
+async fn usage_of_a_context_compacted_since_is_not_counted() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "late", "context_limit": 10000}))
+        .await
+        .unwrap();
+    let mut history = vec![user(&format!("q{}", "x".repeat(1599)))];
+    history.extend(
+        (1..10).map(
+            |i| json!({"role": "assistant", "content": format!("{i:>4}{}", "x".repeat(1596))}),
+        ),
+    );
+    client
+        .post("/session/late/message", &json!({"messages": history}))
+        .await
+        .unwrap();
+    let sent = client.get("/session/late/context").await.unwrap();
+    assert_eq!(sent["compaction_num"], 0);
+    // The agent's model call is out; a compaction lands meanwhile.
+    let compacted = client
+        .post("/session/late/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    let after = client.get("/session/late").await.unwrap()["tokens"]
+        .as_u64()
+        .unwrap();
+    let answer = client
+        .post(
+            "/session/late/message",
+            &json!({"messages": [{"role": "assistant", "content": "done"}],
+                    "usage": {"input_tokens": 6000, "compaction_num": 0}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["token_source"], "estimated", "{answer}");
+    assert_eq!(answer["tokens"], after + 1, "{answer}");
+    // A report of the context as it is now counts.
+    let answer = client
+        .post(
+            "/session/late/message",
+            &json!({"messages": [{"role": "assistant", "content": "next"}],
+                    "usage": {"input_tokens": 2500, "compaction_num": 1}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["token_source"], "reported", "{answer}");
+    assert_eq!(answer["tokens"], 2501, "{answer}");
+    // A compaction_num that is not one is refused, and nothing is stored.
+    for bad in [json!(-1), json!("1"), json!(1.5), json!(5_000_000_000u64)] {
+        let refused = client
+            .post(
+                "/session/late/message",
+                &json!({"messages": [user("x")], "usage": {"input_tokens": 10, "compaction_num": bad}}),
+            )
+            .await
+            .unwrap_err();
+        let (status, message) = api_error(refused);
+        assert_eq!(status, 400);
+        assert!(message.contains("usage.compaction_num"), "{message}");
+    }
+    assert_eq!(
+        client.get("/session/late").await.unwrap()["message_count"],
+        12
+    );
 }
 
 #[tokio::test]

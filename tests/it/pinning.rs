@@ -47,6 +47,7 @@ proptest! {
                 let answer = service.append(&sid(), AppendRequest {
                     messages: vec![message.clone()],
                     input_tokens: None,
+                    compaction_num: None,
                     wait: true,
                     idempotency_key: None,
                 }).await.unwrap();

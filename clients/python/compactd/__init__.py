@@ -232,13 +232,18 @@ class Client:
         return self.request("DELETE", f"/v1/session/{id}")
 
     def append(self, id: str, messages: Union[Message, List[Message]], *,
-               input_tokens: Optional[int] = None, wait: bool = False) -> AppendResult:
+               input_tokens: Optional[int] = None, compaction_num: Optional[int] = None,
+               wait: bool = False) -> AppendResult:
         """Appends one message or a list, at most once: the request carries an Idempotency-Key
-        and a refused or dropped connection (a daemon restarting) is retried with it."""
+        and a refused or dropped connection (a daemon restarting) is retried with it.
+        `input_tokens` is the model call's usage; `compaction_num` that of the context the call
+        was sent with (a report of a context compacted since is then not counted)."""
         body: Dict[str, Any] = {"messages": messages if isinstance(messages, list) else [messages],
                                 "wait": wait}
         if input_tokens is not None:
             body["usage"] = {"input_tokens": input_tokens}
+            if compaction_num is not None:
+                body["usage"]["compaction_num"] = compaction_num
         headers = {"Idempotency-Key": f"py-{uuid.uuid4()}"}
         deadline = time.monotonic() + self.append_retry_seconds
         pause = 0.05

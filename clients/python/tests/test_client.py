@@ -62,6 +62,13 @@ class ClientTest(unittest.TestCase):
         self.assertIn("## 9. Optional Next Step", history["compactions"][0]["summary"])
         manual = c.summarize("py", focus="the parser")
         self.assertIn("compacted", manual)
+        # The usage of a call sent with the context before that compaction is not counted.
+        late = c.append("py", {"role": "assistant", "content": "ok"}, input_tokens=9000,
+                        compaction_num=ctx["compaction_num"])
+        self.assertEqual(late["token_source"], "estimated" if manual["compacted"] else "reported")
+        now = c.append("py", {"role": "assistant", "content": "ok"}, input_tokens=9000,
+                       compaction_num=c.context("py")["compaction_num"])
+        self.assertEqual((now["token_source"], now["tokens"]), ("reported", 9001))
 
         updated = c.update_session("py", model="m2")
         self.assertEqual(updated["model"], "m2")

@@ -76,7 +76,15 @@ test("sessions, messages, contexts, compaction", async () => {
   assert.equal(page.next_after, 2);
   const history = await c.compactions("ts");
   assert.match(history.compactions[0].summary, /## 9\. Optional Next Step/);
-  assert.equal(typeof (await c.summarize("ts", "the parser")).compacted, "boolean");
+  const manual = await c.summarize("ts", "the parser");
+  assert.equal(typeof manual.compacted, "boolean");
+  // The usage of a call sent with the context before that compaction is not counted.
+  const ok = { role: "assistant", content: "ok" };
+  const late = await c.append("ts", ok, { inputTokens: 9000, compactionNum: ctx.compaction_num });
+  assert.equal(late.token_source, manual.compacted ? "estimated" : "reported");
+  const sent = (await c.context("ts")).compaction_num;
+  const now = await c.append("ts", ok, { inputTokens: 9000, compactionNum: sent });
+  assert.deepEqual([now.token_source, now.tokens], ["reported", 9001]);
   assert.equal((await c.updateSession("ts", { model: "m2" })).model, "m2");
   assert.equal((await c.deleteSession("ts")).deleted, true);
 });

@@ -183,6 +183,7 @@ async fn drive(
         let request = AppendRequest {
             messages: vec![message.clone()],
             input_tokens: None,
+            compaction_num: None,
             wait: true,
             idempotency_key: None,
         };
