@@ -5,6 +5,8 @@
 //! the caller's business.
 
 use crate::compaction::chunk::{block_tokens, chunk_ranges};
+use crate::compaction::instruction::is_instruction;
+use crate::compaction::kept_instructions::{Instruction, keep_instructions};
 use crate::compaction::prompt::{PromptInput, build_compaction_prompt};
 use crate::compaction::redact::redact_secrets;
 use crate::compaction::{
@@ -135,6 +137,10 @@ async fn summarize(
                     }
                     .into());
                 }
+                let summary = match summarizer.is_instant() {
+                    true => summary,
+                    false => with_every_instruction(input, plan, &messages, &seqs, summary, tokens),
+                };
                 let chunks = ranges.len();
                 return Ok(finish(
                     input,
@@ -204,6 +210,41 @@ impl Chunks<'_> {
             summary = Some(redact(input, written.trim().to_string()));
         }
         summary.ok_or(SummarizeError::Blank)
+    }
+}
+
+/// A model's summary with the user instructions its section 6 left out quoted there (see
+/// [`keep_instructions`]), in the room its ceiling leaves.
+fn with_every_instruction(
+    input: &PlanInput,
+    plan: &CompactionPlan,
+    messages: &[crate::message::Message],
+    seqs: &[u64],
+    summary: String,
+    tokens: usize,
+) -> String {
+    let texts: Vec<(u64, String)> = messages
+        .iter()
+        .zip(seqs)
+        .filter(|(m, _)| is_instruction(m))
+        .map(|(m, &seq)| (seq, m.joined_text()))
+        .collect();
+    let instructions: Vec<Instruction> = texts
+        .iter()
+        .map(|(seq, text)| Instruction { seq: *seq, text })
+        .collect();
+    let room_chars = (plan.summary_ceiling.saturating_sub(tokens) as f64
+        / input.estimator.tokens_per_char) as usize;
+    match keep_instructions(&summary, input.prior_summary, &instructions, room_chars) {
+        Some(kept) => {
+            tracing::warn!(
+                session = input.session,
+                quoted = kept.quoted,
+                "the summary left out user messages; quoted them in its section 6"
+            );
+            redact(input, kept.summary)
+        }
+        None => summary,
     }
 }
 

@@ -25,6 +25,7 @@ pub mod constants;
 pub mod estimate;
 pub mod files;
 pub mod instruction;
+pub mod kept_instructions;
 pub mod mask;
 pub mod microcompact;
 pub mod origin;

@@ -84,7 +84,8 @@ pub fn split_sections(summary: &str) -> [Option<String>; 9] {
     bodies.map(|b| b.map(|s| s.trim_matches('\n').to_string()))
 }
 
-fn section_of_heading(line: &str) -> Option<usize> {
+/// The index (0 for section 1) of the section `line` is the heading of, if it is one.
+pub(super) fn section_of_heading(line: &str) -> Option<usize> {
     let line = line.trim_end_matches('\r');
     let rest = line
         .trim()

@@ -76,6 +76,72 @@ async fn fill_and_fail(client: &Client, id: &str) -> (u16, String) {
     )
 }
 
+/// A model that writes a fine summary but leaves the user's instructions out of section 6
+/// (or drops the earlier ones the prior summary carried): compactd quotes them there, so no
+/// later context loses them; what the model wrote stays as it wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instructions_a_model_summary_leaves_out_are_quoted_in_section_6() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::OpenAi(nine_sections("model-written summary")),
+    );
+    let daemon = start(&openai_config(&mock, ""));
+    let client = daemon.client();
+    let rules = [
+        "Never push to main; open a pull request for every change.",
+        "Keep the public API of the billing module unchanged.",
+    ];
+    client
+        .post(
+            "/session/rules/message",
+            &user("Migrate the services to the new queue."),
+        )
+        .await
+        .unwrap();
+    for rule in rules {
+        let mut messages = vec![user(rule)];
+        for i in 0..15 {
+            messages.extend(bash_round(
+                &format!("{rule:.5}-{i}"),
+                &format!("sed -i 's/x/y/' src/module_{i}.py"),
+                &"output line\n".repeat(40),
+            ));
+        }
+        client
+            .post("/session/rules/message", &json!({"messages": messages}))
+            .await
+            .unwrap();
+        let answer = client
+            .post("/session/rules/summarize", &json!({}))
+            .await
+            .unwrap();
+        assert_eq!(answer["compacted"], true, "{answer}");
+    }
+    // The second model summary dropped the first rule too: both are in its section 6.
+    let context = client.get("/session/rules/context").await.unwrap();
+    let summary = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["summary"] == true)
+        .unwrap()["parts"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(summary.contains("model-written summary"), "{summary}");
+    let six = summary
+        .split("## 6. All user messages")
+        .nth(1)
+        .unwrap()
+        .split("## 7.")
+        .next()
+        .unwrap();
+    for rule in rules {
+        assert!(six.contains(rule), "{rule} not in section 6: {six}");
+    }
+    assert!(six.contains("quoted by compactd"), "{six}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_request_shape_and_summary() {
     let mock = MockModel::start(
