@@ -124,6 +124,8 @@ pub struct SummarizerConfig {
     pub fallback: Option<Fallback>,
     /// Replace credentials with `[redacted]` in summaries and in every prompt sent to a model.
     pub redact_secrets: bool,
+    /// How many compactions call a model or command summarizer at once; others wait their turn.
+    pub max_concurrent: usize,
 }
 
 impl Default for SummarizerConfig {
@@ -140,6 +142,7 @@ impl Default for SummarizerConfig {
             command: None,
             fallback: None,
             redact_secrets: true,
+            max_concurrent: 4,
         }
     }
 }
@@ -354,6 +357,13 @@ impl Config {
         }
         at_least("[summarizer] timeout_s", s.timeout_s, 1)?;
         at_least("[summarizer] max_output_tokens", s.max_output_tokens, 1)?;
+        at_least("[summarizer] max_concurrent", s.max_concurrent, 1)?;
+        if s.max_concurrent > MAX_CONCURRENT_SUMMARIES {
+            return Err(InvalidSetting::new(
+                "[summarizer] max_concurrent",
+                format!("must be at most {MAX_CONCURRENT_SUMMARIES}"),
+            ));
+        }
         if let Some(window) = s.context_window.filter(|&w| w <= s.max_output_tokens) {
             return Err(InvalidSetting::new(
                 "[summarizer] context_window",
@@ -366,6 +376,9 @@ impl Config {
         Ok(())
     }
 }
+
+/// Most compactions that may call the summarizer at once.
+const MAX_CONCURRENT_SUMMARIES: usize = 256;
 
 /// `key` must be at least `least`.
 fn at_least(key: &str, value: impl TryInto<u64>, least: u64) -> Result<(), InvalidSetting> {
@@ -577,6 +590,15 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("sometimes"), "{e}");
+        for bad in ["0", "1000"] {
+            let e = Config::parse(
+                &format!("[summarizer]\nmax_concurrent = {bad}\n"),
+                Path::new("c.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("[summarizer] max_concurrent"), "{e}");
+        }
     }
 
     #[test]

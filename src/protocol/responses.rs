@@ -29,6 +29,19 @@ pub struct Health {
     /// What requests and compactions hold in memory now, against their budgets.
     #[serde(default)]
     pub memory: MemoryStatus,
+    /// Compactions calling the summarizer now, and waiting for a slot to
+    /// (`[summarizer] max_concurrent`).
+    #[serde(default)]
+    pub summarizer_calls: SummarizerCalls,
+}
+
+/// Compactions calling the summarizer (a model or a command) now, at most `max_concurrent`,
+/// and waiting for a slot.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct SummarizerCalls {
+    pub running: usize,
+    pub waiting: usize,
+    pub max_concurrent: usize,
 }
 
 /// The daemon's memory budgets and what is charged to them now (bytes): bodies being read,

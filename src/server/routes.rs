@@ -47,6 +47,7 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
             listen: settings.config.proxy.listen.clone(),
         },
         memory: service.memory().status(),
+        summarizer_calls: settings.summarizer_slots.status(),
     })
 }
 

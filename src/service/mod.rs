@@ -14,6 +14,7 @@ mod rate;
 mod recall;
 mod scheduling;
 mod settings;
+mod summarizer_slots;
 pub(crate) mod views;
 
 pub(crate) use settings::Settings;

@@ -18,6 +18,7 @@
 //! `/summarize` or a `/context` waiting for it is served in between.
 
 use super::locks::SessionGuard;
+use super::summarizer_slots::SummarizerSlots;
 use super::{Service, ServiceError, Settings, memory};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::microcompact::MaskingStart;
@@ -314,6 +315,7 @@ impl Service {
         let run = Run {
             id,
             summarizer: settings.summarizer.as_ref(),
+            slots: &settings.summarizer_slots,
             num,
             fallback: settings.config.summarizer.fallback.is_some(),
             max_wait_s: config.max_wait_s,
@@ -547,7 +549,14 @@ impl Service {
     ) -> Result<(Compacted, Option<String>), CompactError> {
         let hurry = self.hurries.token(run.id.as_str());
         let attempt = tokio::select! {
-            result = compaction_run::run(input, plan, run.summarizer, run.num) => result,
+            result = async {
+                // The built-in summarizer only computes: it takes no slot.
+                let _slot = match run.summarizer.is_instant() {
+                    true => None,
+                    false => Some(run.slots.take().await),
+                };
+                compaction_run::run(input, plan, run.summarizer, run.num).await
+            } => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
             _ = hurry.cancelled() => {
                 let done = compaction_run::run(input, plan, &Extractive, run.num).await?;
@@ -578,6 +587,7 @@ impl Service {
 struct Run<'a> {
     id: &'a SessionId,
     summarizer: &'a dyn Summarizer,
+    slots: &'a SummarizerSlots,
     num: u32,
     /// The extractive fallback is configured.
     fallback: bool,

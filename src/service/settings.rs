@@ -6,6 +6,7 @@
 //! it showed in the writer's profile. Sessions share few distinct overrides, so each merge is
 //! made once per settings and kept.
 
+use super::summarizer_slots::SummarizerSlots;
 use crate::compaction::CompactionConfig;
 use crate::compaction::constants::BACKGROUND_AT;
 use crate::config::{Config, compaction_with_overrides};
@@ -22,6 +23,9 @@ const MAX_MERGED: usize = 256;
 pub struct Settings {
     pub config: Config,
     pub summarizer: Arc<dyn Summarizer>,
+    /// How many compactions call it at once (a reload makes new slots: calls running on the
+    /// old ones finish there).
+    pub summarizer_slots: SummarizerSlots,
     merged: Mutex<Vec<Merged>>,
 }
 
@@ -34,6 +38,7 @@ struct Merged {
 impl Settings {
     pub fn new(config: Config, summarizer: Arc<dyn Summarizer>) -> Settings {
         Settings {
+            summarizer_slots: SummarizerSlots::new(config.summarizer.max_concurrent),
             config,
             summarizer,
             merged: Mutex::new(Vec::new()),

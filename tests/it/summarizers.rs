@@ -142,6 +142,63 @@ async fn instructions_a_model_summary_leaves_out_are_quoted_in_section_6() {
     assert!(six.contains("quoted by compactd"), "{six}");
 }
 
+/// Many sessions due at once (a restart, a trigger lowered by a config edit) call the
+/// summarizer at most `max_concurrent` at a time: the others wait their turn, as `/health`
+/// says and as the command's own starts show; all of them compact once slots free up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compactions_call_the_summarizer_at_most_max_concurrent_at_once() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (starts, gate) = (dir.path().join("starts"), dir.path().join("gate"));
+    let command = format!(
+        "cat > /dev/null; echo started >> '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; printf '## 6. All user messages\\nok'",
+        starts.display(),
+        gate.display()
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\nmax_messages = 6\n[summarizer]\nkind = \"command\"\ncommand = \"{command}\"\nmax_concurrent = 2\n"
+    ));
+    let client = daemon.client();
+    for s in 0..5 {
+        let messages: Vec<Value> = (0..8)
+            .map(|i| user(&format!("session {s} step {i}")))
+            .collect();
+        client
+            .post(
+                &format!("/session/due{s}/message"),
+                &json!({"messages": messages}),
+            )
+            .await
+            .unwrap();
+    }
+    let calls = eventually(Duration::from_secs(30), || async {
+        let calls = client.get("/health").await.unwrap()["summarizer_calls"].clone();
+        (calls["running"] == 2 && calls["waiting"] == 3).then_some(calls)
+    })
+    .await;
+    assert!(calls.is_some(), "{}", client.get("/health").await.unwrap());
+    assert_eq!(calls.unwrap()["max_concurrent"], 2);
+    let started = std::fs::read_to_string(&starts).unwrap();
+    assert_eq!(started.lines().count(), 2, "{started}");
+    std::fs::write(&gate, "").unwrap();
+    let done = eventually(Duration::from_secs(30), || async {
+        let list = client.get("/session").await.unwrap();
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["compaction_count"] == 1)
+            .then_some(())
+    })
+    .await;
+    assert!(done.is_some(), "{}", client.get("/session").await.unwrap());
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 5);
+    let calls = client.get("/health").await.unwrap()["summarizer_calls"].clone();
+    assert_eq!(
+        (calls["running"].as_u64(), calls["waiting"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_request_shape_and_summary() {
     let mock = MockModel::start(
