@@ -29,6 +29,8 @@ const KEPT_SHARE: f64 = 0.6;
 const WORDS_LOOKED_FOR: usize = 200;
 /// A line of the prior section 6 with fewer words is not judged ("- ok", "(none)").
 const MIN_WORDS: usize = 3;
+/// Instructions with no room left are named by seq, this many at most.
+const SEQS_NAMED: usize = 20;
 /// The first line of what compactd adds to section 6.
 pub const KEPT_NOTE: &str =
     "(quoted by compactd: user messages this summary left out, from the stored conversation)";
@@ -101,11 +103,19 @@ fn quoted_block(lines: &[&str], instructions: &[&Instruction], room_chars: usize
         block.push_str(&entry);
     }
     if !unquoted.is_empty() {
-        let seqs: Vec<String> = unquoted.iter().map(u64::to_string).collect();
+        let named: Vec<String> = unquoted
+            .iter()
+            .take(SEQS_NAMED)
+            .map(u64::to_string)
+            .collect();
+        let more = match unquoted.len().saturating_sub(SEQS_NAMED) {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        };
         let _ = write!(
             block,
-            "\n(and the user messages at seq {}: whole in the stored history)",
-            seqs.join(", ")
+            "\n(and the user messages at seq {}{more}: whole in the stored history)",
+            named.join(", ")
         );
     }
     block
@@ -282,6 +292,21 @@ mod tests {
         assert!(six.chars().count() <= 600 + "(none)\n".len(), "{six}");
         assert!(six.contains("[seq 5] rewrite the scheduler"), "{six}");
         assert!(six.contains("…[truncated"), "{six}");
+        let many: Vec<String> = (0..500)
+            .map(|i| format!("instruction number {i} to follow"))
+            .collect();
+        let many: Vec<Instruction> = many
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ask(i as u64, t))
+            .collect();
+        let none = keep_instructions(&summary("(none)"), None, &many, 0).unwrap();
+        assert!(
+            none.summary
+                .contains("18, 19 and 480 more: whole in the stored history)\n"),
+            "{}",
+            none.summary
+        );
         let tiny = keep_instructions(&summary("(none)"), None, &asked, 150).unwrap();
         assert!(
             tiny.summary.contains(

@@ -63,9 +63,9 @@ impl Store {
     /// report instead ([`super::AppendRules::token_trigger`]): a server that counts what
     /// compactd cannot see, or answers nonsense, would otherwise have the context compacted
     /// on every call, each time found smaller by the estimate. Fails with a conflict, changing
-    /// nothing, if the
-    /// session moved on (another compaction committed first). Returns the stored compaction
-    /// and the session after it (masked as [`NewCompaction::mask_tail`] asks).
+    /// nothing, if the session moved on (another compaction committed first). Returns the
+    /// stored compaction and the session after it (masked as [`NewCompaction::mask_tail`]
+    /// asks).
     pub async fn commit_compaction(&self, c: NewCompaction) -> Result<Committed> {
         self.write(move |conn| {
             let session = get_live(conn, c.session_id.as_str())?;

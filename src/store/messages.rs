@@ -611,10 +611,10 @@ fn encoded(parts: Option<Vec<Part>>) -> Result<(Option<String>, Option<usize>)> 
 }
 
 /// Adds the batch to the session's counters (messages, tokens, turn, task, usage, the
-/// breaker's count) and returns the session as it now is. The counters are computed here from `session`, the row as this
-/// write read it (the writer is the only one), and stored as they are: an UPDATE that did the
-/// arithmetic and read the row back with RETURNING cost a quarter of an append's SQL (SQLite
-/// fills a temporary table with RETURNING's rows).
+/// breaker's count) and returns the session as it now is. The counters are computed here from
+/// `session`, the row as this write read it (the writer is the only one), and stored as they
+/// are: an UPDATE that did the arithmetic and read the row back with RETURNING cost a quarter
+/// of an append's SQL (SQLite fills a temporary table with RETURNING's rows).
 fn count_appended(
     conn: &Connection,
     session: &SessionRow,
