@@ -124,7 +124,8 @@ pub struct SummarizerConfig {
     pub fallback: Option<Fallback>,
     /// Replace credentials with `[redacted]` in summaries and in every prompt sent to a model.
     pub redact_secrets: bool,
-    /// How many compactions call a model or command summarizer at once; others wait their turn.
+    /// How many compactions call a model or command summarizer at once; others wait their turn
+    /// (one more may run for a compaction an agent waits for).
     pub max_concurrent: usize,
 }
 

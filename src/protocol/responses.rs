@@ -35,8 +35,8 @@ pub struct Health {
     pub summarizer_calls: SummarizerCalls,
 }
 
-/// Compactions calling the summarizer (a model or a command) now, at most `max_concurrent`,
-/// and waiting for a slot.
+/// Compactions calling the summarizer (a model or a command) now, at most `max_concurrent`
+/// (and one more that a context or a manual compaction waits for), and waiting for a slot.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct SummarizerCalls {
     pub running: usize,

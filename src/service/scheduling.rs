@@ -316,6 +316,7 @@ impl Service {
             id,
             summarizer: settings.summarizer.as_ref(),
             slots: &settings.summarizer_slots,
+            waited_for: !background,
             num,
             fallback: settings.config.summarizer.fallback.is_some(),
             max_wait_s: config.max_wait_s,
@@ -553,7 +554,7 @@ impl Service {
                 // The built-in summarizer only computes: it takes no slot.
                 let _slot = match run.summarizer.is_instant() {
                     true => None,
-                    false => Some(run.slots.take().await),
+                    false => Some(run.slots.take(run.waited_for).await),
                 };
                 compaction_run::run(input, plan, run.summarizer, run.num).await
             } => result,
@@ -588,6 +589,8 @@ struct Run<'a> {
     id: &'a SessionId,
     summarizer: &'a dyn Summarizer,
     slots: &'a SummarizerSlots,
+    /// A context or a manual compaction waits for this one.
+    waited_for: bool,
     num: u32,
     /// The extractive fallback is configured.
     fallback: bool,

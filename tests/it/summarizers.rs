@@ -144,7 +144,8 @@ async fn instructions_a_model_summary_leaves_out_are_quoted_in_section_6() {
 
 /// Many sessions due at once (a restart, a trigger lowered by a config edit) call the
 /// summarizer at most `max_concurrent` at a time: the others wait their turn, as `/health`
-/// says and as the command's own starts show; all of them compact once slots free up.
+/// says and as the command's own starts show, but for a compaction someone waits for, which
+/// runs at once; all of them compact once slots free up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compactions_call_the_summarizer_at_most_max_concurrent_at_once() {
     let dir = tempfile::TempDir::new().unwrap();
@@ -179,19 +180,38 @@ async fn compactions_call_the_summarizer_at_most_max_concurrent_at_once() {
     assert_eq!(calls.unwrap()["max_concurrent"], 2);
     let started = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(started.lines().count(), 2, "{started}");
+    // A compaction someone waits for (here a manual one) runs at once, ahead of the queue.
+    let messages: Vec<Value> = (0..4).map(|i| user(&format!("manual step {i}"))).collect();
+    client
+        .post("/session/asked/message", &json!({"messages": messages}))
+        .await
+        .unwrap();
+    let manual = {
+        let client = client.clone();
+        tokio::spawn(async move { client.post("/session/asked/summarize", &json!({})).await })
+    };
+    let calls = eventually(Duration::from_secs(30), || async {
+        let calls = client.get("/health").await.unwrap()["summarizer_calls"].clone();
+        (calls["running"] == 3).then_some(calls)
+    })
+    .await;
+    assert_eq!(calls.unwrap()["waiting"], 3);
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 3);
     std::fs::write(&gate, "").unwrap();
+    assert_eq!(manual.await.unwrap().unwrap()["compacted"], true);
     let done = eventually(Duration::from_secs(30), || async {
         let list = client.get("/session").await.unwrap();
         list["sessions"]
             .as_array()
             .unwrap()
             .iter()
+            .filter(|s| s["id"] != "asked")
             .all(|s| s["compaction_count"] == 1)
             .then_some(())
     })
     .await;
     assert!(done.is_some(), "{}", client.get("/session").await.unwrap());
-    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 5);
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 6);
     let calls = client.get("/health").await.unwrap()["summarizer_calls"].clone();
     assert_eq!(
         (calls["running"].as_u64(), calls["waiting"].as_u64()),
