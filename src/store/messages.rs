@@ -1,11 +1,10 @@
-//! Messages: append (with the tool-call check) and read history.
+//! Messages: append (with the tool-call check); reading them is `reading`.
 
 use super::maskings::MaskingRow;
 use super::path::Branch;
-use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
+use super::rows::SessionRow;
 use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
-use crate::compaction::FileLists;
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::microcompact::{MaskingStart, masked_parts};
@@ -698,101 +697,6 @@ fn remember_key(conn: &Connection, idempotency: &Idempotency, made: &AppendOutco
     Ok(())
 }
 
-/// The compaction the session's current branch starts from: its number and summary (not
-/// its file lists, which grow with the session and which a context does not need).
-fn latest_summary(conn: &Connection, session: &SessionRow) -> Result<Option<LatestSummary>> {
-    if session.summary_num == 0 {
-        return Ok(None);
-    }
-    Ok(conn
-        .prepare_cached("SELECT num, summary FROM compactions WHERE session_id = ?1 AND num = ?2")?
-        .query_row(params![session.id, session.summary_num], |row| {
-            Ok(LatestSummary {
-                compaction_num: row.get(0)?,
-                summary: row.get(1)?,
-            })
-        })
-        .optional()?)
-}
-
-/// The file lists of the compaction the current branch starts from, which the next one
-/// extends.
-fn latest_files(conn: &Connection, session: &SessionRow) -> Result<FileLists> {
-    let lists = conn
-        .prepare_cached(
-            "SELECT read_files, modified_files, created_files, deleted_files FROM compactions
-             WHERE session_id = ?1 AND num = ?2",
-        )?
-        .query_row(params![session.id, session.summary_num], |row| {
-            Ok([
-                row.get::<_, String>(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-            ])
-        })
-        .optional()?;
-    Ok(match lists {
-        Some([read, modified, created, deleted]) => FileLists {
-            read: serde_json::from_str(&read)?,
-            modified: serde_json::from_str(&modified)?,
-            created: serde_json::from_str(&created)?,
-            deleted: serde_json::from_str(&deleted)?,
-        },
-        None => FileLists::default(),
-    })
-}
-
-/// The pinned messages of the current branch before its active messages: they stand in
-/// front of the summary.
-fn pinned_before(
-    conn: &Connection,
-    session: &SessionRow,
-    branch: &Branch,
-) -> Result<Vec<StoredMessage>> {
-    let sql = format!(
-        "SELECT {} FROM messages WHERE session_id = ?1 AND pinned = 1 AND seq < ?2 AND {} ORDER BY seq",
-        StoredMessage::COLUMNS,
-        branch.filter()
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(
-        params![session.id, session.active_from_seq],
-        StoredMessage::from_row,
-    )?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
-/// Messages from `from_seq` on, in order: at most `limit`, and no more once `max_bytes` of
-/// parts are taken (the first is always taken, so a page is never empty while messages remain).
-fn messages_page(
-    conn: &Connection,
-    session_id: &str,
-    from_seq: u64,
-    limit: usize,
-    max_bytes: usize,
-) -> Result<Vec<StoredMessage>> {
-    let sql = format!(
-        "SELECT {} FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
-        StoredMessage::COLUMNS
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![session_id, from_seq, limit])?;
-    let mut page = Vec::new();
-    let mut bytes = 0;
-    while let Some(row) = rows.next()? {
-        let message = StoredMessage::from_row(row)?;
-        bytes += message.parts.get().len();
-        if bytes > max_bytes && !page.is_empty() {
-            break;
-        }
-        page.push(message);
-    }
-    Ok(page)
-}
-
 /// One append as the writer takes it: messages for a session, and what makes the session
 /// when it does not exist yet.
 #[derive(Debug)]
@@ -821,95 +725,4 @@ impl Store {
         self.write(move |conn| append_one(conn, &append, &rules))
             .await
     }
-
-    /// Messages with seq greater than `after`, at most `limit` of them and at most
-    /// `max_bytes` of parts (always at least one), and the session.
-    pub async fn history(
-        &self,
-        session_id: &SessionId,
-        after: u64,
-        limit: usize,
-        max_bytes: usize,
-    ) -> Result<(SessionRow, Vec<StoredMessage>)> {
-        let session_id = session_id.to_string();
-        self.read(move |conn| {
-            let session = get_live(conn, &session_id)?;
-            let page = messages_page(conn, &session_id, after.saturating_add(1), limit, max_bytes)?;
-            Ok((session, page))
-        })
-        .await
-    }
-
-    /// The files the compaction the session's current branch starts from lists.
-    pub async fn prior_files(&self, session_id: &SessionId) -> Result<FileLists> {
-        let session_id = session_id.to_string();
-        self.read(move |conn| latest_files(conn, &get_live(conn, &session_id)?))
-            .await
-    }
-
-    /// The session, its pinned messages, its latest summary and its uncompacted messages, in
-    /// one snapshot, as the context shows them (old outputs masked).
-    pub async fn context(&self, session_id: &SessionId) -> Result<ContextSnapshot> {
-        self.snapshot(session_id, true).await
-    }
-
-    /// The same snapshot with every message whole, its tokens as the context counts them: what
-    /// a compaction summarizes.
-    pub async fn compaction_input(&self, session_id: &SessionId) -> Result<ContextSnapshot> {
-        self.snapshot(session_id, false).await
-    }
-
-    async fn snapshot(&self, session_id: &SessionId, masked: bool) -> Result<ContextSnapshot> {
-        let session_id = session_id.to_string();
-        self.read(move |conn| {
-            let session = get_live(conn, &session_id)?;
-            snapshot_of(conn, session, masked)
-        })
-        .await
-    }
-}
-
-/// The session's context as it stands: see [`Store::context`].
-pub(super) fn snapshot_of(
-    conn: &Connection,
-    session: SessionRow,
-    masked: bool,
-) -> Result<ContextSnapshot> {
-    let branch = Branch::current(conn, &session)?;
-    let pinned = pinned_before(conn, &session, &branch)?;
-    let latest = latest_summary(conn, &session)?;
-    let tail = active_messages(conn, &session, &branch, masked)?;
-    Ok(ContextSnapshot {
-        session,
-        pinned,
-        latest,
-        tail,
-        branch,
-    })
-}
-
-/// The session's active messages, oldest first, with the tokens the context counts (masked
-/// and shortened ones at their size in the context); their parts as the context shows them
-/// when `masked`, else whole.
-fn active_messages(
-    conn: &Connection,
-    session: &SessionRow,
-    branch: &Branch,
-    masked: bool,
-) -> Result<Vec<StoredMessage>> {
-    let columns = StoredMessage::context_columns(masked);
-    let sql = format!(
-        "SELECT {columns} FROM messages WHERE session_id = ?1 AND seq >= ?3 AND {} ORDER BY seq",
-        branch.filter()
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(
-        params![
-            session.id,
-            session.masked_through_seq,
-            session.active_from_seq
-        ],
-        StoredMessage::from_row,
-    )?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }

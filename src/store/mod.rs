@@ -24,6 +24,7 @@ mod maskings;
 mod messages;
 mod migrate;
 mod path;
+mod reading;
 mod rows;
 mod search;
 mod sessions;
