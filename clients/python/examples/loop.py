@@ -17,6 +17,10 @@ for i in range(8):                                  # eight steps of a call and 
     ])
 body = c.context("example", format="openai")        # {"messages": [...]}: send it to the model
 print(f"{len(body['messages'])} messages ready for the model")
+# The model's answer, with the usage its call reported and the context it was sent with (a
+# compaction that lands while the call is out makes that usage stale: it is then not counted).
+c.append("example", {"role": "assistant", "content": "README.md and src."},
+         input_tokens=1200, compaction_num=body["compaction_num"])
 if not c.summarize("example")["compacted"]:
     sys.exit("nothing was compacted")
 for event in events:                                # compaction_started, compaction_finished

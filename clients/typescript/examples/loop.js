@@ -15,6 +15,13 @@ for (let i = 0; i < 8; i++) {                     // eight steps of a call and i
 }
 const body = await c.context("example", { format: "openai" });
 console.log(`${body.messages.length} messages ready for the model`);
+// The model's answer, with the usage its call reported and the context it was sent with (a
+// compaction that lands while the call is out makes that usage stale: it is then not counted).
+await c.append(
+  "example",
+  { role: "assistant", content: "README.md and src." },
+  { inputTokens: 1200, compactionNum: body.compaction_num },
+);
 if (!(await c.summarize("example")).compacted) throw new Error("nothing was compacted");
 for await (const event of events) {
   console.log(event.event);
