@@ -96,7 +96,7 @@ impl From<ServiceError> for ApiError {
                 )
                 .retry_after(60);
             }
-            ServiceError::Store(StoreError::Gone(_)) => {
+            ServiceError::Store(StoreError::Gone(_) | StoreError::WalGone(_)) => {
                 tracing::error!(%message, "store error");
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StorageGone)
             }

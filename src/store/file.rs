@@ -19,6 +19,7 @@ use super::{Result, StoreError};
 use rusqlite::OpenFlags;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// SQLite refuses to open the database through a symlink (the check by name could race).
 pub(super) const NO_SYMLINK: OpenFlags = OpenFlags::SQLITE_OPEN_NOFOLLOW;
@@ -28,6 +29,9 @@ pub(super) const NO_SYMLINK: OpenFlags = OpenFlags::SQLITE_OPEN_NOFOLLOW;
 pub(super) struct DatabaseFile {
     path: PathBuf,
     identity: (u64, u64),
+    /// The WAL's identity, once it exists: SQLite keeps it (truncated after checkpoints)
+    /// while any connection is open, and the daemon keeps connections open until it stops.
+    wal: OnceLock<(u64, u64)>,
 }
 
 impl DatabaseFile {
@@ -62,6 +66,7 @@ impl DatabaseFile {
         Ok(DatabaseFile {
             path: path.to_path_buf(),
             identity: (metadata.dev(), metadata.ino()),
+            wal: OnceLock::new(),
         })
     }
 
@@ -76,12 +81,27 @@ impl DatabaseFile {
         })
     }
 
-    /// Whether the path still names the file we write to (not deleted, not replaced). A
-    /// `stat` by name: it opens nothing.
+    /// Whether the path still names the file we write to (not deleted, not replaced), and
+    /// its `-wal` path the WAL SQLite writes to. `stat`s by name: they open nothing.
+    ///
+    /// A WAL removed under the daemon (`rm *.db-wal`, an old remedy for a locked database)
+    /// stays open in SQLite, which goes on writing to it and would lose it, with every write
+    /// since the last checkpoint, when the daemon stops: see [`StoreError::WalGone`].
     pub(super) fn still_there(&self) -> Result<()> {
         match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == self.identity => Ok(()),
-            _ => Err(StoreError::Gone(self.path.clone())),
+            Ok(m) if (m.dev(), m.ino()) == self.identity => {}
+            _ => return Err(StoreError::Gone(self.path.clone())),
+        }
+        let wal = self.side_file("-wal");
+        let now = std::fs::metadata(&wal).map(|m| (m.dev(), m.ino()));
+        match (self.wal.get(), now) {
+            (Some(known), Ok(now)) if *known == now => Ok(()),
+            (Some(_), _) => Err(StoreError::WalGone(wal)),
+            (None, Ok(now)) => {
+                let _ = self.wal.set(now);
+                Ok(())
+            }
+            (None, Err(_)) => Ok(()),
         }
     }
 

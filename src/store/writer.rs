@@ -58,6 +58,8 @@ struct Shared {
     batches: AtomicU32,
     /// Set by a caller's commit: the thread, timing its idle work, was not told of it.
     wrote: AtomicBool,
+    /// A removed WAL was folded into the database while idle (once is enough).
+    wal_rescued: AtomicBool,
 }
 
 impl Shared {
@@ -88,6 +90,7 @@ impl Writer {
             database,
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
+            wal_rescued: AtomicBool::new(false),
         });
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
@@ -179,6 +182,14 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 }
                 let conn = lock();
                 let Some(conn) = conn.as_ref() else { break };
+                // A WAL removed while no write came: its frames are folded at once, not at
+                // the next write (a kill -9 meanwhile would lose them).
+                if let Err(gone @ StoreError::WalGone(_)) = shared.database.still_there() {
+                    if !shared.wal_rescued.swap(true, Ordering::AcqRel) {
+                        rescue_unlinked_wal(conn, &gone);
+                    }
+                    continue;
+                }
                 if index_pending {
                     index_pending = index_when_idle(conn, &shared.database);
                 } else {
@@ -227,10 +238,12 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>, che
         .still_there()
         .and_then(|()| run_statement(conn, "COMMIT"));
     if let Err(e) = &commit {
-        if matches!(e, StoreError::Gone(_)) {
-            tracing::error!(error = %e, "refusing writes");
-        }
         let _ = conn.execute_batch("ROLLBACK");
+        match e {
+            StoreError::Gone(_) => tracing::error!(error = %e, "refusing writes"),
+            StoreError::WalGone(_) => rescue_unlinked_wal(conn, e),
+            _ => {}
+        }
     }
     for complete in completions {
         complete(commit.clone());
@@ -272,6 +285,24 @@ fn index_in_savepoint(conn: &Connection) {
         super::search::index_pending(c, super::search::INDEX_STEP)
     }) {
         tracing::warn!(error = %e, "cannot index new messages for search; trying again later");
+    }
+}
+
+/// Folds what a WAL removed from under the daemon holds into the database file, which is still
+/// there: SQLite still has the removed WAL open, and every acknowledged write since the last
+/// checkpoint is in it alone. Writes are refused from then on ([`StoreError::WalGone`]).
+fn rescue_unlinked_wal(conn: &Connection, gone: &StoreError) {
+    let folded: rusqlite::Result<(i64, i64, i64)> =
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        });
+    match folded {
+        Ok((0, log, done)) if log == done => {
+            tracing::error!(error = %gone, "refusing writes; the removed WAL's frames are in the database file")
+        }
+        other => {
+            tracing::error!(error = %gone, result = ?other, "refusing writes; the removed WAL could not be folded into the database whole: stop compactd (SIGTERM) so SQLite folds it as it closes, never kill -9")
+        }
     }
 }
 
