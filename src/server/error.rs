@@ -96,7 +96,7 @@ impl From<ServiceError> for ApiError {
                 )
                 .retry_after(60);
             }
-            ServiceError::Store(StoreError::Gone(_) | StoreError::WalGone(_)) => {
+            ServiceError::Store(StoreError::Gone(_) | StoreError::SideFileGone { .. }) => {
                 tracing::error!(%message, "store error");
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StorageGone)
             }

@@ -40,13 +40,13 @@ pub enum StoreError {
     /// lose every acknowledged append at exit.
     #[error("the database file {0} was removed or replaced while compactd ran; restart it")]
     Gone(PathBuf),
-    /// The database's WAL file was removed (or replaced) under the running daemon: what it
-    /// held was folded into the database file, and no write is taken until a restart gives
-    /// SQLite a WAL that is on disk again.
+    /// The database's WAL or its shared-memory index was removed (or replaced) under the
+    /// running daemon: what a removed WAL held was folded into the database file, and no
+    /// write is taken until a restart gives SQLite files that are on disk again.
     #[error(
-        "the database's WAL file {0} was removed or replaced while compactd ran; every acknowledged write is in the database file, and no more are taken until compactd is restarted"
+        "{} was removed or replaced while compactd ran; every acknowledged write is kept, and no more are taken until compactd is restarted", path.display()
     )]
-    WalGone(PathBuf),
+    SideFileGone { path: PathBuf, wal: bool },
     #[error("{path}: {error}")]
     Io {
         path: PathBuf,

@@ -29,10 +29,14 @@ pub(super) const NO_SYMLINK: OpenFlags = OpenFlags::SQLITE_OPEN_NOFOLLOW;
 pub(super) struct DatabaseFile {
     path: PathBuf,
     identity: (u64, u64),
-    /// The WAL's identity, once it exists: SQLite keeps it (truncated after checkpoints)
-    /// while any connection is open, and the daemon keeps connections open until it stops.
-    wal: OnceLock<(u64, u64)>,
+    /// The identities of the WAL and of the shared-memory index, once they exist: SQLite
+    /// keeps both (the WAL truncated after checkpoints) while any connection is open, and
+    /// the daemon keeps connections open until it stops.
+    side_files: [OnceLock<(u64, u64)>; 2],
 }
+
+/// The files SQLite keeps beside a database in WAL mode, in the order of `side_files`.
+const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
 
 impl DatabaseFile {
     /// Makes sure `path` is a private regular file of ours, creating it (and its directory)
@@ -66,7 +70,7 @@ impl DatabaseFile {
         Ok(DatabaseFile {
             path: path.to_path_buf(),
             identity: (metadata.dev(), metadata.ino()),
-            wal: OnceLock::new(),
+            side_files: Default::default(),
         })
     }
 
@@ -82,27 +86,34 @@ impl DatabaseFile {
     }
 
     /// Whether the path still names the file we write to (not deleted, not replaced), and
-    /// its `-wal` path the WAL SQLite writes to. `stat`s by name: they open nothing.
+    /// its `-wal` and `-shm` paths the files SQLite uses. `stat`s by name: they open nothing.
     ///
-    /// A WAL removed under the daemon (`rm *.db-wal`, an old remedy for a locked database)
-    /// stays open in SQLite, which goes on writing to it and would lose it, with every write
-    /// since the last checkpoint, when the daemon stops: see [`StoreError::WalGone`].
+    /// `rm *.db-wal *.db-shm`, an old remedy for a locked database, run under the daemon: a
+    /// removed WAL stays open in SQLite, which goes on writing to it and would lose it, with
+    /// every write since the last checkpoint, when the daemon stops; with its index removed,
+    /// another process builds an index of its own and may checkpoint while the daemon
+    /// writes. See [`StoreError::SideFileGone`].
     pub(super) fn still_there(&self) -> Result<()> {
         match std::fs::metadata(&self.path) {
             Ok(m) if (m.dev(), m.ino()) == self.identity => {}
             _ => return Err(StoreError::Gone(self.path.clone())),
         }
-        let wal = self.side_file("-wal");
-        let now = std::fs::metadata(&wal).map(|m| (m.dev(), m.ino()));
-        match (self.wal.get(), now) {
-            (Some(known), Ok(now)) if *known == now => Ok(()),
-            (Some(_), _) => Err(StoreError::WalGone(wal)),
-            (None, Ok(now)) => {
-                let _ = self.wal.set(now);
-                Ok(())
+        for (suffix, known) in SIDE_FILES.iter().zip(&self.side_files) {
+            let path = self.side_file(suffix);
+            let now = std::fs::metadata(&path).map(|m| (m.dev(), m.ino()));
+            match (known.get(), now) {
+                (Some(known), Ok(now)) if *known == now => {}
+                (Some(_), _) => {
+                    let wal = *suffix == "-wal";
+                    return Err(StoreError::SideFileGone { path, wal });
+                }
+                (None, Ok(now)) => {
+                    let _ = known.set(now);
+                }
+                (None, Err(_)) => {}
             }
-            (None, Err(_)) => Ok(()),
         }
+        Ok(())
     }
 
     /// The `-wal` or `-shm` file beside the database.

@@ -58,7 +58,8 @@ struct Shared {
     batches: AtomicU32,
     /// Set by a caller's commit: the thread, timing its idle work, was not told of it.
     wrote: AtomicBool,
-    /// A removed WAL was folded into the database while idle (once is enough).
+    /// A removed WAL (or index) was seen while idle, and what the WAL held folded into the
+    /// database (once is enough).
     wal_rescued: AtomicBool,
 }
 
@@ -184,9 +185,14 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 let Some(conn) = conn.as_ref() else { break };
                 // A WAL removed while no write came: its frames are folded at once, not at
                 // the next write (a kill -9 meanwhile would lose them).
-                if let Err(gone @ StoreError::WalGone(_)) = shared.database.still_there() {
+                if let Err(gone @ StoreError::SideFileGone { wal, .. }) =
+                    shared.database.still_there()
+                {
                     if !shared.wal_rescued.swap(true, Ordering::AcqRel) {
-                        rescue_unlinked_wal(conn, &gone);
+                        match wal {
+                            true => rescue_unlinked_wal(conn, &gone),
+                            false => tracing::error!(error = %gone, "refusing writes"),
+                        }
                     }
                     continue;
                 }
@@ -241,7 +247,10 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>, che
         let _ = conn.execute_batch("ROLLBACK");
         match e {
             StoreError::Gone(_) => tracing::error!(error = %e, "refusing writes"),
-            StoreError::WalGone(_) => rescue_unlinked_wal(conn, e),
+            StoreError::SideFileGone { wal: true, .. } => rescue_unlinked_wal(conn, e),
+            StoreError::SideFileGone { wal: false, .. } => {
+                tracing::error!(error = %e, "refusing writes")
+            }
             _ => {}
         }
     }
@@ -290,7 +299,7 @@ fn index_in_savepoint(conn: &Connection) {
 
 /// Folds what a WAL removed from under the daemon holds into the database file, which is still
 /// there: SQLite still has the removed WAL open, and every acknowledged write since the last
-/// checkpoint is in it alone. Writes are refused from then on ([`StoreError::WalGone`]).
+/// checkpoint is in it alone. Writes are refused from then on ([`StoreError::SideFileGone`]).
 fn rescue_unlinked_wal(conn: &Connection, gone: &StoreError) {
     let folded: rusqlite::Result<(i64, i64, i64)> =
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {

@@ -308,19 +308,25 @@ async fn writes_by_hand_are_refused_and_a_held_write_lock_is_a_bounded_busy() {
     assert_eq!(all_messages(&daemon.client(), "s").await.len(), acked);
 }
 
-/// `rm *.db-wal`, an old remedy for a locked database, run while the daemon works: SQLite
-/// keeps writing to the removed WAL, which the file system frees at exit, and every
+/// `rm *.db-wal *.db-shm`, an old remedy for a locked database, run while the daemon works.
+/// SQLite kept writing to the removed WAL, which the file system frees at exit, and every
 /// acknowledged write since the last checkpoint (here all of them, the schema too) went with
-/// it. Now its frames are folded into the database file at once (at the next write, or within
-/// the writer's idle second), writes are refused with `storage_gone` rather than acknowledged
-/// into a file nobody will find, and a restart takes writes again.
+/// it; with the index removed, another process builds one of its own and may checkpoint while
+/// the daemon writes. Now a removed WAL's frames are folded into the database file at once
+/// (at the next write, or within the writer's idle second), writes are refused with
+/// `storage_gone` rather than acknowledged into a file nobody will find, and a restart takes
+/// writes again.
 #[tokio::test]
-async fn a_wal_removed_under_the_daemon_loses_no_acknowledged_write() {
+async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
     if !have("sqlite3") {
         eprintln!("SKIP: sqlite3 is not installed");
         return;
     }
-    for removed_while in ["writing", "idle"] {
+    for (removed, while_writing) in [("-wal", true), ("-wal", false), ("-shm", true)] {
+        let case = format!(
+            "{removed} removed while {}",
+            if while_writing { "writing" } else { "idle" }
+        );
         let mut daemon = TestDaemon::start("");
         let client = daemon.client();
         let db = daemon.db();
@@ -328,21 +334,21 @@ async fn a_wal_removed_under_the_daemon_loses_no_acknowledged_write() {
         for i in 0..6 {
             acked += step(&client, "w", i).await;
         }
-        std::fs::remove_file(wal(&db)).unwrap();
-        if removed_while == "writing" {
+        std::fs::remove_file(format!("{}{removed}", db.display())).unwrap();
+        if while_writing {
             let refused = client
                 .post("/session/w/message", &user("one more"))
                 .await
                 .unwrap_err();
             let (status, message) = crate::common::api_error(refused);
-            assert_eq!(status, 503);
+            assert_eq!(status, 503, "{case}");
             assert!(
-                message.contains("WAL file") && message.contains("restart"),
-                "{message}"
+                message.contains(removed) && message.contains("restart"),
+                "{case}: {message}"
             );
         }
         // What the system sqlite3 finds in the file, the daemon still running: every
-        // acknowledged write, once the removed WAL is folded in.
+        // acknowledged write (once a removed WAL is folded in).
         let found = crate::common::eventually(Duration::from_secs(30), || async {
             let seen = sqlite3(&db, "select count(*) from messages where session_id = 'w'")
                 .ok()?
@@ -351,14 +357,14 @@ async fn a_wal_removed_under_the_daemon_loses_no_acknowledged_write() {
             (seen == acked).then_some(seen)
         })
         .await;
-        assert_eq!(found, Some(acked), "removed while {removed_while}");
+        assert_eq!(found, Some(acked), "{case}");
         daemon.kill9();
+        assert_eq!(counted(&db, "w"), acked, "{case}, after kill -9");
         assert_eq!(
-            counted(&db, "w"),
-            acked,
-            "removed while {removed_while}, after kill -9"
+            sqlite3(&db, "pragma integrity_check").unwrap(),
+            "ok",
+            "{case}"
         );
-        assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
         daemon.spawn();
         let client = daemon.client();
         acked += step(&client, "w", 99).await;
@@ -366,7 +372,7 @@ async fn a_wal_removed_under_the_daemon_loses_no_acknowledged_write() {
         assert_eq!(
             counted(&db, "w"),
             acked,
-            "after a restart, writes are taken again"
+            "{case}: after a restart, writes are taken again"
         );
     }
 }
