@@ -92,6 +92,7 @@ impl Store {
         for suffix in ["-wal", "-shm"] {
             file::make_private(&file.side_file(suffix))?;
         }
+        file.note_side_files();
         Ok(Store {
             writer: Arc::new(Writer::start(conn, file)?),
             readers: Arc::new(ReadPool {

@@ -151,7 +151,7 @@ async fn compactions_call_the_summarizer_at_most_max_concurrent_at_once() {
     let dir = tempfile::TempDir::new().unwrap();
     let (starts, gate) = (dir.path().join("starts"), dir.path().join("gate"));
     let command = format!(
-        "cat > /dev/null; echo started >> '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; printf '## 6. All user messages\\nok'",
+        "cat > /dev/null; echo started >> '{}'; i=0; while [ ! -e '{}' ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done; printf '## 6. All user messages\\nok'",
         starts.display(),
         gate.display()
     );
