@@ -786,16 +786,11 @@ async fn events_stream_compactions() {
     assert!(data["post_tokens"].as_u64() < data["pre_tokens"].as_u64());
 }
 
-/// A client's model call can outlast a compaction (in the background, or asked for
-/// meanwhile): its usage then counts the context before it. With `usage.compaction_num` (the
-/// context's, as `GET /context` gave it) such a report is not counted; a report of the
-/// current context is.
-#[tokio::test]
-async fn usage_of_a_context_compacted_since_is_not_counted() {
-    let daemon = TestDaemon::start("");
-    let client = daemon.client();
+/// Session `id` (context limit 10,000) with a question and nine 400-token answers: 4,000
+/// estimated tokens. Returns the append's answer.
+async fn four_thousand_tokens(client: &Client, id: &str) -> Value {
     client
-        .post("/session", &json!({"id": "late", "context_limit": 10000}))
+        .post("/session", &json!({"id": id, "context_limit": 10000}))
         .await
         .unwrap();
     let mut history = vec![user(&format!("q{}", "x".repeat(1599)))];
@@ -805,9 +800,23 @@ async fn usage_of_a_context_compacted_since_is_not_counted() {
         ),
     );
     client
-        .post("/session/late/message", &json!({"messages": history}))
+        .post(
+            &format!("/session/{id}/message"),
+            &json!({"messages": history}),
+        )
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A client's model call can outlast a compaction (in the background, or asked for
+/// meanwhile): its usage then counts the context before it. With `usage.compaction_num` (the
+/// context's, as `GET /context` gave it) such a report is not counted; a report of the
+/// current context is.
+#[tokio::test]
+async fn usage_of_a_context_compacted_since_is_not_counted() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    four_thousand_tokens(&client, "late").await;
     let sent = client.get("/session/late/context").await.unwrap();
     assert_eq!(sent["compaction_num"], 0);
     // The agent's model call is out; a compaction lands meanwhile.
@@ -863,21 +872,7 @@ async fn usage_of_a_context_compacted_since_is_not_counted() {
 async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
     let daemon = TestDaemon::start("");
     let client = daemon.client();
-    client
-        .post("/session", &json!({"id": "u", "context_limit": 10000}))
-        .await
-        .unwrap();
-    // A question and nine 400-token answers: 4,000 estimated tokens.
-    let mut history = vec![user(&format!("q{}", "x".repeat(1599)))];
-    history.extend(
-        (1..10).map(
-            |i| json!({"role": "assistant", "content": format!("{i:>4}{}", "x".repeat(1596))}),
-        ),
-    );
-    let answer = client
-        .post("/session/u/message", &json!({"messages": history}))
-        .await
-        .unwrap();
+    let answer = four_thousand_tokens(&client, "u").await;
     assert_eq!(
         (answer["tokens"].as_u64(), answer["token_source"].as_str()),
         (Some(4000), Some("estimated"))

@@ -357,6 +357,48 @@ async fn an_upstream_reporting_implausible_usage_does_not_switch_compaction_off(
     assert_eq!(state["token_source"], "estimated", "{state}");
 }
 
+/// Answer `i` (calling `bash`), its usage counting `prompt_tokens`.
+fn counted_answer(i: usize, prompt_tokens: usize) -> Reply {
+    let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
+    answer["usage"]["prompt_tokens"] = json!(prompt_tokens);
+    raw(answer.to_string(), false)
+}
+
+/// A daemon proxying to `mock`, sessions of 16,000 tokens.
+fn proxy_to(mock: &MockModel) -> TestDaemon {
+    TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ))
+}
+
+/// An agent reading modules `steps` through the proxy, each call answered by a `bash` call
+/// whose ~700-token output the next call sends; returns its session.
+async fn read_modules(
+    client: &Client,
+    messages: &mut Vec<Value>,
+    steps: std::ops::Range<usize>,
+) -> String {
+    let mut session = String::new();
+    for i in steps {
+        let body = json!({"model": "m", "messages": messages});
+        let (status, head, answer) = call(client, KEY, None, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(assistant(i));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
+    }
+    session
+}
+
+fn task() -> Vec<Value> {
+    vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "read every module"}),
+    ]
+}
+
 /// An upstream whose usage stays over the trigger however compactd compacts (it counts what
 /// compactd cannot see: images, a server-side prompt; or answers nonsense): each compaction is
 /// judged by the next count, so the agent's turn sees three compactions and then none, not a
@@ -365,37 +407,12 @@ async fn an_upstream_reporting_implausible_usage_does_not_switch_compaction_off(
 async fn an_upstream_whose_count_stays_over_the_trigger_is_not_compacted_on_every_call() {
     // Ten calls counted as compactd would count them, then twenty counted over the trigger.
     let answers = (0..30)
-        .map(|i| {
-            let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
-            answer["usage"]["prompt_tokens"] = json!(if i < 10 { 1000 + 700 * i } else { 15_000 });
-            raw(answer.to_string(), false)
-        })
+        .map(|i| counted_answer(i, if i < 10 { 1000 + 700 * i } else { 15_000 }))
         .collect();
     let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
-    ));
+    let daemon = proxy_to(&mock);
     let client = daemon.client();
-    let mut messages = vec![
-        json!({"role": "system", "content": "You are terse."}),
-        json!({"role": "user", "content": "read every module"}),
-    ];
-    let mut session = String::new();
-    for i in 0..30 {
-        let (status, head, body) = call(
-            &client,
-            KEY,
-            None,
-            &json!({"model": "m", "messages": messages}),
-        )
-        .await;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-        session = head["x-compactd-session"].to_str().unwrap().to_string();
-        messages.push(assistant(i));
-        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
-            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
-    }
+    let session = read_modules(&client, &mut task(), 0..30).await;
     let state = client.get(&format!("/session/{session}")).await.unwrap();
     assert_eq!(state["compaction_count"], 3, "{state}");
     assert_eq!(state["breaker"]["open"], true, "{state}");
@@ -411,44 +428,16 @@ async fn an_upstream_whose_count_stays_over_the_trigger_is_not_compacted_on_ever
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_usage_of_a_call_sent_before_a_compaction_landed_does_not_count_after_it() {
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let mut answers: Vec<Reply> = (0..8)
-        .map(|i| {
-            let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
-            answer["usage"]["prompt_tokens"] = json!(1000 + 700 * i);
-            raw(answer.to_string(), false)
-        })
-        .collect();
-    let mut last: Value = serde_json::from_str(&tool_call_answer(8)).unwrap();
-    last["usage"]["prompt_tokens"] = json!(7000);
+    let mut answers: Vec<Reply> = (0..8).map(|i| counted_answer(i, 1000 + 700 * i)).collect();
     answers.push(Reply::Gated(
         gate.clone(),
-        Box::new(raw(last.to_string(), false)),
+        Box::new(counted_answer(8, 7000)),
     ));
     let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
-    ));
+    let daemon = proxy_to(&mock);
     let client = daemon.client();
-    let mut messages = vec![
-        json!({"role": "system", "content": "You are terse."}),
-        json!({"role": "user", "content": "read every module"}),
-    ];
-    let mut session = String::new();
-    for i in 0..8 {
-        let (status, head, _) = call(
-            &client,
-            KEY,
-            None,
-            &json!({"model": "m", "messages": messages}),
-        )
-        .await;
-        assert_eq!(status, 200);
-        session = head["x-compactd-session"].to_str().unwrap().to_string();
-        messages.push(assistant(i));
-        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
-            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
-    }
+    let mut messages = task();
+    let session = read_modules(&client, &mut messages, 0..8).await;
     let in_flight = {
         let (client, body) = (client.clone(), json!({"model": "m", "messages": messages}));
         tokio::spawn(async move { call(&client, KEY, None, &body).await })

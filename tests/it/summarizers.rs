@@ -625,6 +625,16 @@ async fn a_summary_longer_than_the_context_allows_is_a_failure_never_a_context()
     assert!(tokens <= 16_000, "{tokens} tokens in a context of 16,000");
 }
 
+/// A daemon whose model answers every call with a 500, and tries once.
+fn model_down() -> (MockModel, TestDaemon) {
+    let mock = MockModel::start(
+        vec![],
+        Reply::status(500, "{\"error\":{\"message\":\"down\"}}"),
+    );
+    let daemon = start(&openai_config(&mock, "").replace("max_retries = 2", "max_retries = 0"));
+    (mock, daemon)
+}
+
 /// A model that is down, with no fallback configured: each compaction fails at once, the
 /// breaker stops the attempts of a turn after three, and the agent goes on appending. No
 /// context it is handed is over its trigger (let alone its limit): one that would be is
@@ -632,11 +642,7 @@ async fn a_summary_longer_than_the_context_allows_is_a_failure_never_a_context()
 /// be, recorded as a fallback that says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_that_keeps_failing_never_leaves_a_context_over_its_limit() {
-    let mock = MockModel::start(
-        vec![],
-        Reply::status(500, "{\"error\":{\"message\":\"down\"}}"),
-    );
-    let daemon = start(&openai_config(&mock, "").replace("max_retries = 2", "max_retries = 0"));
+    let (_mock, daemon) = model_down();
     let client = daemon.client();
     client
         .post(
@@ -685,11 +691,7 @@ async fn a_model_that_keeps_failing_never_leaves_a_context_over_its_limit() {
 /// extractive compaction for the open breaker, not one for every context the agent asks for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_over_its_trigger_by_the_servers_count_is_rescued_once_per_turn() {
-    let mock = MockModel::start(
-        vec![],
-        Reply::status(500, "{\"error\":{\"message\":\"down\"}}"),
-    );
-    let daemon = start(&openai_config(&mock, "").replace("max_retries = 2", "max_retries = 0"));
+    let (_mock, daemon) = model_down();
     let client = daemon.client();
     client
         .post(
