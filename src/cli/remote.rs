@@ -38,7 +38,7 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             (None, false) => "no file: built-in defaults".into(),
         };
         format!(
-            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsessions:   {}\n",
+            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsummaries:  {} running (at most {}), {} waiting\nsessions:   {}\n",
             h.version,
             s.socket,
             h.pid,
@@ -56,6 +56,9 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             mib(h.memory.request_budget_bytes),
             mib(h.memory.compactions_bytes),
             mib(h.memory.compaction_budget_bytes),
+            h.summarizer_calls.running,
+            h.summarizer_calls.max_concurrent,
+            h.summarizer_calls.waiting,
             s.sessions,
         )
     });

@@ -59,7 +59,7 @@ fn every_cli_command_against_a_real_daemon() {
     // What requests and compactions may hold, and hold now (this status request's own body
     // is empty: nothing).
     assert!(
-        status.contains("memory:     requests 0.0 of 128.0 MiB, compactions 0.0 of 64.0 MiB"),
+        status.contains("memory:     requests 0.0 of 128.0 MiB, compactions 0.0 of 64.0 MiB\nsummaries:  0 running (at most 4), 0 waiting"),
         "{status}"
     );
     let status: Value = serde_json::from_str(&ok(&s, &["--json", "status"])).unwrap();
