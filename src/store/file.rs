@@ -35,10 +35,10 @@ pub(super) struct DatabaseFile {
     /// keeps both (the WAL truncated after checkpoints) while any connection is open, and
     /// the daemon keeps connections open until it stops.
     side_files: [OnceLock<(u64, u64)>; 2],
-    /// When the side files were last looked at (ms since `opened`), and the one found gone:
-    /// once gone, always gone.
+    /// When the side files were last looked at (ms since `opened`), and which were found
+    /// gone (once gone, always gone; a removed index does not stop the WAL being looked at).
     side_checked_ms: AtomicU64,
-    side_gone: OnceLock<(PathBuf, bool)>,
+    side_gone: [OnceLock<PathBuf>; 2],
     opened: Instant,
 }
 
@@ -85,7 +85,7 @@ impl DatabaseFile {
             identity: (metadata.dev(), metadata.ino()),
             side_files: Default::default(),
             side_checked_ms: AtomicU64::new(0),
-            side_gone: OnceLock::new(),
+            side_gone: Default::default(),
             opened: Instant::now(),
         })
     }
@@ -115,32 +115,37 @@ impl DatabaseFile {
             Ok(m) if (m.dev(), m.ino()) == self.identity => {}
             _ => return Err(StoreError::Gone(self.path.clone())),
         }
-        let side_gone = |(path, wal): &(PathBuf, bool)| StoreError::SideFileGone {
-            path: path.clone(),
-            wal: *wal,
-        };
-        if let Some(gone) = self.side_gone.get() {
-            return Err(side_gone(gone));
-        }
         let now_ms = self.opened.elapsed().as_millis() as u64;
         let last = self.side_checked_ms.load(Ordering::Relaxed);
-        if last != 0 && now_ms.saturating_sub(last) < SIDE_CHECK_EVERY_MS {
-            return Ok(());
+        let [wal_gone, _] = &self.side_gone;
+        if wal_gone.get().is_none()
+            && (last == 0 || now_ms.saturating_sub(last) >= SIDE_CHECK_EVERY_MS)
+        {
+            self.side_checked_ms.store(now_ms.max(1), Ordering::Relaxed);
+            for ((suffix, known), gone) in
+                SIDE_FILES.iter().zip(&self.side_files).zip(&self.side_gone)
+            {
+                let path = self.side_file(suffix);
+                let now = std::fs::metadata(&path).map(|m| (m.dev(), m.ino()));
+                match (known.get(), now) {
+                    (Some(known), Ok(now)) if *known == now => {}
+                    (Some(_), _) => {
+                        let _ = gone.set(path);
+                    }
+                    (None, Ok(now)) => {
+                        let _ = known.set(now);
+                    }
+                    (None, Err(_)) => {}
+                }
+            }
         }
-        self.side_checked_ms.store(now_ms.max(1), Ordering::Relaxed);
-        for (suffix, known) in SIDE_FILES.iter().zip(&self.side_files) {
-            let path = self.side_file(suffix);
-            let now = std::fs::metadata(&path).map(|m| (m.dev(), m.ino()));
-            match (known.get(), now) {
-                (Some(known), Ok(now)) if *known == now => {}
-                (Some(_), _) => {
-                    let gone = self.side_gone.get_or_init(|| (path, *suffix == "-wal"));
-                    return Err(side_gone(gone));
-                }
-                (None, Ok(now)) => {
-                    let _ = known.set(now);
-                }
-                (None, Err(_)) => {}
+        // The WAL first: what it holds must be folded into the database.
+        for (gone, wal) in self.side_gone.iter().zip([true, false]) {
+            if let Some(path) = gone.get() {
+                return Err(StoreError::SideFileGone {
+                    path: path.clone(),
+                    wal,
+                });
             }
         }
         Ok(())

@@ -58,9 +58,9 @@ struct Shared {
     batches: AtomicU32,
     /// Set by a caller's commit: the thread, timing its idle work, was not told of it.
     wrote: AtomicBool,
-    /// A removed WAL (or index) was seen while idle, and what the WAL held folded into the
-    /// database (once is enough).
-    wal_rescued: AtomicBool,
+    /// A removed WAL (first) or index (second) was seen while idle, and what the WAL held
+    /// folded into the database (once is enough).
+    side_file_said: [AtomicBool; 2],
 }
 
 impl Shared {
@@ -91,7 +91,7 @@ impl Writer {
             database,
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
-            wal_rescued: AtomicBool::new(false),
+            side_file_said: Default::default(),
         });
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
@@ -188,7 +188,9 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 if let Err(gone @ StoreError::SideFileGone { wal, .. }) =
                     shared.database.still_there()
                 {
-                    if !shared.wal_rescued.swap(true, Ordering::AcqRel) {
+                    // Said once of each: the WAL's frames folded, or the index gone.
+                    let said = &shared.side_file_said[usize::from(!wal)];
+                    if !said.swap(true, Ordering::AcqRel) {
                         match wal {
                             true => rescue_unlinked_wal(conn, &gone),
                             false => tracing::error!(error = %gone, "refusing writes"),

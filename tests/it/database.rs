@@ -322,11 +322,18 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
         eprintln!("SKIP: sqlite3 is not installed");
         return;
     }
-    for (removed, while_writing) in [("-wal", true), ("-wal", false), ("-shm", true)] {
+    // The last: the index first (writes refused), then the WAL, whose frames are still folded.
+    let cases = [
+        ("-wal", true, None),
+        ("-wal", false, None),
+        ("-shm", true, None),
+        ("-shm", true, Some("-wal")),
+    ];
+    for (removed, while_writing, then) in cases {
         let case = format!(
             "{removed} removed while {}",
             if while_writing { "writing" } else { "idle" }
-        );
+        ) + &then.map(|t| format!(", then {t}")).unwrap_or_default();
         let mut daemon = TestDaemon::start("");
         let client = daemon.client();
         let db = daemon.db();
@@ -355,6 +362,9 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
                 message.contains(removed) && message.contains("restart"),
                 "{case}: {message}"
             );
+        }
+        if let Some(then) = then {
+            std::fs::remove_file(format!("{}{then}", db.display())).unwrap();
         }
         // What the system sqlite3 finds in the file, the daemon still running: every
         // acknowledged write (once a removed WAL is folded in).

@@ -401,7 +401,7 @@ fn task() -> Vec<Value> {
 
 /// An upstream whose usage stays over the trigger however compactd compacts (it counts what
 /// compactd cannot see: images, a server-side prompt; or answers nonsense): each compaction is
-/// judged by the next count, so the agent's turn sees three compactions and then none, not a
+/// judged by the next count, so the agent's turn sees three attempts and then none, not a
 /// summary rewritten (and with a model summarizer, a model call) on every call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_whose_count_stays_over_the_trigger_is_not_compacted_on_every_call() {
@@ -414,8 +414,12 @@ async fn an_upstream_whose_count_stays_over_the_trigger_is_not_compacted_on_ever
     let client = daemon.client();
     let session = read_modules(&client, &mut task(), 0..30).await;
     let state = client.get(&format!("/session/{session}")).await.unwrap();
-    assert_eq!(state["compaction_count"], 3, "{state}");
+    // Three attempts in all (before: 19 compactions in 20 calls). Which of them compacts and
+    // which finds nothing new to compact depends on when the agent's next message lands.
+    let compactions = state["compaction_count"].as_u64().unwrap();
+    assert!((1..=3).contains(&compactions), "{state}");
     assert_eq!(state["breaker"]["open"], true, "{state}");
+    assert_eq!(state["breaker"]["attempts"], 3, "{state}");
     for sent in mock.requests() {
         no_orphans(sent.body["messages"].as_array().unwrap());
     }
