@@ -128,18 +128,21 @@ async fn summarize(
                 // A model (or a command) may ignore the length it was given; stored, its
                 // summary would put the context over its trigger or its limit. The built-in
                 // summarizer shapes its own to the ceiling and passes it only for the recent
-                // user messages it keeps whole: failing it would leave nothing to fall back on.
-                let tokens = input.estimator.text(&summary);
-                if tokens > plan.summary_ceiling && !summarizer.is_instant() {
-                    return Err(SummarizeError::TooLong {
-                        tokens,
-                        ceiling: plan.summary_ceiling,
-                    }
-                    .into());
-                }
+                // user messages it keeps whole (failing it would leave nothing to fall back
+                // on), and builds its section 6 itself.
                 let summary = match summarizer.is_instant() {
                     true => summary,
-                    false => with_every_instruction(input, plan, &messages, &seqs, summary, tokens),
+                    false => {
+                        let tokens = input.estimator.text(&summary);
+                        if tokens > plan.summary_ceiling {
+                            return Err(SummarizeError::TooLong {
+                                tokens,
+                                ceiling: plan.summary_ceiling,
+                            }
+                            .into());
+                        }
+                        with_every_instruction(input, plan, &messages, &seqs, summary, tokens)
+                    }
                 };
                 let chunks = ranges.len();
                 return Ok(finish(

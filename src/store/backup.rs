@@ -36,14 +36,12 @@ pub(crate) fn backup(source: &Path, dest: &Path) -> Result<BackupReport> {
             ),
         ));
     }
-    DatabaseFile::prepare(dest)?;
+    let file = DatabaseFile::prepare(dest)?;
     copy(source, dest)
         .inspect_err(|_| {
             // Nothing half made stays behind: the file is the one made just now.
             for leftover in ["", "-journal", "-wal", "-shm"] {
-                let mut path = dest.as_os_str().to_owned();
-                path.push(leftover);
-                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(file.side_file(leftover));
             }
         })
         .map_err(|e| match e {

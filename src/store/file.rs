@@ -49,7 +49,7 @@ pub(super) struct DatabaseFile {
 const SIDE_CHECK_EVERY_MS: u64 = 50;
 
 /// The files SQLite keeps beside a database in WAL mode, in the order of `side_files`.
-const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
+pub(super) const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
 
 impl DatabaseFile {
     /// Makes sure `path` is a private regular file of ours, creating it (and its directory)

@@ -89,7 +89,7 @@ impl Store {
         migrate::migrate(&conn)?;
         // The WAL and shared-memory files take the database's mode when SQLite creates them;
         // ones left by an earlier run keep theirs, so they are made private too.
-        for suffix in ["-wal", "-shm"] {
+        for suffix in file::SIDE_FILES {
             file::make_private(&file.side_file(suffix))?;
         }
         file.note_side_files();

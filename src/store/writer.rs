@@ -191,10 +191,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                     // Said once of each: the WAL's frames folded, or the index gone.
                     let said = &shared.side_file_said[usize::from(!wal)];
                     if !said.swap(true, Ordering::AcqRel) {
-                        match wal {
-                            true => rescue_unlinked_wal(conn, &gone),
-                            false => tracing::error!(error = %gone, "refusing writes"),
-                        }
+                        refuse_writes(conn, &gone);
                     }
                     continue;
                 }
@@ -247,14 +244,7 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>, che
         .and_then(|()| run_statement(conn, "COMMIT"));
     if let Err(e) = &commit {
         let _ = conn.execute_batch("ROLLBACK");
-        match e {
-            StoreError::Gone(_) => tracing::error!(error = %e, "refusing writes"),
-            StoreError::SideFileGone { wal: true, .. } => rescue_unlinked_wal(conn, e),
-            StoreError::SideFileGone { wal: false, .. } => {
-                tracing::error!(error = %e, "refusing writes")
-            }
-            _ => {}
-        }
+        refuse_writes(conn, e);
     }
     for complete in completions {
         complete(commit.clone());
@@ -296,6 +286,19 @@ fn index_in_savepoint(conn: &Connection) {
         super::search::index_pending(c, super::search::INDEX_STEP)
     }) {
         tracing::warn!(error = %e, "cannot index new messages for search; trying again later");
+    }
+}
+
+/// Says why writes are refused when the database file or a side file was removed under the
+/// daemon, folding what a removed WAL holds into the database file first; other failures
+/// are the caller's to tell.
+fn refuse_writes(conn: &Connection, why: &StoreError) {
+    match why {
+        StoreError::SideFileGone { wal: true, .. } => rescue_unlinked_wal(conn, why),
+        StoreError::Gone(_) | StoreError::SideFileGone { .. } => {
+            tracing::error!(error = %why, "refusing writes")
+        }
+        _ => {}
     }
 }
 
