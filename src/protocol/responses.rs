@@ -112,7 +112,8 @@ pub struct SessionView {
     /// every other session.
     pub branches: u64,
     /// Why `context_limit` is what it is: the model table, `[proxy.models]`, a header, the
-    /// default (absent for sessions made through the API, whose limit the client chose).
+    /// default, or the window the upstream named when it refused a call as too long (absent
+    /// for sessions made through the API, whose limit the client chose).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_source: Option<String>,
     /// Tokens of the tools and system a proxied client sends with each call, counted in

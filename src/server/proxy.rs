@@ -15,6 +15,7 @@ use super::extract::SizedJson;
 use super::offload::SLOTS;
 use crate::protocol::{ErrorCode, SessionId};
 use crate::provider::bounded_json::BoundedJson;
+use crate::provider::overflow::{MAX_ERROR_BYTES, Overflow, overflow};
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
 use crate::service::Service;
 use crate::service::memory::Charge;
@@ -89,15 +90,7 @@ pub(super) async fn responses(
     let result = match body["previous_response_id"].is_string() {
         true => {
             let bytes = SLOTS.run(size, move || serialized(&body)).await??;
-            forward(
-                &call,
-                &service,
-                Method::POST,
-                "/responses",
-                Some(bytes),
-                None,
-            )
-            .await
+            forward(&call, &service, Method::POST, "/responses", Some(bytes)).await
         }
         false => proxied(&call, &service, body).await,
     };
@@ -140,7 +133,6 @@ pub(super) async fn count_tokens(
             Method::POST,
             "/messages/count_tokens",
             Some(bytes),
-            None,
         )
         .await
     }
@@ -164,7 +156,7 @@ pub(super) async fn models(
     call.caller()?;
     logged(
         &call,
-        forward(&call, &service, Method::GET, "/models", None, None).await,
+        forward(&call, &service, Method::GET, "/models", None).await,
     )
 }
 
@@ -317,27 +309,36 @@ fn logged(call: &Call, result: Result<Response, ApiError>) -> Result<Response, A
 
 async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Response, ApiError> {
     let caller = call.caller()?;
-    let (request, body) = parsed(call, body, "the request's conversation").await?;
-    let turn = service
-        .proxy_turn(&caller, call.identity()?, &request)
-        .await?;
-    // The body goes upstream as bytes; its parsed form is freed (where it was written) before
-    // the answer comes.
-    let wire = call.wire;
-    let (bytes, turn) = SLOTS
-        .run(call.bytes, move || {
-            let bytes = wire.render(&body, &outgoing(wire, &turn, &request));
-            drop((request, body));
-            (bytes, turn)
-        })
-        .await?;
-    let bytes = bytes.map_err(internal)?;
+    let (mut request, mut body) = parsed(call, body, "the request's conversation").await?;
     let path = match call.wire {
         Wire::Chat => "/chat/completions",
         Wire::Anthropic => "/messages",
         Wire::Responses => "/responses",
     };
-    forward(call, service, Method::POST, path, Some(bytes), Some(&turn)).await
+    // A context the upstream refuses as longer than the model's window (compactd's estimate
+    // fell short of its tokenizer) is compacted to what it counted and sent once more. The
+    // parsed request is kept for that until the answer's status: the body's charge holds it.
+    let mut attempt = 0;
+    loop {
+        let turn = service
+            .proxy_turn(&caller, call.identity()?, &request)
+            .await?;
+        let wire = call.wire;
+        let (bytes, turn, kept) = SLOTS
+            .run(call.bytes, move || {
+                let bytes = wire.render(&body, &outgoing(wire, &turn, &request));
+                (bytes, turn, (request, body))
+            })
+            .await?;
+        (request, body) = kept;
+        let bytes = bytes.map_err(internal)?;
+        let watch = attempt == 0;
+        match send(call, service, path, bytes, &turn, watch).await? {
+            (_, Some(overflow)) if watch => service.proxy_overflow(&turn, overflow).await?,
+            (response, _) => return Ok(response),
+        }
+        attempt += 1;
+    }
 }
 
 /// The call's conversation read from its body (off the workers if the body is large), and the
@@ -415,20 +416,81 @@ fn credential(headers: &HeaderMap) -> Result<&str, ApiError> {
         })
 }
 
-/// Sends the call upstream and answers with what came back; records the answer of a turn.
+/// Sends the call upstream and answers with what came back.
 async fn forward(
     call: &Call,
     service: &Arc<Service>,
     method: Method,
     path: &str,
     body: Option<Vec<u8>>,
-    turn: Option<&ProxyTurn>,
 ) -> Result<Response, ApiError> {
-    let proxy = service.settings().config.proxy.clone();
-    let url = call.url(service, path);
+    let upstream = request(call, service, method, path, body).await?;
+    let status = upstream.status();
+    let response = answer_head(&upstream).status(status.as_u16());
+    let body = Body::from_stream(upstream.bytes_stream());
+    response.body(body).map_err(internal)
+}
+
+/// Sends a turn's call upstream and answers with what came back, recording the answer. With
+/// `watch`, a refusal is read (within [`MAX_ERROR_BYTES`]) to tell whether the upstream found
+/// the prompt longer than the model's window, and what it counted.
+async fn send(
+    call: &Call,
+    service: &Arc<Service>,
+    path: &str,
+    body: Vec<u8>,
+    turn: &ProxyTurn,
+    watch: bool,
+) -> Result<(Response, Option<Overflow>), ApiError> {
+    let max_recorded_bytes = service.settings().config.proxy.max_recorded_bytes;
+    let mut upstream = request(call, service, Method::POST, path, Some(body)).await?;
+    let status = upstream.status();
+    let response = compactd_headers(answer_head(&upstream).status(status.as_u16()), turn);
+    if watch && matches!(status.as_u16(), 400 | 413) {
+        let mut head = Vec::new();
+        while head.len() <= MAX_ERROR_BYTES {
+            match upstream.chunk().await.map_err(unreachable)? {
+                Some(chunk) => head.extend_from_slice(&chunk),
+                None => {
+                    let overflow = overflow(status.as_u16(), &head);
+                    return Ok((response.body(Body::from(head)).map_err(internal)?, overflow));
+                }
+            }
+        }
+        // Longer than any refusal: passed on as it comes.
+        let read = futures_util::stream::iter([Ok(Bytes::from(head))]);
+        let body = Body::from_stream(read.chain(upstream.bytes_stream()));
+        return Ok((response.body(body).map_err(internal)?, None));
+    }
+    let recording = status.is_success().then(|| Recording {
+        service: service.clone(),
+        id: turn.id.clone(),
+        after_seq: turn.last_seq,
+        sent: turn.sent,
+        recorder: match call.streamed {
+            true => Captured::Stream(Box::new(call.wire.recorder(max_recorded_bytes))),
+            false => Captured::Whole(BoundedJson::new(max_recorded_bytes)),
+        },
+        wire: call.wire,
+        max_bytes: max_recorded_bytes,
+        charge: None,
+    });
+    let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
+    Ok((response.body(body).map_err(internal)?, None))
+}
+
+/// The call, sent upstream with the client's headers (but [`NOT_FORWARDED`]) and ours.
+async fn request(
+    call: &Call,
+    service: &Arc<Service>,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<reqwest::Response, ApiError> {
+    let timeout = Duration::from_secs(service.settings().config.proxy.timeout_s);
     let mut request = crate::summarize::http::HTTP
-        .request(method, url)
-        .timeout(Duration::from_secs(proxy.timeout_s));
+        .request(method, call.url(service, path))
+        .timeout(timeout);
     for (name, value) in &call.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {
             request = request.header(name.as_str(), value.as_bytes());
@@ -440,9 +502,12 @@ async fn forward(
             .header("content-type", "application/json")
             .body(body);
     }
-    let upstream = request.send().await.map_err(unreachable)?;
-    let status = upstream.status();
-    let mut response = Response::builder().status(status.as_u16());
+    request.send().await.map_err(unreachable)
+}
+
+/// The answer's headers as the upstream sent them, but those of its own connection.
+fn answer_head(upstream: &reqwest::Response) -> axum::http::response::Builder {
+    let mut response = Response::builder();
     for (name, value) in upstream.headers() {
         if !matches!(
             name.as_str(),
@@ -451,24 +516,7 @@ async fn forward(
             response = response.header(name, value);
         }
     }
-    if let Some(turn) = turn {
-        response = compactd_headers(response, turn);
-    }
-    let recording = turn.filter(|_| status.is_success()).map(|turn| Recording {
-        service: service.clone(),
-        id: turn.id.clone(),
-        after_seq: turn.last_seq,
-        sent: turn.sent,
-        recorder: match call.streamed {
-            true => Captured::Stream(Box::new(call.wire.recorder(proxy.max_recorded_bytes))),
-            false => Captured::Whole(BoundedJson::new(proxy.max_recorded_bytes)),
-        },
-        wire: call.wire,
-        max_bytes: proxy.max_recorded_bytes,
-        charge: None,
-    });
-    let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
-    response.body(body).map_err(internal)
+    response
 }
 
 fn unreachable(e: reqwest::Error) -> ApiError {

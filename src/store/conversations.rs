@@ -23,7 +23,7 @@ use super::counters::switch_to;
 use super::messages::{AppendRules, NewMessage, append_to};
 use super::path::Branch;
 use super::rows::{ContextVersion, SessionKind, SessionRow};
-use super::sessions::{NewSession, get_live, insert};
+use super::sessions::{NOW, NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::LazyEstimator;
 use crate::message::{Message, Role};
@@ -156,6 +156,39 @@ impl Store {
             }
             super::messages::append_leaf(conn, &session, after_seq, &reply)?;
             Ok(None)
+        })
+        .await
+    }
+
+    /// Records that the upstream refused a call sent with the context `sent` as longer than
+    /// the model's window: the prompt's `tokens` as the upstream counted them (past the window
+    /// when it gave no count) stand as the session's reported usage, so its context is
+    /// compacted before the call goes again, and a `limit` the upstream named under the
+    /// session's own becomes the session's limit. Nothing changes when the session serves
+    /// another context by now (a compaction landed meanwhile). Returns whether it changed.
+    pub async fn note_overflow(
+        &self,
+        id: &SessionId,
+        sent: ContextVersion,
+        tokens: Option<usize>,
+        limit: Option<usize>,
+    ) -> Result<bool> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            let session = get_live(conn, &id)?;
+            if session.context_version() != sent {
+                return Ok(false);
+            }
+            let limit = limit.map_or(session.context_limit, |l| l.min(session.context_limit));
+            let tokens = tokens.unwrap_or(limit + 1);
+            conn.prepare_cached(&format!(
+                "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
+                     limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
+                     context_limit = ?3, updated_at = {NOW}
+                 WHERE id = ?1"
+            ))?
+            .execute(params![id, tokens as i64, limit as i64])?;
+            Ok(true)
         })
         .await
     }

@@ -24,6 +24,7 @@ mod operate;
 mod pinning;
 mod provider_formats;
 mod proxy;
+mod proxy_overflow;
 mod proxy_wire;
 mod recall;
 mod spec_conformance;

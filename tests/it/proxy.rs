@@ -8,7 +8,7 @@ use compactd::client::Client;
 use hyper::Method;
 use serde_json::{Value, json};
 
-const KEY: &str = "sk-proxy-test-0123456789abcdef";
+pub(crate) const KEY: &str = "sk-proxy-test-0123456789abcdef";
 
 fn config(mock: &MockModel) -> String {
     format!(
@@ -60,14 +60,14 @@ fn raw(body: String, streamed: bool) -> Reply {
 }
 
 /// The assistant message the client keeps from answer `i` (what an SDK hands back).
-fn assistant(i: usize) -> Value {
+pub(crate) fn assistant(i: usize) -> Value {
     json!({"role": "assistant", "content": format!("Step {i}: reading."),
            "tool_calls": [{"id": format!("call_{i}"), "type": "function",
                "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat src/mod_{i}.py\"}}")}}]})
 }
 
 /// POSTs a chat completion as an agent does; returns status, headers and the body's bytes.
-async fn call(
+pub(crate) async fn call(
     client: &Client,
     key: &str,
     session: Option<&str>,
@@ -126,7 +126,7 @@ fn run_python(program: &str, args: &[&str]) -> String {
 }
 
 /// Every tool message answers a call of an earlier assistant message of the same request.
-fn no_orphans(messages: &[Value]) {
+pub(crate) fn no_orphans(messages: &[Value]) {
     let mut calls = std::collections::HashSet::new();
     for m in messages {
         for c in m["tool_calls"].as_array().into_iter().flatten() {

@@ -81,13 +81,15 @@ fn sessions(daemon: &crate::common::TestDaemon) -> Vec<(String, String, u64, u64
 }
 
 /// Runs `agent` through compactd's loopback proxy at a `limit`-token window for `model`,
-/// and checks what every such run must show.
-fn through(agent: Agent, model: &str, limit: usize) {
+/// whose tokenizer counts `chars_per_token` characters a token, and checks what every such
+/// run must show.
+fn through(agent: Agent, model: &str, limit: usize, chars_per_token: usize) {
     if installed(agent).is_none() {
         return;
     }
     let mut task = Task {
         lines: 1_500,
+        chars_per_token,
         ..Task::default()
     };
     task.windows.insert(model.to_string(), limit);
@@ -165,27 +167,27 @@ fn through(agent: Agent, model: &str, limit: usize) {
 
 #[test]
 fn claude_code_runs_the_task_through_compactd() {
-    through(Agent::ClaudeCode, "claude-opus-5-5", 24_000);
+    through(Agent::ClaudeCode, "claude-opus-5-5", 48_000, 2);
 }
 
 #[test]
 fn codex_runs_the_task_through_compactd() {
-    through(Agent::Codex, "gpt-5-codex", 20_000);
+    through(Agent::Codex, "gpt-5-codex", 40_000, 2);
 }
 
 #[test]
 fn opencode_runs_the_task_through_compactd() {
-    through(Agent::Opencode, "mock-model", 16_000);
+    through(Agent::Opencode, "mock-model", 16_000, 4);
 }
 
 #[test]
 fn mini_swe_agent_runs_the_task_through_compactd() {
-    through(Agent::MiniSwe, "mock-model", 8_000);
+    through(Agent::MiniSwe, "mock-model", 8_000, 4);
 }
 
 #[test]
 fn claude_code_with_a_thinking_model_runs_the_task_through_compactd() {
-    through(Agent::ClaudeCode, "claude-sonnet-4-5", 40_000);
+    through(Agent::ClaudeCode, "claude-sonnet-4-5", 40_000, 4);
 }
 
 /// aider's rounds: `rounds` runs of `aider --message`, each restoring the chat history

@@ -34,6 +34,15 @@ pub enum Reply {
     /// As a model with a window of this many tokens (4 characters each): a request longer
     /// than that gets OpenAI's 400 `context_length_exceeded`, others `OpenAiNumbered`.
     Window(usize),
+    /// As a model whose tokenizer counts a token every `chars_per_token` characters of the
+    /// request's messages, system and tools (as JSON), with a window of `window` tokens: a
+    /// longer request gets the provider's documented refusal (Anthropic's "prompt is too long:
+    /// N tokens > M maximum" on `/v1/messages`, OpenAI's `context_length_exceeded` elsewhere);
+    /// others are answered "noted", their usage the count.
+    Tokenized {
+        window: usize,
+        chars_per_token: usize,
+    },
     /// The reply, once the test adds a permit to the semaphore (a model call in flight for as
     /// long as the test needs).
     Gated(Arc<tokio::sync::Semaphore>, Box<Reply>),
@@ -180,6 +189,7 @@ async fn handle(
 ) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let request_tokens = body["messages"].to_string().len() / 4;
+    let counted = (uri.path().to_string(), body.clone());
     let n = {
         let mut requests = state.requests.lock().unwrap();
         requests.push(Recorded {
@@ -235,6 +245,10 @@ async fn handle(
             "summary written by call {n}"
         ))))
         .into_response(),
+        Reply::Tokenized {
+            window,
+            chars_per_token,
+        } => tokenized(&counted, window, chars_per_token),
         Reply::Hang => {
             std::future::pending::<()>().await;
             unreachable!()
@@ -248,6 +262,40 @@ async fn handle(
             .into_response()
         }
     }
+}
+
+/// [`Reply::Tokenized`]'s answer to the request `(path, body)`.
+fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usize) -> Response {
+    let chars: usize = ["messages", "system", "tools"]
+        .iter()
+        .filter(|key| !body[**key].is_null())
+        .map(|key| body[*key].to_string().len())
+        .sum();
+    let tokens = chars / chars_per_token;
+    let anthropic = path.ends_with("/messages");
+    if tokens > window {
+        let refusal = match anthropic {
+            true => json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": format!("prompt is too long: {tokens} tokens > {window} maximum")}}),
+            false => json!({"error": {
+                "message": format!("This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        };
+        return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+    }
+    let answer = match anthropic {
+        true => json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": [{"type": "text", "text": "noted"}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": tokens, "output_tokens": 1}
+        }),
+        false => {
+            let mut answer = openai_completion("noted");
+            answer["usage"]["prompt_tokens"] = json!(tokens);
+            answer
+        }
+    };
+    axum::Json(answer).into_response()
 }
 
 fn openai_completion(text: &str) -> Value {

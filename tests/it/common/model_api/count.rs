@@ -1,11 +1,13 @@
 //! How the model API counts a request: every character of text it holds (messages, system,
-//! instructions, tool definitions), about four to a token, with a few tokens per message for
-//! its framing. A model server counts everything it is sent, not only the conversation.
+//! instructions, tool definitions), `chars_per_token` to a token, with a few tokens per
+//! message for its framing. A model server counts everything it is sent, not only the
+//! conversation; and its tokenizer counts code at fewer characters a token than compactd's
+//! four (about 2.5: the shared transcripts' own usage figures, docs/EVALUATION.md).
 
 use serde_json::Value;
 
 /// Tokens of a request body.
-pub fn request_tokens(body: &Value) -> usize {
+pub fn request_tokens(body: &Value, chars_per_token: usize) -> usize {
     let mut chars = 0;
     let mut items = 0;
     for key in [
@@ -21,7 +23,7 @@ pub fn request_tokens(body: &Value) -> usize {
         chars += text_chars(&body[key]);
         items += body[key].as_array().map_or(0, Vec::len);
     }
-    chars.div_ceil(4) + 4 * items
+    chars.div_ceil(chars_per_token) + 4 * items
 }
 
 /// Characters of every string in `value` (keys included for objects: schemas are read whole).

@@ -37,6 +37,8 @@ pub struct Task {
     pub lines: usize,
     /// The model's context window in tokens, by model name (others: 1,000,000).
     pub windows: HashMap<String, usize>,
+    /// The characters its tokenizer counts as one token.
+    pub chars_per_token: usize,
 }
 
 impl Default for Task {
@@ -45,6 +47,7 @@ impl Default for Task {
             steps: 20,
             lines: 600,
             windows: HashMap::new(),
+            chars_per_token: 4,
         }
     }
 }
@@ -253,7 +256,7 @@ async fn handle(
     let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let path = uri.path().to_string();
     let task = shared.task();
-    let tokens = count::request_tokens(&value);
+    let tokens = count::request_tokens(&value, task.chars_per_token);
     let window = task
         .windows
         .get(value["model"].as_str().unwrap_or(""))

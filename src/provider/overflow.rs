@@ -1,0 +1,165 @@
+//! A model API's refusal of a request whose prompt is longer than the model's window, read
+//! from its error answer, with the counts it gives: the upstream's own tokenizer is the truth
+//! compactd's estimate (four characters a token) only approximates. On the shared coding
+//! transcripts the real counts run 1.5 to 2.2 times the estimate (docs/EVALUATION.md), so a
+//! long conversation's first call, before any usage report anchors the count, can reach the
+//! model over its window although compactd's estimate is under the trigger.
+//!
+//! The refusals are the documented ones: Anthropic's `400 invalid_request_error` "prompt is
+//! too long: N tokens > M maximum", OpenAI's `400` with code `context_length_exceeded` ("This
+//! model's maximum context length is M tokens. However, your messages resulted in N
+//! tokens."; the Responses API gives no figures), the same sentence from OpenAI-compatible
+//! servers (vLLM: "... you requested N tokens (P in the messages, C in the completion)"), and
+//! llama.cpp's `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`.
+//!
+//! Pure: no I/O.
+
+use regex::Regex;
+use serde_json::Value;
+use std::sync::LazyLock;
+
+/// The most of an error answer read to recognize it: refusals are a few hundred bytes.
+pub(crate) const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// What an upstream said when it refused a prompt as too long for the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow {
+    /// The prompt's tokens, as the upstream counted them, when it said.
+    pub tokens: Option<usize>,
+    /// The model's window, when it said.
+    pub limit: Option<usize>,
+}
+
+/// Whether an upstream's answer (`status`, `body`) refuses the prompt as too long, and what it
+/// counted.
+pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
+    if status != 400 && status != 413 {
+        return None;
+    }
+    let answer: Value = serde_json::from_slice(body).ok()?;
+    let error = &answer["error"];
+    let message = error["message"].as_str().unwrap_or_default();
+    let lowered = message.to_ascii_lowercase();
+    if error["type"] == "exceed_context_size_error" {
+        return Some(Overflow {
+            tokens: count(&error["n_prompt_tokens"]),
+            limit: count(&error["n_ctx"]),
+        });
+    }
+    static ANTHROPIC: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"prompt is too long: (\d+) tokens > (\d+) maximum").expect("a valid regex")
+    });
+    if let Some(c) = ANTHROPIC.captures(&lowered) {
+        return Some(Overflow {
+            tokens: c[1].parse().ok(),
+            limit: c[2].parse().ok(),
+        });
+    }
+    let openai = error["code"] == "context_length_exceeded";
+    if !openai
+        && !lowered.contains("maximum context length")
+        && !lowered.contains("prompt is too long")
+    {
+        return None;
+    }
+    static LIMIT: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"maximum context length is (\d+) tokens").expect("a valid regex")
+    });
+    static TOKENS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?:resulted in|requested) (\d+) tokens(?: \((\d+) in the messages)?")
+            .expect("a valid regex")
+    });
+    let tokens = TOKENS.captures(&lowered).and_then(|c| {
+        // Of a figure that counts the completion too, the messages' share.
+        c.get(2).or(c.get(1))?.as_str().parse().ok()
+    });
+    Some(Overflow {
+        tokens,
+        limit: LIMIT.captures(&lowered).and_then(|c| c[1].parse().ok()),
+    })
+}
+
+fn count(value: &Value) -> Option<usize> {
+    value.as_u64().and_then(|n| usize::try_from(n).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(status: u16, body: Value) -> Option<Overflow> {
+        overflow(status, body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn anthropic_says_how_long_the_prompt_was_and_the_window() {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "prompt is too long: 219898 tokens > 200000 maximum"}, "request_id": "req_1"});
+        assert_eq!(
+            read(400, body),
+            Some(Overflow {
+                tokens: Some(219_898),
+                limit: Some(200_000)
+            })
+        );
+    }
+
+    #[test]
+    fn openai_and_compatible_servers_say_it_in_one_sentence() {
+        let chat = json!({"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
+        assert_eq!(
+            read(400, chat),
+            Some(Overflow {
+                tokens: Some(130_532),
+                limit: Some(128_000)
+            })
+        );
+        // vLLM counts the completion in: the messages' share is what compaction can shrink.
+        let vllm = json!({"object": "error", "message": "This model's maximum context length is 32768 tokens. However, you requested 33000 tokens (31000 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.",
+            "type": "BadRequestError", "code": 400});
+        let vllm = json!({"error": vllm});
+        assert_eq!(
+            read(400, vllm),
+            Some(Overflow {
+                tokens: Some(31_000),
+                limit: Some(32_768)
+            })
+        );
+        // The Responses API names the code and nothing else.
+        let responses = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
+        assert_eq!(
+            read(400, responses),
+            Some(Overflow {
+                tokens: None,
+                limit: None
+            })
+        );
+        let llama = json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error", "n_prompt_tokens": 40000, "n_ctx": 32768}});
+        assert_eq!(
+            read(400, llama),
+            Some(Overflow {
+                tokens: Some(40_000),
+                limit: Some(32_768)
+            })
+        );
+    }
+
+    #[test]
+    fn other_refusals_are_not_overflows() {
+        let rate = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});
+        assert_eq!(read(429, rate.clone()), None);
+        assert_eq!(read(400, rate), None);
+        let bad = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "messages.1.content.0.tool_result: unexpected tool_use_id"}});
+        assert_eq!(read(400, bad), None);
+        assert_eq!(overflow(400, b"prompt is too long"), None, "not JSON");
+        assert_eq!(overflow(400, b""), None);
+        let text = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "prompt is too long: 219898 tokens > 200000 maximum"}});
+        assert_eq!(read(500, text), None, "a server error is not a refusal");
+    }
+}

@@ -1,0 +1,227 @@
+//! An upstream that refuses a proxied call as longer than the model's window. compactd counts
+//! four characters a token; the models' tokenizers count more on code (1.5 to 2.2 times as
+//! many on the shared transcripts), so a long conversation's first call can reach the model
+//! over its window while compactd's estimate is under the trigger. The mock here counts as
+//! such a tokenizer would and refuses as the providers document; the agent must never see the
+//! refusal while compacting can make the call fit.
+
+use crate::common::TestDaemon;
+use crate::common::mock_model::{MockModel, Reply};
+use crate::proxy::{KEY, assistant, call, no_orphans};
+use compactd::client::Client;
+use hyper::Method;
+use serde_json::{Value, json};
+
+/// A mock upstream whose tokenizer counts a token every `chars_per_token` characters, its
+/// window `window` tokens.
+fn model(window: usize, chars_per_token: usize) -> MockModel {
+    MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window,
+            chars_per_token,
+        },
+    )
+}
+
+/// The tokens the mock counted for a request it recorded (as [`Reply::Tokenized`] counts).
+fn counted(request: &Value, chars_per_token: usize) -> usize {
+    ["messages", "system", "tools"]
+        .iter()
+        .filter(|key| !request[**key].is_null())
+        .map(|key| request[*key].to_string().len())
+        .sum::<usize>()
+        / chars_per_token
+}
+
+/// POSTs an Anthropic Messages call as Claude Code does; returns status, headers and body.
+async fn anthropic_call(client: &Client, body: &Value) -> (u16, hyper::HeaderMap, String) {
+    let mut conn = client.keep_alive().await.unwrap();
+    let response = conn
+        .send_with(
+            Method::POST,
+            "/v1/messages",
+            &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
+            body.to_string().into(),
+        )
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let head = response.headers().clone();
+    use http_body_util::BodyExt;
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, head, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A resumed Claude Code conversation: the task, then `rounds` tool calls each answered by
+/// an output of `chars` characters of code.
+fn resumed(rounds: usize, chars: usize) -> Vec<Value> {
+    let mut messages =
+        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
+    for i in 0..rounds {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Reading module {i}.")},
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read",
+             "input": {"file_path": format!("/src/mod_{i}.py")}}]}));
+        let code = format!("def f_{i}(x):\n    return x + {i}\n").repeat(chars / 20 + 1);
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": code[..chars].to_string()}]}));
+    }
+    messages
+}
+
+/// The Messages API's rule compactd must keep in what it resends: every tool_result answers
+/// a tool_use of the assistant message right before it.
+fn results_follow_their_calls(messages: &[Value]) {
+    assert_eq!(messages[0]["role"], "user");
+    let mut calls = std::collections::HashSet::new();
+    for m in messages {
+        for block in m["content"].as_array().into_iter().flatten() {
+            match block["type"].as_str() {
+                Some("tool_use") => {
+                    calls.insert(block["id"].as_str().unwrap().to_string());
+                }
+                Some("tool_result") => {
+                    let id = block["tool_use_id"].as_str().unwrap();
+                    assert!(calls.contains(id), "a result without its call: {id}");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Claude Code resumes a long session through compactd: by compactd's estimate the context is
+/// well under the trigger, by the model's tokenizer (two characters a token) it is over the
+/// window, and Anthropic refuses it. compactd takes the count the refusal gives, compacts to
+/// it and sends the call once more: the agent gets its answer, not "prompt is too long".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_upstream_refuses_as_too_long_is_compacted_and_sent_once_more() {
+    let mock = model(16_000, 2);
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nanthropic_upstream = \"{}\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let body = json!({"model": "claude-test", "max_tokens": 1024,
+                      "system": "You are careful.", "messages": resumed(5, 7_000)});
+    let (status, head, answer) = anthropic_call(&client, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("noted"), "{answer}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "one refusal, one answer");
+    let (refused, sent) = (&requests[0].body, &requests[1].body);
+    assert!(counted(refused, 2) > 16_000);
+    assert!(counted(sent, 2) <= 16_000);
+    results_follow_their_calls(sent["messages"].as_array().unwrap());
+    // The task and the newest output reach the model; the rest is in the summary.
+    let text = sent["messages"].to_string();
+    assert!(text.contains("fix the failing test"), "{text}");
+    assert!(text.contains("toolu_4"), "{text}");
+    let session = head["x-compactd-session"].to_str().unwrap();
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["compaction_count"], 1, "{state}");
+    // The answer's usage (the model's own count of what it was sent) is the session's count.
+    assert_eq!(state["token_source"], "reported", "{state}");
+    // (and the estimate of the answer after it, "noted").
+    let tokens = state["tokens"].as_u64().unwrap() as usize;
+    assert!(
+        (counted(sent, 2)..counted(sent, 2) + 8).contains(&tokens),
+        "{state}"
+    );
+    // Nothing the client sent was lost: every message is stored.
+    let history = crate::common::all_messages(&client, session).await;
+    assert_eq!(
+        history.len(),
+        1 + 5 * 2 + 1,
+        "the task, five rounds and the answer"
+    );
+}
+
+/// A local model server with a smaller window than compactd assumed (an unknown model gets
+/// `default_context_limit`): its refusal names the window, which becomes the session's limit,
+/// so the conversation goes on compacted under it, refused once and never again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_the_upstream_names_becomes_the_sessions_limit() {
+    let mock = model(8_000, 4);
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let mut messages = vec![json!({"role": "user", "content": "read every module"})];
+    let mut session = String::new();
+    for i in 0..24 {
+        let body = json!({"model": "local-model", "messages": messages});
+        let (status, head, answer) = call(&client, KEY, None, &body).await;
+        assert_eq!(
+            status,
+            200,
+            "step {i}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(assistant(i));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+            "content": format!("module {i}: {}", "def f(): pass\n".repeat(500))}));
+    }
+    let requests = mock.requests();
+    let refused: Vec<usize> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| counted(&r.body, 4) > 8_000)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(refused.len(), 1, "refused once: {refused:?}");
+    assert_eq!(requests.len(), 25);
+    for sent in &requests {
+        no_orphans(sent.body["messages"].as_array().unwrap());
+    }
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["context_limit"], 8_000, "{state}");
+    assert_eq!(state["limit_source"], "upstream refusal", "{state}");
+}
+
+/// A refusal compacting cannot help (the window is smaller than what the context keeps: the
+/// task alone) reaches the agent as the upstream sent it, after one more try, not a loop; a
+/// refusal for another reason is passed on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_compacting_cannot_help_is_passed_on_after_one_more_try() {
+    let mock = model(50, 2);
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nanthropic_upstream = \"{}\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let task = "Fix the failing test. ".repeat(20);
+    let body = json!({"model": "claude-test", "max_tokens": 1024,
+                      "messages": [{"role": "user", "content": task}]});
+    let (status, _, answer) = anthropic_call(&client, &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let refusal: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(refusal["error"]["type"], "invalid_request_error");
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt is too long"),
+        "{refusal}"
+    );
+    assert_eq!(mock.requests().len(), 2);
+
+    let other = MockModel::start(
+        vec![],
+        Reply::status(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.0: unexpected role"}}"#,
+        ),
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[proxy]\nanthropic_upstream = \"{}\"\n",
+        other.base
+    ));
+    let (status, _, answer) = anthropic_call(&daemon.client(), &body).await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("unexpected role"), "{answer}");
+    assert_eq!(other.requests().len(), 1);
+}
