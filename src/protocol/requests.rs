@@ -54,7 +54,8 @@ pub struct Usage {
     /// At most 1,000,000,000.
     pub input_tokens: u64,
     /// The `compaction_num` of the context the call was sent with (`GET /context` answers
-    /// it): a report of a context compacted since is not counted.
+    /// it): a report of a context compacted since is not counted. Absent, the context
+    /// `GET /context` last served the session stands for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_num: Option<u32>,
 }

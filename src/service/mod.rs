@@ -13,6 +13,7 @@ pub(crate) mod proxy;
 mod rate;
 mod recall;
 mod scheduling;
+mod served;
 mod settings;
 mod summarizer_slots;
 pub(crate) mod views;
@@ -105,6 +106,8 @@ pub struct Service {
     memory: memory::Memory,
     /// How fast proxy callers over TCP make sessions.
     session_rate: rate::SessionRate,
+    /// The context each socket session was last served: what a usage report measured.
+    served: served::Served,
 }
 
 impl Service {
@@ -135,6 +138,7 @@ impl Service {
             config_status: RwLock::new(ConfigStatus::default()),
             memory: memory::Memory::default(),
             session_rate: rate::SessionRate::default(),
+            served: served::Served::default(),
         })
     }
 
@@ -391,7 +395,10 @@ impl Service {
                     create: Some(create),
                     messages: new_messages,
                     reported_tokens: request.input_tokens,
-                    reported_of: request.compaction_num,
+                    // Without the client's word, the context it was last served.
+                    reported_of: request
+                        .compaction_num
+                        .or_else(|| self.served.last(id.as_str())),
                     idempotency,
                 },
                 self.append_rules(),
@@ -450,7 +457,9 @@ impl Service {
         id: &SessionId,
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
-        Ok(ContextView::new(self.context_snapshot(id, wait).await?))
+        let view = ContextView::new(self.context_snapshot(id, wait).await?);
+        self.served.record(id.as_str(), view.compaction_num);
+        Ok(view)
     }
 
     /// [`Service::context`] as the store read it (with the session row and branch it was

@@ -868,6 +868,50 @@ async fn usage_of_a_context_compacted_since_is_not_counted() {
     );
 }
 
+/// A client that never says which context its usage measured (curl, a plugin of its own):
+/// the context it was last served says it. A report of a call sent before a compaction
+/// landed is not counted; one of a context fetched after it is.
+#[tokio::test]
+async fn usage_without_compaction_num_counts_for_the_context_last_served() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    four_thousand_tokens(&client, "plain").await;
+    client.get("/session/plain/context").await.unwrap();
+    let compacted = client
+        .post("/session/plain/summarize", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    let after = client.get("/session/plain").await.unwrap()["tokens"]
+        .as_u64()
+        .unwrap();
+    let usage = |text: &str, tokens: u64| {
+        json!({"messages": [{"role": "assistant", "content": text}],
+               "usage": {"input_tokens": tokens}})
+    };
+    let answer = client
+        .post("/session/plain/message", &usage("done", 6000))
+        .await
+        .unwrap();
+    assert_eq!(answer["token_source"], "estimated", "{answer}");
+    assert_eq!(answer["tokens"], after + 1, "{answer}");
+    client.get("/session/plain/context").await.unwrap();
+    let answer = client
+        .post("/session/plain/message", &usage("next", 2500))
+        .await
+        .unwrap();
+    assert_eq!(answer["token_source"], "reported", "{answer}");
+    assert_eq!(answer["tokens"], 2501, "{answer}");
+    // A session whose context was never asked for (the client builds its own) counts its
+    // reports as they come.
+    four_thousand_tokens(&client, "own").await;
+    let answer = client
+        .post("/session/own/message", &usage("mine", 5000))
+        .await
+        .unwrap();
+    assert_eq!(answer["token_source"], "reported", "{answer}");
+}
+
 #[tokio::test]
 async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
     let daemon = TestDaemon::start("");
