@@ -176,6 +176,14 @@ pub enum Command {
         /// A config file (e.g. to replay with a model summarizer) [default: built-in defaults]
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
+        /// The agent's model counts this many tokens per token compactd estimates (the shared
+        /// transcripts' models: 1.5 to 2.5); the report gives each context as it counts it.
+        #[arg(long, value_name = "RATIO", value_parser = tokenizer_ratio)]
+        tokenizer_ratio: Option<f64>,
+        /// The agent reports its model's count of each call (`usage.input_tokens`, with
+        /// --tokenizer-ratio), as an agent that passes on its usage does.
+        #[arg(long, requires = "tokenizer_ratio")]
+        report_usage: bool,
     },
     /// Measure throughput, latency, scaling and memory on this machine.
     Bench {
@@ -401,5 +409,13 @@ impl std::str::FromStr for SeqRange {
             )));
         }
         Ok(SeqRange { from, to })
+    }
+}
+
+/// A tokenizer ratio: a number from 0.25 to 10.
+fn tokenizer_ratio(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(r) if (0.25..=10.0).contains(&r) => Ok(r),
+        _ => Err(format!("{value} is not a ratio from 0.25 to 10 (e.g. 1.7)")),
     }
 }

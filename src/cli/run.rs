@@ -153,8 +153,15 @@ pub async fn run(cli: Cli) -> Result<()> {
             format,
             context_limit,
             config,
+            tokenizer_ratio,
+            report_usage,
         } => {
-            super::transcripts::replay_files(&files, format, context_limit, config.as_deref(), out)
+            let model = crate::measure::replay::Model {
+                ratio: tokenizer_ratio,
+                reports_usage: report_usage,
+            };
+            let config = config.as_deref();
+            super::transcripts::replay_files(&files, format, context_limit, config, model, out)
                 .await?
         }
         Command::Bench { quick, synchronous } => {

@@ -105,6 +105,7 @@ pub async fn replay_files(
     format: Option<Format>,
     context_limit: usize,
     config: Option<&Path>,
+    model: crate::measure::replay::Model,
     out: Output,
 ) -> Result<()> {
     let config = match config {
@@ -117,7 +118,7 @@ pub async fn replay_files(
             Some(name) => synthetic_transcript(name)?,
             None => transcript::load(path, format)?,
         };
-        let report = replay(&transcript, context_limit, config.clone())
+        let report = replay(&transcript, context_limit, config.clone(), model)
             .await
             .with_context(|| format!("replaying {}", path.display()))?;
         reports.push((path.clone(), report));
@@ -247,9 +248,15 @@ pub fn probe_table(reports: &[(PathBuf, ReplayReport)]) -> String {
 
 /// The replay reports as a Markdown table (readable in a terminal, pasteable into docs).
 pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
+    // With a model tokenizer, each context as the model counts it too.
+    let counted = reports.iter().any(|(_, r)| r.peak_counted_tokens.is_some());
     let mut s = String::from(
-        "| transcript | msgs | compactions (failed) | maskings | max summary | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans | hidden results |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| transcript | msgs | compactions (failed) | maskings | max summary | peak ctx | raw | masking_m10 | compactd | vs raw | vs m10 | user msgs kept | modified files recalled | orphans | hidden results |",
     );
+    s.push_str(match counted {
+        true => " peak counted | over limit counted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        false => "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    });
     for (path, r) in reports {
         let t = &r.input_tokens;
         let ratio = |a: usize, b: usize| {
@@ -261,7 +268,7 @@ pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
         };
         let share = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.2}"));
         s.push_str(&format!(
-            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             short_name(path),
             r.session_messages,
             r.compactions,
@@ -282,6 +289,15 @@ pub fn replay_table(reports: &[(PathBuf, ReplayReport)]) -> String {
             r.orphaned_tool_results,
             r.hidden_result_steps.len(),
         ));
+        if counted {
+            let figure = |x: Option<usize>| x.map_or("-".to_string(), |v| v.to_string());
+            s.push_str(&format!(
+                " {} | {} |",
+                figure(r.peak_counted_tokens),
+                figure(r.counted_over_limit)
+            ));
+        }
+        s.push('\n');
     }
     s
 }

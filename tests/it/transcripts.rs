@@ -294,3 +294,61 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
         assert!(ratio < 0.4, "{limit}: compactd costs {ratio:.3}x of raw");
     }
 }
+
+/// Replays `files` at `limit` as an agent whose model counts twice compactd's estimate (the
+/// shared transcripts' models counted 1.5 to 2.5 times it), reporting its usage or not.
+fn replayed_at_twice_the_estimate(files: &[String], limit: u64, reports: bool) -> Vec<Value> {
+    let mut command = Command::new(BIN);
+    command.args(["--json", "replay", "--context-limit", &limit.to_string()]);
+    command.args(["--tokenizer-ratio", "2"]);
+    if reports {
+        command.arg("--report-usage");
+    }
+    let out = command.args(files).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout).unwrap() {
+        Value::Array(reports) => reports,
+        one => vec![one],
+    }
+}
+
+/// What the model counts is what must fit. An agent whose model counts twice compactd's
+/// estimate sends contexts over the window when compactd has only its estimate to go by; one
+/// that reports its usage (as the proxy does for every agent) never does, on the synthetic
+/// sessions and on every shared transcript.
+#[test]
+fn an_agent_that_reports_usage_never_sends_its_model_more_than_the_window() {
+    let synthetic = [
+        "synthetic:large-outputs".to_string(),
+        "synthetic:chatty".to_string(),
+    ];
+    let estimate_only = replayed_at_twice_the_estimate(&synthetic, 16_000, false);
+    for r in &estimate_only {
+        assert!(r["counted_over_limit"].as_u64().unwrap() > 0, "{r}");
+    }
+    let mut runs = vec![(16_000, synthetic.to_vec())];
+    if let Some(files) = shared_transcripts() {
+        let files = files.iter().map(|f| f.display().to_string()).collect();
+        runs.push((32_000, files));
+    }
+    for (limit, files) in runs {
+        for r in replayed_at_twice_the_estimate(&files, limit, true) {
+            let name = r["transcript"].as_str().unwrap_or("?");
+            assert_eq!(r["counted_over_limit"], 0, "{name} at {limit}: {r}");
+            assert!(
+                r["peak_counted_tokens"].as_u64().unwrap() <= limit,
+                "{name}"
+            );
+            assert_eq!(r["orphaned_tool_results"], 0, "{name}");
+            assert_eq!(r["hidden_result_steps"], json!([]), "{name}");
+            // (synthetic:chatty has more instructions than its window holds, by design.)
+            if !name.starts_with("synthetic:") {
+                assert_eq!(r["user_message_retention"], 1.0, "{name}");
+            }
+        }
+    }
+}

@@ -40,6 +40,12 @@ pub struct ReplayReport {
     pub peak_context_tokens: usize,
     /// Contexts handed to the agent that were above the limit.
     pub contexts_over_limit: usize,
+    /// With a model tokenizer ([`Model::ratio`]): the largest context as it counts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_counted_tokens: Option<usize>,
+    /// With a model tokenizer: contexts above the limit as it counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counted_over_limit: Option<usize>,
     pub input_tokens: InputTokens,
     /// Share of the user's text messages present in the final context (their first 2,000
     /// characters, verbatim in the tail or in the summary). `None` without user messages.
@@ -78,11 +84,31 @@ pub struct CachedCosts {
     pub compactd: CacheCost,
 }
 
-/// Replays `transcript` with a session of `context_limit` tokens under `config`.
+/// The model the replayed agent calls, as far as a replay can know it: how its tokenizer counts
+/// against compactd's estimate, and whether the agent reports what it counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Model {
+    /// Tokens the model counts per token compactd estimates (the shared transcripts' models
+    /// counted 1.5 to 2.5: docs/EVALUATION.md). `None`: not measured.
+    pub ratio: Option<f64>,
+    /// The agent reports each call's count with the next message (`usage.input_tokens`).
+    pub reports_usage: bool,
+}
+
+impl Model {
+    /// What the model counts of a context compactd estimates at `tokens`.
+    fn counted(&self, tokens: usize) -> Option<usize> {
+        self.ratio.map(|r| (tokens as f64 * r).ceil() as usize)
+    }
+}
+
+/// Replays `transcript` with a session of `context_limit` tokens under `config`, its agent
+/// calling `model`.
 pub(crate) async fn replay(
     transcript: &Transcript,
     context_limit: usize,
     config: Config,
+    model: Model,
 ) -> Result<ReplayReport> {
     let pin_tokens = config.compaction.pin_first_user_tokens;
     let dir = tempfile::TempDir::new().context("cannot create a temp dir for the replay")?;
@@ -102,7 +128,7 @@ pub(crate) async fn replay(
         context_limit,
         ..Default::default()
     };
-    let seen_by_latest = drive(&service, id, transcript, &mut report).await?;
+    let seen_by_latest = drive(&service, id, transcript, model, &mut report).await?;
     let compactions = count_compactions(&service, id, &mut report).await?;
     let final_context = context_text(&service.context(id, true).await?);
     report.user_message_retention = retention(&transcript.messages, &final_context);
@@ -136,6 +162,7 @@ async fn drive(
     service: &std::sync::Arc<Service>,
     id: &SessionId,
     transcript: &Transcript,
+    model: Model,
     report: &mut ReplayReport,
 ) -> Result<usize> {
     let estimator = LazyEstimator::default();
@@ -150,9 +177,19 @@ async fn drive(
     let context_limit = report.context_limit;
     // The results of the current step (since the newest assistant message), with their output.
     let mut step_results: Vec<(String, String)> = Vec::new();
+    if model.ratio.is_some() {
+        (report.peak_counted_tokens, report.counted_over_limit) = (Some(0), Some(0));
+    }
     for (index, message) in transcript.messages.iter().enumerate() {
+        // What the model counted of the call this message answers, and of which context.
+        let mut usage = None;
         if message.role == crate::message::Role::Assistant {
             let context = service.context(id, true).await?;
+            if let Some(counted) = model.counted(context.tokens) {
+                report.peak_counted_tokens = report.peak_counted_tokens.max(Some(counted));
+                *report.counted_over_limit.get_or_insert(0) += usize::from(counted > context_limit);
+                usage = Some((counted, context.compaction_num)).filter(|_| model.reports_usage);
+            }
             report.assistant_steps += 1;
             if !step_results
                 .iter()
@@ -182,8 +219,8 @@ async fn drive(
         baselines.add(message, &estimator);
         let request = AppendRequest {
             messages: vec![message.clone()],
-            input_tokens: None,
-            compaction_num: None,
+            input_tokens: usage.map(|(counted, _)| counted),
+            compaction_num: usage.map(|(_, num)| num),
             wait: true,
             idempotency_key: None,
         };
