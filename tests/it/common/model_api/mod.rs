@@ -294,7 +294,10 @@ async fn handle(
         Err(why) if path.ends_with("/messages") || path.ends_with("/count_tokens") => {
             anthropic_error(&why)
         }
-        Err(why) if why.contains("maximum context length") => {
+        Err(why)
+            if why.contains("maximum context length")
+                || why.contains("exceeds the context window") =>
+        {
             openai_error(&why, Some("context_length_exceeded"))
         }
         Err(why) => openai_error(&why, None),
