@@ -95,6 +95,28 @@ pub(crate) async fn call(
     (status, head, bytes.to_vec())
 }
 
+/// POSTs an Anthropic Messages call as Claude Code does; returns status, headers and body.
+pub(crate) async fn anthropic_call(
+    client: &Client,
+    body: &Value,
+) -> (u16, hyper::HeaderMap, String) {
+    let mut conn = client.keep_alive().await.unwrap();
+    let response = conn
+        .send_with(
+            Method::POST,
+            "/v1/messages",
+            &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
+            body.to_string().into(),
+        )
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let head = response.headers().clone();
+    use http_body_util::BodyExt;
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, head, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Whether python3 can import `module` (an SDK the CI installs).
 fn python_has(module: &str) -> bool {
     let found = have("python3")
@@ -748,29 +770,15 @@ async fn an_anthropic_conversation_reaches_upstream_compacted_and_valid() {
                               "cache_control": {"type": "ephemeral"}}]);
         let body = json!({"model": "claude-test", "max_tokens": 1024, "system": system,
                           "messages": history, "stream": streamed});
-        let mut conn = client.keep_alive().await.unwrap();
-        let response = conn
-            .send_with(
-                Method::POST,
-                "/v1/messages",
-                &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
-                body.to_string().into(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let id = response.headers()["x-compactd-session"]
-            .to_str()
-            .unwrap()
-            .to_string();
-        use http_body_util::BodyExt;
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let (status, head, answer) = anthropic_call(&client, &body).await;
+        assert_eq!(status, 200);
+        let id = head["x-compactd-session"].to_str().unwrap().to_string();
         let expected = if streamed {
             anthropic_streamed(i)
         } else {
             anthropic_answer(i)
         };
-        assert_eq!(String::from_utf8_lossy(&bytes), expected, "step {i}");
+        assert_eq!(answer, expected, "step {i}");
         if i > 0 {
             assert_eq!(id, session);
         }

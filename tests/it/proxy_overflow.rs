@@ -1,5 +1,5 @@
 //! An upstream that refuses a proxied call as longer than the model's window. compactd counts
-//! four characters a token; the models' tokenizers count more on code (1.5 to 2.2 times as
+//! four characters a token; the models' tokenizers count more on code (1.5 to 2.5 times as
 //! many on the shared transcripts), so a long conversation's first call can reach the model
 //! over its window while compactd's estimate is under the trigger. The mock here counts as
 //! such a tokenizer would and refuses as the providers document; the agent must never see the
@@ -7,9 +7,7 @@
 
 use crate::common::TestDaemon;
 use crate::common::mock_model::{MockModel, Reply};
-use crate::proxy::{KEY, assistant, call, no_orphans};
-use compactd::client::Client;
-use hyper::Method;
+use crate::proxy::{KEY, anthropic_call, assistant, call, no_orphans};
 use serde_json::{Value, json};
 
 /// A mock upstream whose tokenizer counts a token every `chars_per_token` characters, its
@@ -32,25 +30,6 @@ fn counted(request: &Value, chars_per_token: usize) -> usize {
         .map(|key| request[*key].to_string().len())
         .sum::<usize>()
         / chars_per_token
-}
-
-/// POSTs an Anthropic Messages call as Claude Code does; returns status, headers and body.
-async fn anthropic_call(client: &Client, body: &Value) -> (u16, hyper::HeaderMap, String) {
-    let mut conn = client.keep_alive().await.unwrap();
-    let response = conn
-        .send_with(
-            Method::POST,
-            "/v1/messages",
-            &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
-            body.to_string().into(),
-        )
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let head = response.headers().clone();
-    use http_body_util::BodyExt;
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, head, String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A resumed Claude Code conversation: the task, then `rounds` tool calls each answered by
