@@ -170,7 +170,11 @@ impl SessionRow {
 
     /// The tokens the session's context holds now, and where the figure comes from: the
     /// model's last report and the estimate of what came after it, unless that is under a
-    /// third of the estimate of the whole context ([`IMPLAUSIBLE_REPORT_DIVISOR`]).
+    /// third of the estimate of the whole context ([`IMPLAUSIBLE_REPORT_DIVISOR`]). What came
+    /// after is counted at the rate the model counted what its report measured, against the
+    /// estimate of the same messages: models count code at 1.5 to 2.5 times the estimate
+    /// (docs/EVALUATION.md), and a large output appended after a report near the trigger
+    /// would otherwise reach the model over its window with compactd counting it under.
     pub fn context_tokens(&self) -> (usize, TokenSource) {
         let estimated = self.fixed_tokens() + self.summary_tokens + self.active_tokens;
         match self.reported_tokens {
@@ -178,12 +182,31 @@ impl SessionRow {
                 if (reported + self.tokens_since_report) * IMPLAUSIBLE_REPORT_DIVISOR
                     >= estimated =>
             {
-                (reported + self.tokens_since_report, TokenSource::Reported)
+                // Appends only add to the estimate between a report and the next reset (a
+                // compaction, a masking or a branch switch drops the report): what the report
+                // measured is the estimate less what came after it.
+                let measured = estimated.saturating_sub(self.tokens_since_report);
+                let since = at_reported_rate(self.tokens_since_report, reported, measured);
+                (reported + since, TokenSource::Reported)
             }
             _ => (estimated, TokenSource::Estimated),
         }
     }
 }
+
+/// `since` estimated tokens at the rate a report of `reported` tokens counted what compactd
+/// estimated at `measured`: never under the estimate, at most [`MAX_REPORT_RATE`] times it.
+fn at_reported_rate(since: usize, reported: usize, measured: usize) -> usize {
+    if since == 0 || measured == 0 {
+        return since;
+    }
+    let rate = (reported as f64 / measured as f64).clamp(1.0, MAX_REPORT_RATE);
+    (since as f64 * rate).ceil() as usize
+}
+
+/// The most a report's rate scales what came after it: a tokenizer at one token a character
+/// (text in scripts without spaces between words) counts four times the estimate.
+const MAX_REPORT_RATE: f64 = 4.0;
 
 /// A usage report under the estimate divided by this is not believed. The estimate counts
 /// only text, at four characters a token, which real tokenizers meet or exceed (code, other
@@ -452,5 +475,23 @@ pub(super) async fn rows_after<R: Send + 'static>(
 impl rusqlite::ToSql for SessionId {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
         Ok(self.as_str().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_reported_rate;
+
+    #[test]
+    fn what_follows_a_report_counts_at_its_rate_never_under_the_estimate_nor_over_four() {
+        // 7,000 reported for 4,000 estimated: 1.75 a token.
+        assert_eq!(at_reported_rate(1_000, 7_000, 4_000), 1_750);
+        assert_eq!(at_reported_rate(3, 7_000, 4_000), 6, "rounded up");
+        // A model counting less than the estimate does not shrink what follows.
+        assert_eq!(at_reported_rate(1_000, 3_000, 4_000), 1_000);
+        // Nor does a report of nonsense scale it past a token a character.
+        assert_eq!(at_reported_rate(1_000, 1_000_000, 4_000), 4_000);
+        assert_eq!(at_reported_rate(0, 7_000, 4_000), 0);
+        assert_eq!(at_reported_rate(500, 7_000, 0), 500);
     }
 }

@@ -68,7 +68,9 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(late["token_source"], "estimated" if manual["compacted"] else "reported")
         now = c.append("py", {"role": "assistant", "content": "ok"}, input_tokens=9000,
                        compaction_num=c.context("py")["compaction_num"])
-        self.assertEqual((now["token_source"], now["tokens"]), ("reported", 9001))
+        # 9,000 and the answer ("ok", one token) at the report's rate (at most 4 a token).
+        self.assertEqual(now["token_source"], "reported")
+        self.assertTrue(9001 <= now["tokens"] <= 9004, now)
 
         updated = c.update_session("py", model="m2")
         self.assertEqual(updated["model"], "m2")

@@ -84,7 +84,9 @@ test("sessions, messages, contexts, compaction", async () => {
   assert.equal(late.token_source, manual.compacted ? "estimated" : "reported");
   const sent = (await c.context("ts")).compaction_num;
   const now = await c.append("ts", ok, { inputTokens: 9000, compactionNum: sent });
-  assert.deepEqual([now.token_source, now.tokens], ["reported", 9001]);
+  // 9,000 and the answer ("ok", one token) at the report's rate (at most 4 a token).
+  assert.equal(now.token_source, "reported");
+  assert.ok(now.tokens >= 9001 && now.tokens <= 9004, JSON.stringify(now));
   assert.equal((await c.updateSession("ts", { model: "m2" })).model, "m2");
   assert.equal((await c.deleteSession("ts")).deleted, true);
 });
