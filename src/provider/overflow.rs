@@ -14,6 +14,7 @@
 //!
 //! Pure: no I/O.
 
+use crate::protocol::reported_tokens;
 use regex::Regex;
 use serde_json::Value;
 use std::sync::LazyLock;
@@ -51,8 +52,8 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
     });
     if let Some(c) = ANTHROPIC.captures(&lowered) {
         return Some(Overflow {
-            tokens: c[1].parse().ok(),
-            limit: c[2].parse().ok(),
+            tokens: figure(&c[1]),
+            limit: figure(&c[2]),
         });
     }
     let openai = error["code"] == "context_length_exceeded";
@@ -71,16 +72,22 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
     });
     let tokens = TOKENS.captures(&lowered).and_then(|c| {
         // Of a figure that counts the completion too, the messages' share.
-        c.get(2).or(c.get(1))?.as_str().parse().ok()
+        figure(c.get(2).or(c.get(1))?.as_str())
     });
     Some(Overflow {
         tokens,
-        limit: LIMIT.captures(&lowered).and_then(|c| c[1].parse().ok()),
+        limit: LIMIT.captures(&lowered).and_then(|c| figure(&c[1])),
     })
 }
 
+/// A figure a model could have counted (at most [`crate::protocol::MAX_REPORTED_TOKENS`]).
 fn count(value: &Value) -> Option<usize> {
-    value.as_u64().and_then(|n| usize::try_from(n).ok())
+    reported_tokens([value.as_u64()?])
+}
+
+/// A figure of a refusal's message, as [`count`].
+fn figure(text: &str) -> Option<usize> {
+    reported_tokens([text.parse().ok()?])
 }
 
 #[cfg(test)]
@@ -161,5 +168,15 @@ mod tests {
         let text = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "prompt is too long: 219898 tokens > 200000 maximum"}});
         assert_eq!(read(500, text), None, "a server error is not a refusal");
+        // Figures no model could have counted are no figures.
+        let absurd = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "prompt is too long: 99999999999999999999999 tokens > 2000000000 maximum"}});
+        assert_eq!(
+            read(400, absurd),
+            Some(Overflow {
+                tokens: None,
+                limit: None
+            })
+        );
     }
 }

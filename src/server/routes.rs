@@ -7,8 +7,8 @@ use crate::message::{BatchError, parse_message_batch};
 use crate::protocol::{
     AppendBody, AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextQuery,
     ContextView, CreateSessionRequest, Deleted, ErrorBody, ErrorCode, Health, HistoryPage,
-    HistoryQuery, ProviderContext, SearchQuery, SearchResults, SessionList, SessionListQuery,
-    SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
+    HistoryQuery, MAX_REPORTED_TOKENS, ProviderContext, SearchQuery, SearchResults, SessionList,
+    SessionListQuery, SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
 };
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use axum::Json;
@@ -175,9 +175,6 @@ pub(super) async fn append(
     };
     ok(service.append(&id, request).await?)
 }
-
-/// No model reads more tokens than this in one call; larger reports are mistakes.
-const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
 
 /// Most messages one history page returns.
 const MAX_PAGE: usize = 1_000;

@@ -379,6 +379,38 @@ async fn an_upstream_reporting_implausible_usage_does_not_switch_compaction_off(
     assert_eq!(state["token_source"], "estimated", "{state}");
 }
 
+/// An upstream whose usage figures are absurd (past any window, or summing past what a
+/// number holds): the daemon neither fails nor believes them; the conversation goes on,
+/// counted by its estimate. (The daemon panicked on the first answer before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_reporting_absurd_usage_is_not_believed() {
+    let huge = [u64::MAX, 1 << 62, 1_000_000_001];
+    let answers = (0..24)
+        .map(|i| {
+            let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
+            answer["usage"]["prompt_tokens"] = json!(huge[i % 3]);
+            answer["usage"]["completion_tokens"] = json!(huge[(i + 1) % 3]);
+            raw(answer.to_string(), false)
+        })
+        .collect();
+    let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let session = read_modules(&client, &mut task(), 0..24).await;
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["token_source"], "estimated", "{state}");
+    assert!(state["tokens"].as_u64().unwrap() < 16_000, "{state}");
+    // Every answer was recorded, and the client's next call matched it: the task, 24 answers
+    // and the 23 outputs sent after them, on one branch.
+    assert_eq!(state["message_count"], 2 + 24 + 23, "{state}");
+    assert_eq!(state["branches"], 1, "{state}");
+    assert!(
+        !daemon.log().contains("could not record"),
+        "{}",
+        daemon.log()
+    );
+}
+
 /// Answer `i` (calling `bash`), its usage counting `prompt_tokens`.
 fn counted_answer(i: usize, prompt_tokens: usize) -> Reply {
     let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();

@@ -2,6 +2,7 @@
 //! (text and thinking from their deltas, signatures, tool input JSON joined), and the usage,
 //! cached input included (all of it is context).
 
+use crate::protocol::reported_tokens;
 use crate::provider::wire::{BoundedText, WireReply};
 use serde_json::{Value, json};
 
@@ -17,10 +18,9 @@ fn usage(usage: &Value, output: Option<u64>) -> Option<usize> {
     let input = usage["input_tokens"].as_u64()?;
     let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
         .iter()
-        .filter_map(|k| usage[k].as_u64())
-        .sum::<u64>();
+        .map(|k| usage[k].as_u64().unwrap_or(0));
     let output = output.or(usage["output_tokens"].as_u64()).unwrap_or(0);
-    Some((input + cached + output) as usize)
+    reported_tokens([input, output].into_iter().chain(cached))
 }
 
 /// The most content blocks of one answer that are recorded.

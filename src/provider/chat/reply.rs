@@ -1,6 +1,7 @@
 //! A Chat Completions answer, whole or assembled from its streamed deltas: content, reasoning
 //! and tool calls by index, with the usage when the upstream reports it.
 
+use crate::protocol::reported_tokens;
 use crate::provider::wire::{BoundedText, WireReply};
 use serde_json::{Value, json};
 
@@ -17,10 +18,8 @@ pub(crate) fn of(answer: &Value) -> Option<WireReply> {
 
 /// Input plus output: the context after the answer, as the upstream counts it.
 fn usage(usage: &Value) -> Option<usize> {
-    Some(
-        (usage["prompt_tokens"].as_u64()? + usage["completion_tokens"].as_u64().unwrap_or(0))
-            as usize,
-    )
+    let prompt = usage["prompt_tokens"].as_u64()?;
+    reported_tokens([prompt, usage["completion_tokens"].as_u64().unwrap_or(0)])
 }
 
 /// The most tool calls of one answer that are recorded.

@@ -2,6 +2,7 @@
 //! `response.output_item.done`, and all of them in `response.completed`), and the usage.
 
 use super::message_of;
+use crate::protocol::reported_tokens;
 use crate::provider::wire::WireReply;
 use serde_json::Value;
 
@@ -17,9 +18,9 @@ fn reply(items: &[Value], usage: &Value) -> Option<WireReply> {
     }
     Some(WireReply {
         message: message_of(&items),
-        context_tokens: usage["input_tokens"]
-            .as_u64()
-            .map(|i| (i + usage["output_tokens"].as_u64().unwrap_or(0)) as usize),
+        context_tokens: usage["input_tokens"].as_u64().and_then(|input| {
+            reported_tokens([input, usage["output_tokens"].as_u64().unwrap_or(0)])
+        }),
         unrecorded_chars: 0,
     })
 }
