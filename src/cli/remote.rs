@@ -132,7 +132,13 @@ fn session_text(s: &SessionView) -> String {
         or_dash(&s.model),
         s.tokens,
         s.context_limit,
-        source.as_str().unwrap_or("-"),
+        match s.report_rate {
+            Some(rate) => format!(
+                "{}, the model counting {rate:.2} per estimated token",
+                source.as_str().unwrap_or("-")
+            ),
+            None => source.as_str().unwrap_or("-").to_string(),
+        },
         s.token_threshold,
         s.limit_source.as_deref().unwrap_or("the client"),
         if s.overhead_tokens > 0 {

@@ -14,7 +14,9 @@ use crate::store::{
 impl SessionView {
     pub fn new(session: SessionRow, config: &CompactionConfig, compacting: bool) -> SessionView {
         let (tokens, token_source) = session.context_tokens();
+        let report_rate = session.report_rate().map(|r| (r * 100.0).round() / 100.0);
         SessionView {
+            report_rate,
             token_threshold: config.token_threshold(session.context_limit),
             max_messages: config.max_messages,
             breaker: BreakerView {

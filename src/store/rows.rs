@@ -176,32 +176,47 @@ impl SessionRow {
     /// (docs/EVALUATION.md), and a large output appended after a report near the trigger
     /// would otherwise reach the model over its window with compactd counting it under.
     pub fn context_tokens(&self) -> (usize, TokenSource) {
-        let estimated = self.fixed_tokens() + self.summary_tokens + self.active_tokens;
-        match self.reported_tokens {
-            Some(reported)
-                if (reported + self.tokens_since_report) * IMPLAUSIBLE_REPORT_DIVISOR
-                    >= estimated =>
-            {
-                // Appends only add to the estimate between a report and the next reset (a
-                // compaction, a masking or a branch switch drops the report): what the report
-                // measured is the estimate less what came after it.
-                let measured = estimated.saturating_sub(self.tokens_since_report);
-                let since = at_reported_rate(self.tokens_since_report, reported, measured);
+        match self.believed_report() {
+            Some((reported, rate)) => {
+                let since = (self.tokens_since_report as f64 * rate).ceil() as usize;
                 (reported + since, TokenSource::Reported)
             }
-            _ => (estimated, TokenSource::Estimated),
+            None => (self.estimated_tokens(), TokenSource::Estimated),
         }
+    }
+
+    /// Tokens the model counted per token compactd estimated, at its last believed report
+    /// (1 to [`MAX_REPORT_RATE`]): what came after the report counts at this rate.
+    pub fn report_rate(&self) -> Option<f64> {
+        self.believed_report().map(|(_, rate)| rate)
+    }
+
+    fn estimated_tokens(&self) -> usize {
+        self.fixed_tokens() + self.summary_tokens + self.active_tokens
+    }
+
+    /// The last report and its rate, unless it is not believed.
+    fn believed_report(&self) -> Option<(usize, f64)> {
+        let estimated = self.estimated_tokens();
+        let reported = self.reported_tokens?;
+        if (reported + self.tokens_since_report) * IMPLAUSIBLE_REPORT_DIVISOR < estimated {
+            return None;
+        }
+        // Appends only add to the estimate between a report and the next reset (a compaction,
+        // a masking or a branch switch drops the report): what the report measured is the
+        // estimate less what came after it.
+        let measured = estimated.saturating_sub(self.tokens_since_report);
+        Some((reported, report_rate(reported, measured)))
     }
 }
 
-/// `since` estimated tokens at the rate a report of `reported` tokens counted what compactd
-/// estimated at `measured`: never under the estimate, at most [`MAX_REPORT_RATE`] times it.
-fn at_reported_rate(since: usize, reported: usize, measured: usize) -> usize {
-    if since == 0 || measured == 0 {
-        return since;
+/// The rate of a report of `reported` tokens for what compactd estimated at `measured`:
+/// never under the estimate, at most [`MAX_REPORT_RATE`] times it.
+fn report_rate(reported: usize, measured: usize) -> f64 {
+    match measured {
+        0 => 1.0,
+        _ => (reported as f64 / measured as f64).clamp(1.0, MAX_REPORT_RATE),
     }
-    let rate = (reported as f64 / measured as f64).clamp(1.0, MAX_REPORT_RATE);
-    (since as f64 * rate).ceil() as usize
 }
 
 /// The most a report's rate scales what came after it: a tokenizer at one token a character
@@ -480,18 +495,16 @@ impl rusqlite::ToSql for SessionId {
 
 #[cfg(test)]
 mod tests {
-    use super::at_reported_rate;
+    use super::report_rate;
 
     #[test]
-    fn what_follows_a_report_counts_at_its_rate_never_under_the_estimate_nor_over_four() {
+    fn a_reports_rate_is_never_under_the_estimate_nor_over_four() {
         // 7,000 reported for 4,000 estimated: 1.75 a token.
-        assert_eq!(at_reported_rate(1_000, 7_000, 4_000), 1_750);
-        assert_eq!(at_reported_rate(3, 7_000, 4_000), 6, "rounded up");
+        assert_eq!(report_rate(7_000, 4_000), 1.75);
         // A model counting less than the estimate does not shrink what follows.
-        assert_eq!(at_reported_rate(1_000, 3_000, 4_000), 1_000);
+        assert_eq!(report_rate(3_000, 4_000), 1.0);
         // Nor does a report of nonsense scale it past a token a character.
-        assert_eq!(at_reported_rate(1_000, 1_000_000, 4_000), 4_000);
-        assert_eq!(at_reported_rate(0, 7_000, 4_000), 0);
-        assert_eq!(at_reported_rate(500, 7_000, 0), 500);
+        assert_eq!(report_rate(1_000_000, 4_000), 4.0);
+        assert_eq!(report_rate(7_000, 0), 1.0);
     }
 }

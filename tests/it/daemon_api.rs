@@ -934,6 +934,8 @@ async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
     let answer_tokens = 3; // "short answer": 12 characters
     assert_eq!(answer["token_source"], "reported");
     assert_eq!(answer["tokens"], 7000 + rate(answer_tokens));
+    let session = client.get("/session/u").await.unwrap();
+    assert_eq!(session["report_rate"], 1.75, "{session}");
     assert!(
         answer["compaction"].is_null(),
         "7,006 is under the 8,000 threshold"
