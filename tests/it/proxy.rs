@@ -78,21 +78,7 @@ pub(crate) async fn call(
     if let Some(id) = session {
         headers.push(("x-compactd-session", id));
     }
-    let mut conn = client.keep_alive().await.unwrap();
-    let response = conn
-        .send_with(
-            Method::POST,
-            "/v1/chat/completions",
-            &headers,
-            body.to_string().into(),
-        )
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let head = response.headers().clone();
-    use http_body_util::BodyExt;
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, head, bytes.to_vec())
+    post(client, "/v1/chat/completions", &headers, body).await
 }
 
 /// POSTs an Anthropic Messages call as Claude Code does; returns status, headers and body.
@@ -100,21 +86,29 @@ pub(crate) async fn anthropic_call(
     client: &Client,
     body: &Value,
 ) -> (u16, hyper::HeaderMap, String) {
+    let headers = [("x-api-key", KEY), ("anthropic-version", "2023-06-01")];
+    let (status, head, bytes) = post(client, "/v1/messages", &headers, body).await;
+    (status, head, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// POSTs `body` to `path` with `headers` on a connection of its own; returns status, headers
+/// and the body's bytes.
+async fn post(
+    client: &Client,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, hyper::HeaderMap, Vec<u8>) {
     let mut conn = client.keep_alive().await.unwrap();
     let response = conn
-        .send_with(
-            Method::POST,
-            "/v1/messages",
-            &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
-            body.to_string().into(),
-        )
+        .send_with(Method::POST, path, headers, body.to_string().into())
         .await
         .unwrap();
     let status = response.status().as_u16();
     let head = response.headers().clone();
     use http_body_util::BodyExt;
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, head, String::from_utf8_lossy(&bytes).into_owned())
+    (status, head, bytes.to_vec())
 }
 
 /// Whether python3 can import `module` (an SDK the CI installs).
