@@ -202,9 +202,18 @@ impl Service {
         overflow: Overflow,
     ) -> Result<(), ServiceError> {
         let compaction = &self.settings().config.compaction;
-        let limit = overflow
-            .limit
-            .filter(|limit| compaction.check_context_limit(*limit).is_ok());
+        let limit = match overflow.limit {
+            Some(limit) => Some(limit),
+            // A refusal that names no window (the Responses API's) still says the window is
+            // under what was sent: with the session counted by its model's own report, that
+            // count is the nearest limit known, and the next context is compacted under it.
+            None => {
+                let session = self.store.session(&turn.id).await?;
+                (session.context_version() == turn.sent && session.report_rate().is_some())
+                    .then(|| session.context_tokens().0)
+            }
+        }
+        .filter(|limit| compaction.check_context_limit(*limit).is_ok());
         let noted = self
             .store
             .note_overflow(&turn.id, turn.sent, overflow.tokens, limit)

@@ -406,14 +406,14 @@ async fn an_upstream_reporting_absurd_usage_is_not_believed() {
 }
 
 /// Answer `i` (calling `bash`), its usage counting `prompt_tokens`.
-fn counted_answer(i: usize, prompt_tokens: usize) -> Reply {
+pub(crate) fn counted_answer(i: usize, prompt_tokens: usize) -> Reply {
     let mut answer: Value = serde_json::from_str(&tool_call_answer(i)).unwrap();
     answer["usage"]["prompt_tokens"] = json!(prompt_tokens);
     raw(answer.to_string(), false)
 }
 
 /// A daemon proxying to `mock`, sessions of 16,000 tokens.
-fn proxy_to(mock: &MockModel) -> TestDaemon {
+pub(crate) fn proxy_to(mock: &MockModel) -> TestDaemon {
     TestDaemon::start(&format!(
         "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
         mock.base
@@ -422,7 +422,7 @@ fn proxy_to(mock: &MockModel) -> TestDaemon {
 
 /// An agent reading modules `steps` through the proxy, each call answered by a `bash` call
 /// whose ~700-token output the next call sends; returns its session.
-async fn read_modules(
+pub(crate) async fn read_modules(
     client: &Client,
     messages: &mut Vec<Value>,
     steps: std::ops::Range<usize>,
@@ -440,7 +440,7 @@ async fn read_modules(
     session
 }
 
-fn task() -> Vec<Value> {
+pub(crate) fn task() -> Vec<Value> {
     vec![
         json!({"role": "system", "content": "You are terse."}),
         json!({"role": "user", "content": "read every module"}),

@@ -7,7 +7,9 @@
 
 use crate::common::TestDaemon;
 use crate::common::mock_model::{MockModel, Reply};
-use crate::proxy::{KEY, anthropic_call, assistant, call, no_orphans};
+use crate::proxy::{
+    KEY, anthropic_call, assistant, call, counted_answer, no_orphans, proxy_to, read_modules, task,
+};
 use serde_json::{Value, json};
 
 /// A mock upstream whose tokenizer counts a token every `chars_per_token` characters, its
@@ -203,4 +205,39 @@ async fn a_refusal_compacting_cannot_help_is_passed_on_after_one_more_try() {
     assert_eq!(status, 400);
     assert!(answer.contains("unexpected role"), "{answer}");
     assert_eq!(other.requests().len(), 1);
+}
+
+/// A refusal that names no window (the Responses API's, or a server's own words) after the
+/// model has reported its counts: the window is under what was sent, and compactd's count of
+/// it, by those reports, becomes the session's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_naming_no_window_teaches_the_count_that_was_refused() {
+    let mut answers: Vec<Reply> = (0..6).map(|i| counted_answer(i, 1500 + 1400 * i)).collect();
+    answers.push(Reply::status(
+        400,
+        r#"{"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.", "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}"#,
+    ));
+    answers.extend((6..10).map(|i| counted_answer(i, 2000)));
+    let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let mut messages = task();
+    let session = read_modules(&client, &mut messages, 0..6).await;
+    let before = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(before["token_source"], "reported", "{before}");
+    read_modules(&client, &mut messages, 6..10).await;
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["limit_source"], "upstream refusal", "{state}");
+    let learned = state["context_limit"].as_u64().unwrap();
+    // Past the last report (the count grew by one output since), under what compactd assumed.
+    assert!(
+        learned > before["tokens"].as_u64().unwrap() && learned < 16_000,
+        "{state}"
+    );
+    assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+    assert_eq!(
+        mock.requests().len(),
+        11,
+        "ten calls and the one sent again"
+    );
 }
