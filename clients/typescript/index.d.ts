@@ -25,6 +25,10 @@ export interface Session {
   compaction_count: number;
   tokens: number;
   token_source: "estimated" | "reported";
+  /** With a usage report: tokens the model counted per token compactd estimated (1 to 4). */
+  report_rate?: number;
+  /** Why context_limit is what it is (proxied sessions), e.g. "upstream refusal". */
+  limit_source?: string;
   token_threshold: number;
   max_messages: number;
   compacting: boolean;

@@ -61,10 +61,15 @@ class Session(TypedDict):
     compaction_count: int
     tokens: int
     token_source: str
+    # With a usage report: tokens the model counted per token compactd estimated (1 to 4).
+    report_rate: NotRequired[float]
     token_threshold: int
     max_messages: int
     compacting: bool
     breaker: Breaker
+    # Why context_limit is what it is (proxied sessions): the model table, [proxy.models],
+    # a header, the default, or "upstream refusal" (the window a refusal named).
+    limit_source: NotRequired[str]
 
 
 class CompactionStatus(TypedDict):

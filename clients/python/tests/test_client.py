@@ -71,6 +71,7 @@ class ClientTest(unittest.TestCase):
         # 9,000 and the answer ("ok", one token) at the report's rate (at most 4 a token).
         self.assertEqual(now["token_source"], "reported")
         self.assertTrue(9001 <= now["tokens"] <= 9004, now)
+        self.assertTrue(1 <= c.session("py")["report_rate"] <= 4)
 
         updated = c.update_session("py", model="m2")
         self.assertEqual(updated["model"], "m2")

@@ -87,6 +87,8 @@ test("sessions, messages, contexts, compaction", async () => {
   // 9,000 and the answer ("ok", one token) at the report's rate (at most 4 a token).
   assert.equal(now.token_source, "reported");
   assert.ok(now.tokens >= 9001 && now.tokens <= 9004, JSON.stringify(now));
+  const rate = (await c.session("ts")).report_rate;
+  assert.ok(rate >= 1 && rate <= 4, String(rate));
   assert.equal((await c.updateSession("ts", { model: "m2" })).model, "m2");
   assert.equal((await c.deleteSession("ts")).deleted, true);
 });
