@@ -7,8 +7,8 @@ use crate::message::{BatchError, parse_message_batch};
 use crate::protocol::{
     AppendBody, AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextQuery,
     ContextView, CreateSessionRequest, Deleted, ErrorBody, ErrorCode, Health, HistoryPage,
-    HistoryQuery, MAX_REPORTED_TOKENS, ProviderContext, SearchQuery, SearchResults, SessionList,
-    SessionListQuery, SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
+    HistoryQuery, ProviderContext, SearchQuery, SearchResults, SessionList, SessionListQuery,
+    SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
 };
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use axum::Json;
@@ -149,14 +149,10 @@ pub(super) async fn append(
             ),
             other => ApiError::bad_request(other.to_string()),
         })?;
-    let input_tokens = match batch.input_tokens {
-        Some(n) if n > MAX_REPORTED_TOKENS => {
-            return Err(ApiError::bad_request(format!(
-                "usage.input_tokens must be at most {MAX_REPORTED_TOKENS}"
-            )));
-        }
-        n => n.map(|n| n as usize),
-    };
+    // The service refuses a count past MAX_REPORTED_TOKENS.
+    let input_tokens = batch
+        .input_tokens
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let idempotency_key = match headers.get("idempotency-key") {
         Some(value) => Some(
             value

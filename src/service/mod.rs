@@ -368,14 +368,14 @@ impl Service {
         id: &SessionId,
         request: AppendRequest,
     ) -> Result<AppendResponse, ServiceError> {
-        if request.messages.is_empty() {
-            return Err(ServiceError::BadRequest("no messages to append".into()));
-        }
         let max = crate::protocol::MAX_REPORTED_TOKENS;
         if request.input_tokens.is_some_and(|n| n as u64 > max) {
             return Err(ServiceError::BadRequest(format!(
                 "usage.input_tokens must be at most {max}"
             )));
+        }
+        if request.messages.is_empty() {
+            return Err(ServiceError::BadRequest("no messages to append".into()));
         }
         let mut new_messages = Vec::with_capacity(request.messages.len());
         for (index, message) in request.messages.into_iter().enumerate() {

@@ -964,6 +964,25 @@ async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("input_tokens"), "{bad}");
+    // A count no model could have read is refused too, and nothing is stored.
+    let count = client.get("/session/u").await.unwrap()["message_count"].clone();
+    let bad = client
+        .post(
+            "/session/u/message",
+            &json!({"messages": [user("x")], "usage": {"input_tokens": 1_000_000_001u64}}),
+        )
+        .await
+        .unwrap_err();
+    let (status, message) = api_error(bad);
+    assert_eq!(status, 400);
+    assert!(
+        message.contains("usage.input_tokens must be at most 1000000000"),
+        "{message}"
+    );
+    assert_eq!(
+        client.get("/session/u").await.unwrap()["message_count"],
+        count
+    );
 }
 
 /// Rounds of `cat` with outputs of `chars` characters each.
