@@ -201,22 +201,17 @@ impl Service {
         turn: &ProxyTurn,
         overflow: Overflow,
     ) -> Result<(), ServiceError> {
-        let compaction = &self.settings().config.compaction;
-        let limit = match overflow.limit {
-            Some(limit) => Some(limit),
-            // A refusal that names no window (the Responses API's) still says the window is
-            // under what was sent: with the session counted by its model's own report, that
-            // count is the nearest limit known, and the next context is compacted under it.
-            None => {
-                let session = self.store.session(&turn.id).await?;
-                (session.context_version() == turn.sent && session.report_rate().is_some())
-                    .then(|| session.context_tokens().0)
-            }
-        }
-        .filter(|limit| compaction.check_context_limit(*limit).is_ok());
+        let settings = self.settings();
+        let fits = move |limit: usize| {
+            settings
+                .config
+                .compaction
+                .check_context_limit(limit)
+                .is_ok()
+        };
         let noted = self
             .store
-            .note_overflow(&turn.id, turn.sent, overflow.tokens, limit)
+            .note_overflow(&turn.id, turn.sent, overflow, fits)
             .await?;
         tracing::warn!(
             session = %turn.id,

@@ -28,6 +28,7 @@ use super::{Result, Store, StoreError};
 use crate::compaction::LazyEstimator;
 use crate::message::{Message, Role};
 use crate::protocol::SessionId;
+use crate::provider::overflow::Overflow;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
 
@@ -161,17 +162,19 @@ impl Store {
     }
 
     /// Records that the upstream refused a call sent with the context `sent` as longer than
-    /// the model's window: the prompt's `tokens` as the upstream counted them (past the window
+    /// the model's window: the prompt's tokens as the upstream counted them (past the window
     /// when it gave no count) stand as the session's reported usage, so its context is
-    /// compacted before the call goes again, and a `limit` the upstream named under the
-    /// session's own becomes the session's limit. Nothing changes when the session serves
+    /// compacted before the call goes again, and a window under the session's limit that
+    /// `fits` becomes the session's limit: the one the upstream named, else (the Responses
+    /// API's refusal names none) the session's own count of what was sent, when the model's
+    /// reports measure it: the window is under it. Nothing changes when the session serves
     /// another context by now (a compaction landed meanwhile). Returns whether it changed.
     pub async fn note_overflow(
         &self,
         id: &SessionId,
         sent: ContextVersion,
-        tokens: Option<usize>,
-        limit: Option<usize>,
+        overflow: Overflow,
+        fits: impl Fn(usize) -> bool + Send + 'static,
     ) -> Result<bool> {
         let id = id.to_string();
         self.write(move |conn| {
@@ -179,8 +182,12 @@ impl Store {
             if session.context_version() != sent {
                 return Ok(false);
             }
-            let limit = limit.map_or(session.context_limit, |l| l.min(session.context_limit));
-            let tokens = tokens.unwrap_or(limit + 1);
+            let learned = overflow
+                .limit
+                .or_else(|| session.report_rate().map(|_| session.context_tokens().0))
+                .filter(|limit| fits(*limit));
+            let limit = learned.map_or(session.context_limit, |l| l.min(session.context_limit));
+            let tokens = overflow.tokens.unwrap_or(limit + 1);
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
                      limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
