@@ -412,11 +412,11 @@ pub(crate) fn counted_answer(i: usize, prompt_tokens: usize) -> Reply {
     raw(answer.to_string(), false)
 }
 
-/// A daemon proxying to `mock`, sessions of 16,000 tokens.
+/// A daemon proxying both APIs to `mock`, sessions of 16,000 tokens.
 pub(crate) fn proxy_to(mock: &MockModel) -> TestDaemon {
     TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{base}/v1\"\nanthropic_upstream = \"{base}\"\n",
+        base = mock.base
     ))
 }
 

@@ -79,10 +79,7 @@ fn results_follow_their_calls(messages: &[Value]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_the_upstream_refuses_as_too_long_is_compacted_and_sent_once_more() {
     let mock = model(16_000, 2);
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nanthropic_upstream = \"{}\"\n",
-        mock.base
-    ));
+    let daemon = proxy_to(&mock);
     let client = daemon.client();
     let body = json!({"model": "claude-test", "max_tokens": 1024,
                       "system": "You are careful.", "messages": resumed(5, 7_000)});
@@ -125,10 +122,7 @@ async fn a_call_the_upstream_refuses_as_too_long_is_compacted_and_sent_once_more
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_the_upstream_names_becomes_the_sessions_limit() {
     let mock = model(8_000, 4);
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
-    ));
+    let daemon = proxy_to(&mock);
     let client = daemon.client();
     let mut messages = vec![json!({"role": "user", "content": "read every module"})];
     let mut session = String::new();
@@ -169,10 +163,7 @@ async fn a_window_the_upstream_names_becomes_the_sessions_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_compacting_cannot_help_is_passed_on_after_one_more_try() {
     let mock = model(50, 2);
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nanthropic_upstream = \"{}\"\n",
-        mock.base
-    ));
+    let daemon = proxy_to(&mock);
     let client = daemon.client();
     let task = "Fix the failing test. ".repeat(20);
     let body = json!({"model": "claude-test", "max_tokens": 1024,
