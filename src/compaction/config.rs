@@ -205,6 +205,25 @@ impl CompactionConfig {
         (self, Some(why))
     }
 
+    /// This config made to leave the smallest summary and tail room beside `pinned_tokens`
+    /// of pinned messages under the threshold: `min_preserve` lowered to half the room they
+    /// leave. Pinned messages are accepted against the session's limit when appended; once
+    /// its model is known to count more than the estimate, a compaction plans against a
+    /// smaller limit in estimated tokens, where the same pinned part can leave less room
+    /// than `2 × min_preserve`, and compacting with less preserved beats failing every
+    /// compaction while the context grows. Pinned messages past the threshold still do
+    /// not fit.
+    pub fn fitted_beside(mut self, context_limit: usize, pinned_tokens: usize) -> CompactionConfig {
+        if pinned_tokens <= self.max_pinned_tokens(context_limit) {
+            return self;
+        }
+        let room = self
+            .token_threshold(context_limit)
+            .saturating_sub(pinned_tokens);
+        self.min_preserve = room / 2;
+        self
+    }
+
     /// Checks values that would make compaction meaningless.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let at_least_1 = |key, value: usize| match value {
@@ -289,6 +308,28 @@ mod tests {
         assert!(fitted.max_pinned_tokens(16_000) > 0);
         assert!(why.unwrap().contains("min_preserve 7000"));
         assert_eq!(c.clone().fitted_to(200_000), (c, None), "it fits already");
+    }
+
+    /// 16,000 tokens for a model counting twice the estimate: 8,000 estimated, threshold
+    /// 6,400. A task of 3,000 pinned when the rate was not known leaves 3,400, under the
+    /// 4,000 two floors of 2,000 need: they shrink to share it, not fail every compaction.
+    #[test]
+    fn pinned_messages_leave_the_summary_and_the_tail_what_room_remains() {
+        let c = CompactionConfig::default();
+        assert_eq!(c.max_pinned_tokens(8_000), 2_400);
+        let fitted = c.clone().fitted_beside(8_000, 3_000);
+        assert_eq!(fitted.min_preserve, 1_700);
+        assert!(fitted.max_pinned_tokens(8_000) >= 3_000);
+        let budgets = fitted.summary_budget(8_000, 3_000) + fitted.preserve_budget(8_000, 3_000);
+        assert!(3_000 + budgets <= c.token_threshold(8_000), "{budgets}");
+        assert_eq!(c.clone().fitted_beside(8_000, 2_000), c, "room enough");
+        // Past the threshold nothing fits: still an overflow.
+        assert!(
+            c.clone()
+                .fitted_beside(8_000, 7_000)
+                .max_pinned_tokens(8_000)
+                < 7_000
+        );
     }
 
     #[test]

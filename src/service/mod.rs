@@ -9,11 +9,11 @@ pub(crate) mod fingerprint;
 mod hurry;
 mod locks;
 pub(crate) mod memory;
+mod per_session;
 pub(crate) mod proxy;
 mod rate;
 mod recall;
 mod scheduling;
-mod served;
 mod settings;
 mod summarizer_slots;
 pub(crate) mod views;
@@ -107,7 +107,10 @@ pub struct Service {
     /// How fast proxy callers over TCP make sessions.
     session_rate: rate::SessionRate,
     /// The context each socket session was last served: what a usage report measured.
-    served: served::Served,
+    served: per_session::PerSession<u32>,
+    /// The message count and limit at which an automatic compaction of a session found
+    /// nothing to compact: none is tried again until a message is appended.
+    fruitless: per_session::PerSession<(u64, usize)>,
 }
 
 impl Service {
@@ -138,7 +141,8 @@ impl Service {
             config_status: RwLock::new(ConfigStatus::default()),
             memory: memory::Memory::default(),
             session_rate: rate::SessionRate::default(),
-            served: served::Served::default(),
+            served: per_session::PerSession::default(),
+            fruitless: per_session::PerSession::default(),
         })
     }
 
@@ -427,7 +431,8 @@ impl Service {
             AppendRules {
                 task_max_tokens: config.pin_first_user_tokens,
                 max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
-                step_budget: config.step_budget(session.context_limit, session.fixed_tokens()),
+                // A step's estimated tokens, against the limit in estimated tokens.
+                step_budget: config.step_budget(session.estimated_limit(), session.fixed_tokens()),
                 lenient: false,
                 pin_cap: 0,
                 masking: MaskingStart::of(&config, session.context_limit),
@@ -593,15 +598,16 @@ impl From<CompactError> for ServiceError {
     }
 }
 
-/// Where `session` stands against its triggers under `config`.
+/// Where `session` stands against its triggers under `config`, every figure as its model
+/// counts it.
 fn due(session: &SessionRow, config: &CompactionConfig) -> Due {
     let (tokens, _) = session.context_tokens();
     check_due(
         session.active_messages,
         tokens,
         session.context_limit,
-        session.pinned_tokens,
-        session.summary_tokens,
+        session.counted(session.pinned_tokens),
+        session.counted(session.summary_tokens),
         config,
     )
 }

@@ -313,7 +313,7 @@ impl Service {
             let config = settings.session_config(session);
             AppendRules {
                 lenient: true,
-                pin_cap: config.usable(session.context_limit, session.overhead_tokens) / 4,
+                pin_cap: config.usable(session.estimated_limit(), session.overhead_tokens) / 4,
                 // Masking follows each proxied call's own append (`after_append`).
                 masking: None,
                 ..base(session)

@@ -64,6 +64,12 @@ fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) 
     }
 }
 
+/// What an attempt that found nothing to compact depends on: the messages (an append adds
+/// one) and the limit a compaction plans against.
+fn fruitless_key(session: &SessionRow) -> (u64, usize) {
+    (session.message_count, session.estimated_limit())
+}
+
 /// A session's active messages as the engine takes them.
 struct Loaded {
     snapshot: ContextSnapshot,
@@ -163,6 +169,7 @@ impl Service {
                     }
                 }
                 Ok(Attempt::NothingToCompact) => {
+                    self.fruitless.record(id.as_str(), fruitless_key(&session));
                     return CompactionStatus::failed(trigger, NOTHING_TO_COMPACT.into());
                 }
                 Err(e) => return CompactionStatus::failed(trigger, e.to_string()),
@@ -218,6 +225,11 @@ impl Service {
         let Some(trigger) = super::due(session, &config).trigger() else {
             return Decision::Idle;
         };
+        // The same messages and limit as when the last automatic attempt found nothing to
+        // compact.
+        if self.fruitless.last(session.id.as_str()) == Some(fruitless_key(session)) {
+            return Decision::Idle;
+        }
         if session.turn_attempts >= config.breaker_threshold {
             self.announce_breaker(session, &config);
             Decision::BreakerOpen(trigger)
@@ -280,8 +292,11 @@ impl Service {
         let loaded = self.load(id).await?;
         let session = &loaded.snapshot.session;
         let config = self.compaction_config(session);
+        let planning = (*config)
+            .clone()
+            .fitted_beside(session.estimated_limit(), session.pinned_tokens);
         let settings = self.settings();
-        let input = self.plan_input(&loaded, &config, focus.as_deref(), &settings);
+        let input = self.plan_input(&loaded, &planning, focus.as_deref(), &settings);
         let attempt = AttemptOf {
             id,
             trigger,
@@ -427,10 +442,11 @@ impl Service {
             estimator: self.estimator,
             redact_secrets: settings.config.summarizer.redact_secrets,
             session: session.id.as_str(),
+            // The plan's figures are estimates: so is the limit it plans against.
             ..PlanInput::new(
                 &loaded.messages,
                 &loaded.tokens,
-                session.context_limit,
+                session.estimated_limit(),
                 config,
             )
         }

@@ -1,6 +1,7 @@
 //! The configuration in force, and each session's compaction settings derived from it.
 //!
-//! A session's settings are the global ones with its overrides, fitted to its context limit.
+//! A session's settings are the global ones with its overrides, fitted to its context limit
+//! in estimated tokens (the limit over the rate its model counts at, in steps of a quarter).
 //! Merging overrides is a serde round trip of the whole `[compaction]` table; an append
 //! needed it three times (its pin rules, masking, the trigger), a proxied append four, and
 //! it showed in the writer's profile. Sessions share few distinct overrides, so each merge is
@@ -31,7 +32,7 @@ pub struct Settings {
 
 struct Merged {
     overrides: Value,
-    context_limit: usize,
+    estimated_limit: usize,
     config: Arc<CompactionConfig>,
 }
 
@@ -46,15 +47,15 @@ impl Settings {
     }
 
     /// The compaction settings of `session`: global settings plus its overrides, fitted to
-    /// its context limit (see [`CompactionConfig::fitted_to`]). An unset `background_at` is
+    /// its context limit in estimated tokens (see [`CompactionConfig::fitted_to`] and
+    /// [`SessionRow::estimated_limit`]). An unset `background_at` is
     /// resolved by summarizer (see [`BACKGROUND_AT`]). Overrides that no longer validate
     /// (the global settings changed under them) give the global settings.
     pub fn session_config(&self, session: &SessionRow) -> Arc<CompactionConfig> {
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = merged
-            .iter()
-            .find(|m| m.context_limit == session.context_limit && m.overrides == session.overrides)
-        {
+        if let Some(found) = merged.iter().find(|m| {
+            m.estimated_limit == session.estimated_limit() && m.overrides == session.overrides
+        }) {
             return found.config.clone();
         }
         let config = Arc::new(self.merge(session));
@@ -63,7 +64,7 @@ impl Settings {
         }
         merged.push(Merged {
             overrides: session.overrides.clone(),
-            context_limit: session.context_limit,
+            estimated_limit: session.estimated_limit(),
             config: config.clone(),
         });
         config
@@ -73,7 +74,7 @@ impl Settings {
         let global = &self.config.compaction;
         let mut config = compaction_with_overrides(global, &session.overrides)
             .unwrap_or_else(|_| global.clone())
-            .fitted_to(session.context_limit)
+            .fitted_to(session.estimated_limit())
             .0;
         if config.background_at.is_none() && !self.summarizer.is_instant() {
             config.background_at = Some(BACKGROUND_AT);

@@ -188,13 +188,18 @@ impl Store {
                 .filter(|limit| fits(*limit));
             let limit = learned.map_or(session.context_limit, |l| l.min(session.context_limit));
             let tokens = overflow.tokens.unwrap_or(limit + 1);
+            let reported = SessionRow {
+                reported_tokens: Some(tokens),
+                tokens_since_report: 0,
+                ..session
+            };
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
                      limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
-                     context_limit = ?3, updated_at = {NOW}
+                     context_limit = ?3, token_rate = ?4, updated_at = {NOW}
                  WHERE id = ?1"
             ))?
-            .execute(params![id, tokens as i64, limit as i64])?;
+            .execute(params![id, tokens as i64, limit as i64, reported.rate_to_keep()])?;
             Ok(true)
         })
         .await

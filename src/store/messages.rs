@@ -645,6 +645,10 @@ fn count_appended(
         updated_at: now,
         ..session.clone()
     };
+    // A report's rate outlives the report (a compaction drops the report).
+    if reported_tokens.is_some() {
+        after.token_rate = after.rate_to_keep();
+    }
     // The first report since a compaction (or a masking) dropped the last one: a context
     // under the trigger by the model server's own count closes the breaker.
     if session.reported_tokens.is_none()
@@ -657,7 +661,7 @@ fn count_appended(
         "UPDATE sessions SET message_count = ?2, active_messages = ?3, active_tokens = ?4,
              pinned_tokens = ?5, task_seq = ?6, reported_tokens = ?7, tokens_since_report = ?8,
              turn_start_seq = ?9, turn_attempts = ?10, step_calls = ?11, head_seq = ?12,
-             branch_points = ?13, updated_at = ?14
+             branch_points = ?13, updated_at = ?14, token_rate = ?15
          WHERE id = ?1",
     )?
     .execute(params![
@@ -674,7 +678,8 @@ fn count_appended(
         after.step_calls,
         after.head_seq,
         after.branch_points,
-        after.updated_at
+        after.updated_at,
+        after.token_rate
     ])?;
     Ok(after)
 }

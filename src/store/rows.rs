@@ -57,6 +57,9 @@ pub struct SessionRow {
     pub overhead_tokens: usize,
     /// Why the context limit is what it is.
     pub limit_source: Option<String>,
+    /// Model tokens per estimated token at the last believed usage report, kept when a
+    /// compaction drops the report (see [`SessionRow::counted`]).
+    pub token_rate: Option<f64>,
 }
 
 /// How a session came to be.
@@ -120,9 +123,9 @@ impl SessionRow {
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
         masked_through_seq, owner, step_calls, head_seq, branch_points, summary_num, kind, \
-        conversation, root_hash, task_hash, static_seq, overhead_tokens, limit_source";
+        conversation, root_hash, task_hash, static_seq, overhead_tokens, limit_source, token_rate";
     /// How many columns [`SessionRow::COLUMNS`] names (the index of a column selected after them).
-    pub(super) const COUNT: usize = 31;
+    pub(super) const COUNT: usize = 32;
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -159,6 +162,7 @@ impl SessionRow {
             static_seq: row.get(28)?,
             overhead_tokens: row.get(29)?,
             limit_source: row.get(30)?,
+            token_rate: row.get(31)?,
         })
     }
 
@@ -175,20 +179,53 @@ impl SessionRow {
     /// estimate of the same messages: models count code at 1.5 to 2.5 times the estimate
     /// (docs/EVALUATION.md), and a large output appended after a report near the trigger
     /// would otherwise reach the model over its window with compactd counting it under.
+    /// Without a report (a compaction drops it) the estimate counts at the rate the last one
+    /// measured ([`SessionRow::counted`]).
     pub fn context_tokens(&self) -> (usize, TokenSource) {
         match self.believed_report() {
-            Some((reported, rate)) => {
-                let since = (self.tokens_since_report as f64 * rate).ceil() as usize;
-                (reported + since, TokenSource::Reported)
-            }
-            None => (self.estimated_tokens(), TokenSource::Estimated),
+            Some((reported, rate)) => (
+                reported + at_rate(self.tokens_since_report, rate),
+                TokenSource::Reported,
+            ),
+            None => (
+                self.counted(self.estimated_tokens()),
+                TokenSource::Estimated,
+            ),
         }
     }
 
-    /// Tokens the model counted per token compactd estimated, at its last believed report
-    /// (1 to [`MAX_REPORT_RATE`]): what came after the report counts at this rate.
+    /// Tokens per estimated token the model counts (1 to [`MAX_REPORT_RATE`]): the rate of
+    /// its last believed report, else the one kept from an earlier report ([`Self::token_rate`]:
+    /// a compaction drops the report, not what it taught), else none known.
     pub fn report_rate(&self) -> Option<f64> {
-        self.believed_report().map(|(_, rate)| rate)
+        self.believed_report()
+            .map(|(_, rate)| rate)
+            .or(self.token_rate.map(|r| r.clamp(1.0, MAX_REPORT_RATE)))
+    }
+
+    /// What the model counts for `estimated` of compactd's tokens, at [`Self::report_rate`].
+    pub fn counted(&self, estimated: usize) -> usize {
+        at_rate(estimated, self.report_rate().unwrap_or(1.0))
+    }
+
+    /// The context limit in compactd's estimated tokens: the limit divided by the model's
+    /// rate, rounded up to a quarter. A compaction plans the summary, the tail and the
+    /// current step in estimated tokens; planned against the window itself, a summary of
+    /// half the usable context took all of it for a model counting twice the estimate (the
+    /// chatty replay at 16k: every context after a compaction over the window). Rounded,
+    /// so a session's config (fitted to this limit) changes only when the rate moves a step.
+    pub fn estimated_limit(&self) -> usize {
+        let rate = self.report_rate().unwrap_or(1.0);
+        let stepped = (rate * RATE_STEPS).ceil() / RATE_STEPS;
+        (self.context_limit as f64 / stepped) as usize
+    }
+
+    /// The rate a usage report just recorded measured, to keep in [`Self::token_rate`]; the
+    /// rate kept before when the report is not believed.
+    pub(super) fn rate_to_keep(&self) -> Option<f64> {
+        self.believed_report()
+            .map(|(_, rate)| rate)
+            .or(self.token_rate)
     }
 
     fn estimated_tokens(&self) -> usize {
@@ -218,6 +255,14 @@ fn report_rate(reported: usize, measured: usize) -> f64 {
         _ => (reported as f64 / measured as f64).clamp(1.0, MAX_REPORT_RATE),
     }
 }
+
+/// `estimated` tokens counted at `rate`, rounded up.
+fn at_rate(estimated: usize, rate: f64) -> usize {
+    (estimated as f64 * rate).ceil() as usize
+}
+
+/// [`SessionRow::estimated_limit`] divides by the rate in steps of a quarter.
+const RATE_STEPS: f64 = 4.0;
 
 /// The most a report's rate scales what came after it: a tokenizer at one token a character
 /// (text in scripts without spaces between words) counts four times the estimate.

@@ -941,21 +941,27 @@ async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
         "7,006 is under the 8,000 threshold"
     );
     // What comes after the report adds its estimate at the report's rate; crossing 8,000
-    // triggers by tokens, although the estimate alone (5,103) would not have.
+    // triggers by tokens, although the estimate alone (4,903) would not have.
     let answer = client
         .post(
             "/session/u/message",
-            &json!({"messages": [user(&"y".repeat(4_400))], "wait": true}),
+            &json!({"messages": [user(&"y".repeat(3_600))], "wait": true}),
         )
         .await
         .unwrap();
-    assert_eq!(answer["tokens"], 7000 + rate(answer_tokens + 1100));
+    assert_eq!(answer["tokens"], 7000 + rate(answer_tokens + 900));
     assert_eq!(answer["compaction"]["trigger"], "tokens", "{answer}");
     assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
-    // After compacting, the report no longer describes the context: back to estimates.
+    // After compacting, the report no longer describes the context, but what it measured
+    // still holds: the new context's estimate counts at the same rate until the next one.
     let session = client.get("/session/u").await.unwrap();
     assert_eq!(session["token_source"], "estimated");
-    assert!(session["tokens"].as_u64().unwrap() < 5103);
+    assert_eq!(session["report_rate"], 1.75, "{session}");
+    let post = answer["compaction"]["result"]["post_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(session["tokens"], rate(post), "{answer} {session}");
+    assert!(rate(post) < 8000);
     let bad = client
         .post(
             "/session/u/message",
@@ -1106,4 +1112,69 @@ fn a_sigterm_right_after_ready_shuts_down_cleanly() {
             "round {round}: socket left behind"
         );
     }
+}
+
+/// A step alone over the trigger (a tool call writing a file larger than the room left) has
+/// nothing before it to summarize: the attempt fails once, and asking for the context again
+/// does not try again, so the breaker stays shut and the step is compacted as soon as the
+/// agent moves on. Before, every `GET /context` was another failed attempt; three opened the
+/// breaker, and the context grew unchecked for the rest of the turn.
+#[tokio::test]
+async fn a_step_with_nothing_before_it_is_tried_once_and_compacted_when_the_agent_moves_on() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "w", "context_limit": 10000}))
+        .await
+        .unwrap();
+    let mut before = vec![user("write the generated table")];
+    before.extend(
+        (0..3)
+            .map(|i| json!({"role": "assistant", "content": format!("{i} {}", "p".repeat(2000))})),
+    );
+    client
+        .post("/session/w/message", &json!({"messages": before}))
+        .await
+        .unwrap();
+    let file = "w".repeat(34_000); // 8,500 tokens: over the 8,000 trigger by itself
+    let call = json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "c1",
+        "name": "write", "args": {"path": "table.txt", "content": file}}]});
+    // Compacts what came before the step; the step itself stays over the trigger.
+    let answer = client
+        .post(
+            "/session/w/message",
+            &json!({"messages": [call], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
+    assert!(answer["tokens"].as_u64().unwrap() > 8000, "{answer}");
+    for _ in 0..4 {
+        client.get("/session/w/context").await.unwrap();
+    }
+    let failures = |history: &Value| history["failures"].as_array().unwrap().len();
+    let history = client.get("/session/w/compaction").await.unwrap();
+    assert_eq!(failures(&history), 1, "{history}");
+    // The result is part of the same step: still nothing before it.
+    let result = json!({"role": "tool", "parts": [{"type": "tool_result", "call_id": "c1", "output": "written"}]});
+    client
+        .post(
+            "/session/w/message",
+            &json!({"messages": [result], "wait": true}),
+        )
+        .await
+        .unwrap();
+    let session = client.get("/session/w").await.unwrap();
+    assert_eq!(session["breaker"]["open"], false, "{session}");
+    // The agent moves on: the written file's step can be summarized now.
+    let answer = client
+        .post(
+            "/session/w/message",
+            &json!({"messages": [{"role": "assistant", "content": "Done: table.txt is written."}], "wait": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["compaction"]["status"], "completed", "{answer}");
+    let session = client.get("/session/w").await.unwrap();
+    assert!(session["tokens"].as_u64().unwrap() < 8000, "{session}");
 }

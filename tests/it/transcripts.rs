@@ -298,9 +298,14 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
 /// Replays `files` at `limit` as an agent whose model counts twice compactd's estimate (the
 /// shared transcripts' models counted 1.5 to 2.5 times it), reporting its usage or not.
 fn replayed_at_twice_the_estimate(files: &[String], limit: u64, reports: bool) -> Vec<Value> {
+    replayed_counting(files, limit, 2.0, reports)
+}
+
+/// The replays of `files` at `limit` for a model counting `ratio` tokens per estimated one.
+fn replayed_counting(files: &[String], limit: u64, ratio: f64, reports: bool) -> Vec<Value> {
     let mut command = Command::new(BIN);
     command.args(["--json", "replay", "--context-limit", &limit.to_string()]);
-    command.args(["--tokenizer-ratio", "2"]);
+    command.args(["--tokenizer-ratio", &ratio.to_string()]);
     if reports {
         command.arg("--report-usage");
     }
@@ -350,5 +355,37 @@ fn an_agent_that_reports_usage_never_sends_its_model_more_than_the_window() {
                 assert_eq!(r["user_message_retention"], 1.0, "{name}");
             }
         }
+    }
+}
+
+/// The rate a model counts at outlives the report that measured it: the context after a
+/// compaction, which no report has measured yet, is counted at it, and the summary, the tail
+/// and the step are planned in estimated tokens against the window over that rate. At 16,000
+/// tokens for a model counting 2.5 times the estimate, planned against the window itself, the
+/// chatty session's summary alone filled it (33 contexts over the window, a compaction every
+/// three or four messages, 38 and 39 in the two sessions).
+#[test]
+fn what_follows_a_compaction_is_planned_and_counted_at_the_models_rate() {
+    let synthetic = [
+        "synthetic:chatty".to_string(),
+        "synthetic:large-outputs".to_string(),
+    ];
+    for r in replayed_counting(&synthetic, 16_000, 2.5, true) {
+        let name = r["transcript"].as_str().unwrap_or("?");
+        assert_eq!(r["counted_over_limit"], 0, "{name}: {r}");
+        assert!(
+            r["peak_counted_tokens"].as_u64().unwrap() <= 16_000,
+            "{name}"
+        );
+        assert_eq!(r["failed_compactions"], 0, "{name}");
+        let (compactions, messages) = (
+            r["compactions"].as_u64().unwrap(),
+            r["session_messages"].as_u64().unwrap(),
+        );
+        assert!(
+            (1..=messages / 5).contains(&compactions),
+            "{name}: {compactions} compactions for {messages} messages"
+        );
+        assert_eq!(r["orphaned_tool_results"], 0, "{name}");
     }
 }

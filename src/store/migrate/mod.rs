@@ -158,6 +158,11 @@ const UPGRADES: &[Upgrade] = &[
         sql: "",
         then: None,
     },
+    // 14: the rate the model counts at, kept across compactions (a report is dropped at each).
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN token_rate REAL;",
+        then: None,
+    },
 ];
 
 /// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
@@ -183,6 +188,7 @@ pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// index, and its dump reads as 8; versions 11, 12 and 13 changed only indexes, a view and a
 /// check, and their dumps read as 10.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (14, "sessions", "token_rate"),
     (10, "messages_fts", "text"),
     (8, "sessions", "head_seq"),
     (7, "sessions", "step_calls"),

@@ -1,0 +1,74 @@
+//! A figure remembered per session, in memory, within a bound: at most [`MAX_SESSIONS`]
+//! entries, the map emptied when full. A session missing from it (after a restart, or
+//! emptied out) is treated as before anything was remembered: both uses below only spare
+//! work or a wrong count, never decide what is stored.
+//!
+//! - The context each socket session was last served, by its `compaction_num`. An agent's
+//!   usage report measures the context it sent, which it got from `GET /context`; when a
+//!   compaction has landed since (in the background while the model call was out), the report
+//!   counts the context before it and would make the session look as full as then, starting
+//!   another compaction at once. A client may say which context it measured
+//!   (`usage.compaction_num`); for one that does not, the context it was last served says it.
+//! - The `message_count` at which an automatic compaction found nothing to compact (every
+//!   active message in the preserved tail: the current step alone over the trigger). Until a
+//!   message is appended another attempt would find the same; made at every append and every
+//!   `GET /context`, each would be recorded as a failure and open the circuit breaker for the
+//!   rest of the turn, so the context grew unchecked once the step was done.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The most sessions remembered at once (about 100 bytes each).
+const MAX_SESSIONS: usize = 4096;
+
+pub(super) struct PerSession<T> {
+    map: Mutex<HashMap<String, T>>,
+}
+
+impl<T> Default for PerSession<T> {
+    fn default() -> Self {
+        PerSession {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T: Copy> PerSession<T> {
+    /// Remembers `value` for session `id`.
+    pub(super) fn record(&self, id: &str, value: T) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_SESSIONS && !map.contains_key(id) {
+            map.clear();
+        }
+        map.insert(id.to_string(), value);
+    }
+
+    /// What was last remembered for session `id`, if anything.
+    pub(super) fn last(&self, id: &str) -> Option<T> {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_figure_is_remembered_within_the_bound() {
+        let served = PerSession::default();
+        assert_eq!(served.last("a"), None);
+        served.record("a", 1);
+        served.record("a", 2);
+        assert_eq!(served.last("a"), Some(2));
+        for n in 0..MAX_SESSIONS {
+            served.record(&format!("s{n}"), 0);
+        }
+        assert!(served.map.lock().unwrap().len() <= MAX_SESSIONS);
+        served.record("a", 3);
+        assert_eq!(served.last("a"), Some(3));
+    }
+}
