@@ -205,22 +205,21 @@ impl CompactionConfig {
         (self, Some(why))
     }
 
-    /// This config made to leave the smallest summary and tail room beside `pinned_tokens`
-    /// of pinned messages under the threshold: `min_preserve` lowered to half the room they
-    /// leave. Pinned messages are accepted against the session's limit when appended; once
-    /// its model is known to count more than the estimate, a compaction plans against a
-    /// smaller limit in estimated tokens, where the same pinned part can leave less room
-    /// than `2 × min_preserve`, and compacting with less preserved beats failing every
-    /// compaction while the context grows. Pinned messages past the threshold still do
-    /// not fit.
+    /// This config made to leave room for the agent's next steps beside `pinned_tokens` of
+    /// pinned messages: `min_preserve` (the floor of both the summary's budget and the
+    /// tail's) at most a quarter of the room they leave under the threshold, so a compaction
+    /// leaves at least half of it free. In a window of 16k and more, counted by the
+    /// estimate, the floor is under that already; a model counting 2.5 times the estimate
+    /// makes the same window 6,400 estimated tokens, where two floors of 2,000 beside a
+    /// 1,440-token task filled all the room: every compaction left the context at the
+    /// trigger, the next step passed it, and the circuit breaker took three such compactions
+    /// for a loop and stopped compacting for the rest of the turn. Pinned messages past the
+    /// threshold still do not fit.
     pub fn fitted_beside(mut self, context_limit: usize, pinned_tokens: usize) -> CompactionConfig {
-        if pinned_tokens <= self.max_pinned_tokens(context_limit) {
-            return self;
-        }
         let room = self
             .token_threshold(context_limit)
             .saturating_sub(pinned_tokens);
-        self.min_preserve = room / 2;
+        self.min_preserve = self.min_preserve.min(room / ROOM_PER_FLOOR);
         self
     }
 
@@ -312,24 +311,26 @@ mod tests {
 
     /// 16,000 tokens for a model counting twice the estimate: 8,000 estimated, threshold
     /// 6,400. A task of 3,000 pinned when the rate was not known leaves 3,400, under the
-    /// 4,000 two floors of 2,000 need: they shrink to share it, not fail every compaction.
+    /// 4,000 two floors of 2,000 need: they shrink to leave half of it for the next steps,
+    /// not fail every compaction.
     #[test]
-    fn pinned_messages_leave_the_summary_and_the_tail_what_room_remains() {
+    fn pinned_messages_leave_the_summary_and_the_tail_half_the_room_remaining() {
         let c = CompactionConfig::default();
         assert_eq!(c.max_pinned_tokens(8_000), 2_400);
         let fitted = c.clone().fitted_beside(8_000, 3_000);
-        assert_eq!(fitted.min_preserve, 1_700);
+        assert_eq!(fitted.min_preserve, 850);
         assert!(fitted.max_pinned_tokens(8_000) >= 3_000);
         let budgets = fitted.summary_budget(8_000, 3_000) + fitted.preserve_budget(8_000, 3_000);
-        assert!(3_000 + budgets <= c.token_threshold(8_000), "{budgets}");
-        assert_eq!(c.clone().fitted_beside(8_000, 2_000), c, "room enough");
-        // Past the threshold nothing fits: still an overflow.
         assert!(
-            c.clone()
-                .fitted_beside(8_000, 7_000)
-                .max_pinned_tokens(8_000)
-                < 7_000
+            3_000 + budgets <= c.token_threshold(8_000) - 3_400 / 2,
+            "{budgets}"
         );
+        // A window with room for four floors keeps them.
+        assert_eq!(c.clone().fitted_beside(16_000, 1_440), c);
+        assert_eq!(c.clone().fitted_beside(128_000, 20_000), c);
+        // Past the threshold nothing fits: still an overflow.
+        let full = c.clone().fitted_beside(8_000, 7_000);
+        assert!(full.max_pinned_tokens(8_000) < 7_000);
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub const DEFAULT_CONTEXT_LIMIT: usize = 128_000;
 pub const MIN_CONTEXT_LIMIT: usize = 1_000;
 /// Larger limits than any model has are typos.
 pub const MAX_CONTEXT_LIMIT: usize = 100_000_000;
+/// A compaction's two floors (the summary's and the tail's) take at most a quarter each of the
+/// room pinned messages leave under the threshold (see `CompactionConfig::fitted_beside`).
+pub const ROOM_PER_FLOOR: usize = 4;
 /// Tokens up to which the session's first user instruction (its task) is pinned verbatim.
 pub const PIN_FIRST_USER_TOKENS: usize = 4_000;
 /// Microcompaction may start once the context holds this many tokens (or half the trigger,

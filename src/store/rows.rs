@@ -216,7 +216,8 @@ impl SessionRow {
     /// so a session's config (fitted to this limit) changes only when the rate moves a step.
     pub fn estimated_limit(&self) -> usize {
         let rate = self.report_rate().unwrap_or(1.0);
-        let stepped = (rate * RATE_STEPS).ceil() / RATE_STEPS;
+        // (2.5001 is 2.5: a report's rate is a ratio of two counts, a hair over a step as often.)
+        let stepped = ((rate * RATE_STEPS - RATE_SLACK).ceil() / RATE_STEPS).max(1.0);
         (self.context_limit as f64 / stepped) as usize
     }
 
@@ -261,8 +262,10 @@ fn at_rate(estimated: usize, rate: f64) -> usize {
     (estimated as f64 * rate).ceil() as usize
 }
 
-/// [`SessionRow::estimated_limit`] divides by the rate in steps of a quarter.
+/// [`SessionRow::estimated_limit`] divides by the rate in steps of a quarter, rounded up past
+/// a twentieth of a step.
 const RATE_STEPS: f64 = 4.0;
+const RATE_SLACK: f64 = 0.05;
 
 /// The most a report's rate scales what came after it: a tokenizer at one token a character
 /// (text in scripts without spaces between words) counts four times the estimate.

@@ -363,21 +363,36 @@ fn an_agent_that_reports_usage_never_sends_its_model_more_than_the_window() {
 /// and the step are planned in estimated tokens against the window over that rate. At 16,000
 /// tokens for a model counting 2.5 times the estimate, planned against the window itself, the
 /// chatty session's summary alone filled it (33 contexts over the window, a compaction every
-/// three or four messages, 38 and 39 in the two sessions).
+/// three or four messages, 38 and 39 in the two sessions). And the floors of the summary
+/// and the tail leave room for the next steps: beside mini-swe-agent's 1,440-token task they
+/// filled the room a 6,400-token window leaves, every compaction left the context at the
+/// trigger, and the circuit breaker stopped compacting for the rest of the one-turn session
+/// (django-11910: 46 contexts over the window, the largest 67,418).
 #[test]
 fn what_follows_a_compaction_is_planned_and_counted_at_the_models_rate() {
-    let synthetic = [
+    let mut files = vec![
         "synthetic:chatty".to_string(),
         "synthetic:large-outputs".to_string(),
     ];
-    for r in replayed_counting(&synthetic, 16_000, 2.5, true) {
+    if let Some(shared) = shared_transcripts() {
+        files.extend(
+            shared
+                .iter()
+                .map(|f| f.display().to_string())
+                .filter(|f| f.contains("/mini-swe-agent/")),
+        );
+    }
+    for r in replayed_counting(&files, 16_000, 2.5, true) {
         let name = r["transcript"].as_str().unwrap_or("?");
         assert_eq!(r["counted_over_limit"], 0, "{name}: {r}");
         assert!(
             r["peak_counted_tokens"].as_u64().unwrap() <= 16_000,
             "{name}"
         );
-        assert_eq!(r["failed_compactions"], 0, "{name}");
+        // (A real session's step can be alone over the trigger, with nothing to compact.)
+        if name.starts_with("synthetic:") {
+            assert_eq!(r["failed_compactions"], 0, "{name}");
+        }
         let (compactions, messages) = (
             r["compactions"].as_u64().unwrap(),
             r["session_messages"].as_u64().unwrap(),
