@@ -367,7 +367,9 @@ fn an_agent_that_reports_usage_never_sends_its_model_more_than_the_window() {
 /// and the tail leave room for the next steps: beside mini-swe-agent's 1,440-token task they
 /// filled the room a 6,400-token window leaves, every compaction left the context at the
 /// trigger, and the circuit breaker stopped compacting for the rest of the one-turn session
-/// (django-11910: 46 contexts over the window, the largest 67,418).
+/// (django-11910: 46 contexts over the window, the largest 67,418). And the newest ten user
+/// messages, kept whole whatever the room, grew SWE-agent's summary past the window (its
+/// observations are user messages; pydicom-1458: four contexts over it).
 #[test]
 fn what_follows_a_compaction_is_planned_and_counted_at_the_models_rate() {
     let mut files = vec![
@@ -379,7 +381,7 @@ fn what_follows_a_compaction_is_planned_and_counted_at_the_models_rate() {
             shared
                 .iter()
                 .map(|f| f.display().to_string())
-                .filter(|f| f.contains("/mini-swe-agent/")),
+                .filter(|f| f.contains("swe-agent/")),
         );
     }
     for r in replayed_counting(&files, 16_000, 2.5, true) {

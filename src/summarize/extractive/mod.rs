@@ -129,6 +129,16 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
     while over(&summary, ceiling) && users.collapse_oldest() {
         summary = render(&sources, &details, &users);
     }
+    // A window too small for the newest ten whole: all but the newest are shortened too.
+    for max_chars in [500, 200] {
+        if !over(&summary, ceiling) {
+            break;
+        }
+        let excess_tokens = estimator.text(&summary) - ceiling;
+        let excess_chars = (excess_tokens as f64 / estimator.tokens_per_char) as usize + 64;
+        users.shorten_recent(max_chars, excess_chars);
+        summary = render(&sources, &details, &users);
+    }
     summary
 }
 

@@ -394,6 +394,39 @@ fn other_sections_shrink_before_any_user_message_is_shortened() {
     }
 }
 
+/// Ten user messages of 1,900 characters (SWE-agent's observations, sent as user messages)
+/// take about 4,800 tokens whole, more than a summary may take in a small window (here 2,000
+/// tokens; 16k for a model counting 2.5 times the estimate allows about 1,800). All but the
+/// newest are shortened, each pointing to its stored original; the newest stays whole.
+#[test]
+fn a_window_too_small_for_the_newest_ten_whole_shortens_all_but_the_newest() {
+    let messages: Vec<Message> = (0..12)
+        .map(|i| Message::text(Role::User, format!("{i}: {}", "o".repeat(1_900))))
+        .collect();
+    let req = SummaryRequest {
+        max_summary_tokens: Some(1_000),
+        summary_ceiling_tokens: Some(2_000),
+        ..request(messages, None)
+    };
+    let summary = extractive_summary(&req);
+    assert!(
+        LazyEstimator::default().text(&summary) <= 2_000,
+        "{summary}"
+    );
+    let s = sections_of(&summary);
+    assert!(
+        s[5].contains(&format!("11: {}", "o".repeat(1_900))),
+        "the newest whole"
+    );
+    for seq in 3..=11 {
+        assert!(
+            s[5].contains(&format!("(whole message: seq {seq})")),
+            "seq {seq} points to its original: {}",
+            s[5]
+        );
+    }
+}
+
 #[test]
 fn thousands_of_user_messages_fold_into_a_pointer_and_numbering_goes_on() {
     let messages: Vec<Message> = (0..3000)

@@ -8,7 +8,8 @@
 //! earlier work is named, not quoted. The summary grows for them (up to its ceiling) before any
 //! is shortened; past that, older entries are shortened, oldest first, each naming its seq, and
 //! for sessions with thousands of them the oldest are folded into one line naming their seqs
-//! in the stored history.
+//! in the stored history. Only a window too small for the newest ten whole shortens them too,
+//! all but the newest.
 
 use crate::compaction::constants::MAX_TEXT_CHARS;
 use crate::compaction::instruction::{UserText, classify_user_text};
@@ -156,7 +157,19 @@ impl UserMessages {
     /// Shortens entries to `max_chars`, oldest first and never the newest ten, until about
     /// `enough` characters are saved.
     pub(super) fn shorten_oldest(&mut self, max_chars: usize, enough: usize) {
-        let older = self.entries.len().saturating_sub(RECENT_KEPT_WHOLE);
+        self.shorten(max_chars, enough, RECENT_KEPT_WHOLE);
+    }
+
+    /// Shortens the newest ten too, oldest first and never the newest one, until about
+    /// `enough` characters are saved: for a window too small to hold ten whole (a small one,
+    /// or one its model counts at several times the estimate, where SWE-agent's observations,
+    /// sent as user messages of up to 2,000 characters, grew the summary past the window).
+    pub(super) fn shorten_recent(&mut self, max_chars: usize, enough: usize) {
+        self.shorten(max_chars, enough, 1);
+    }
+
+    fn shorten(&mut self, max_chars: usize, enough: usize, keep_whole: usize) {
+        let older = self.entries.len().saturating_sub(keep_whole);
         let mut saved = 0;
         for entry in &mut self.entries[..older] {
             if saved >= enough {
