@@ -25,7 +25,7 @@ export interface Session {
   compaction_count: number;
   tokens: number;
   token_source: "estimated" | "reported";
-  /** With a usage report: tokens the model counted per token compactd estimated (1 to 4). */
+  /** Once the model has reported usage: tokens it counted per token compactd estimated (1 to 4), kept across compactions. */
   report_rate?: number;
   /** Why context_limit is what it is (proxied sessions), e.g. "upstream refusal". */
   limit_source?: string;

@@ -99,8 +99,9 @@ pub struct SessionView {
     /// Tokens in the context now.
     pub tokens: usize,
     pub token_source: TokenSource,
-    /// With a usage report: tokens the model counted per token compactd estimated (1 to 4);
-    /// what came after the report counts at this rate.
+    /// Once the model has reported usage: tokens it counted per token compactd estimated (1
+    /// to 4), kept across compactions; what came after the report, and a context no report
+    /// has measured yet, count at this rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_rate: Option<f64>,
     /// Compaction starts at this many tokens (context_limit - reserve).

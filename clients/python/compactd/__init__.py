@@ -61,7 +61,8 @@ class Session(TypedDict):
     compaction_count: int
     tokens: int
     token_source: str
-    # With a usage report: tokens the model counted per token compactd estimated (1 to 4).
+    # Once the model has reported usage: tokens it counted per token compactd estimated
+    # (1 to 4), kept across compactions.
     report_rate: NotRequired[float]
     token_threshold: int
     max_messages: int
