@@ -237,6 +237,7 @@ SELECT s.id,
        s.message_count,
        s.active_messages,
        s.pinned_tokens + s.summary_tokens + s.active_tokens + s.overhead_tokens AS context_tokens,
+       round(s.token_rate, 2)                     AS token_rate,  -- model tokens per estimated one (NULL: no usage reported)
        s.branch_points + 1                        AS branches,
        s.compaction_count,
        (SELECT count(*) FROM compaction_failures f WHERE f.session_id = s.id) AS failed_compactions,

@@ -962,6 +962,15 @@ async fn reported_usage_replaces_the_estimate_until_the_next_compaction() {
         .unwrap();
     assert_eq!(session["tokens"], rate(post), "{answer} {session}");
     assert!(rate(post) < 8000);
+    // A person reading the database cold sees the rate too.
+    if have("sqlite3") {
+        let out = std::process::Command::new("sqlite3")
+            .arg(daemon.db())
+            .arg("select id, token_rate from session_overview where id = 'u'")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "u|1.75");
+    }
     let bad = client
         .post(
             "/session/u/message",

@@ -391,6 +391,7 @@ fn version_10s_index_by_parent_becomes_the_partial_one() {
     conn.execute_batch(
         "DROP INDEX messages_by_parent;
          CREATE INDEX messages_by_parent ON messages (session_id, parent_seq);
+         DROP VIEW session_overview;
          ALTER TABLE sessions DROP COLUMN token_rate;
          PRAGMA user_version = 10;",
     )
