@@ -52,29 +52,31 @@ impl Settings {
     /// resolved by summarizer (see [`BACKGROUND_AT`]). Overrides that no longer validate
     /// (the global settings changed under them) give the global settings.
     pub fn session_config(&self, session: &SessionRow) -> Arc<CompactionConfig> {
+        let estimated_limit = session.estimated_limit();
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = merged.iter().find(|m| {
-            m.estimated_limit == session.estimated_limit() && m.overrides == session.overrides
-        }) {
+        if let Some(found) = merged
+            .iter()
+            .find(|m| m.estimated_limit == estimated_limit && m.overrides == session.overrides)
+        {
             return found.config.clone();
         }
-        let config = Arc::new(self.merge(session));
+        let config = Arc::new(self.merge(session, estimated_limit));
         if merged.len() >= MAX_MERGED {
             merged.clear();
         }
         merged.push(Merged {
             overrides: session.overrides.clone(),
-            estimated_limit: session.estimated_limit(),
+            estimated_limit,
             config: config.clone(),
         });
         config
     }
 
-    fn merge(&self, session: &SessionRow) -> CompactionConfig {
+    fn merge(&self, session: &SessionRow, estimated_limit: usize) -> CompactionConfig {
         let global = &self.config.compaction;
         let mut config = compaction_with_overrides(global, &session.overrides)
             .unwrap_or_else(|_| global.clone())
-            .fitted_to(session.estimated_limit())
+            .fitted_to(estimated_limit)
             .0;
         if config.background_at.is_none() && !self.summarizer.is_instant() {
             config.background_at = Some(BACKGROUND_AT);

@@ -199,7 +199,7 @@ impl Store {
                      context_limit = ?3, token_rate = ?4, updated_at = {NOW}
                  WHERE id = ?1"
             ))?
-            .execute(params![id, tokens as i64, limit as i64, reported.rate_to_keep()])?;
+            .execute(params![id, tokens as i64, limit as i64, reported.report_rate()])?;
             Ok(true)
         })
         .await

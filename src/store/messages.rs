@@ -645,9 +645,10 @@ fn count_appended(
         updated_at: now,
         ..session.clone()
     };
-    // A report's rate outlives the report (a compaction drops the report).
+    // A report's rate outlives the report (a compaction drops the report); one not believed
+    // leaves the rate kept before.
     if reported_tokens.is_some() {
-        after.token_rate = after.rate_to_keep();
+        after.token_rate = after.report_rate();
     }
     // The first report since a compaction (or a masking) dropped the last one: a context
     // under the trigger by the model server's own count closes the breaker.

@@ -221,14 +221,6 @@ impl SessionRow {
         (self.context_limit as f64 / stepped) as usize
     }
 
-    /// The rate a usage report just recorded measured, to keep in [`Self::token_rate`]; the
-    /// rate kept before when the report is not believed.
-    pub(super) fn rate_to_keep(&self) -> Option<f64> {
-        self.believed_report()
-            .map(|(_, rate)| rate)
-            .or(self.token_rate)
-    }
-
     fn estimated_tokens(&self) -> usize {
         self.fixed_tokens() + self.summary_tokens + self.active_tokens
     }

@@ -101,6 +101,11 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
     let ceiling = request.summary_ceiling_tokens.unwrap_or(budget).max(budget);
     let estimator = LazyEstimator::default();
     let over = |s: &str, limit: usize| estimator.text(s) > limit;
+    // About how many characters take `s` past the ceiling (and a margin).
+    let excess_chars = |s: &str| {
+        let excess_tokens = estimator.text(s).saturating_sub(ceiling);
+        (excess_tokens as f64 / estimator.tokens_per_char) as usize + 64
+    };
     for level in [Detail::Reduced, Detail::Floor] {
         for section in SHRINK_ORDER {
             if !over(&summary, budget) {
@@ -118,9 +123,7 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
         if !over(&summary, ceiling) {
             return summary;
         }
-        let excess_tokens = estimator.text(&summary) - ceiling;
-        let excess_chars = (excess_tokens as f64 / estimator.tokens_per_char) as usize + 64;
-        users.shorten_oldest(max_chars, excess_chars);
+        users.shorten_oldest(max_chars, excess_chars(&summary));
         summary = render(&sources, &details, &users);
     }
     // Thousands of user messages: even shortened they would crowd out the conversation.
@@ -134,9 +137,7 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
         if !over(&summary, ceiling) {
             break;
         }
-        let excess_tokens = estimator.text(&summary) - ceiling;
-        let excess_chars = (excess_tokens as f64 / estimator.tokens_per_char) as usize + 64;
-        users.shorten_recent(max_chars, excess_chars);
+        users.shorten_recent(max_chars, excess_chars(&summary));
         summary = render(&sources, &details, &users);
     }
     summary
