@@ -119,6 +119,15 @@ export interface CompactionHistory {
   maskings_next_after?: number;
 }
 
+export interface OverflowOutcome {
+  /** False when a compaction landed since the refused call was sent: the next context is that one. */
+  noted: boolean;
+  tokens?: number;
+  context_limit?: number;
+  session: Session;
+  compaction: { trigger: Trigger | null; status: string; reason?: string } | null;
+}
+
 export type Event =
   | { event: "compaction_started"; session_id: string; trigger: Trigger }
   | { event: "compaction_finished"; session_id: string; trigger: Trigger; compaction_num: number; pre_tokens: number; post_tokens: number; boundary_seq: number; summarizer: string; chunks: number; fallback_reason: string | null; duration_ms: number }
@@ -163,6 +172,7 @@ export declare class Client {
   context(id: string, options?: { format?: "compactd"; wait?: boolean }): Promise<ContextView>;
   context(id: string, options: { format: "openai" | "anthropic"; wait?: boolean }): Promise<ProviderContext>;
   summarize(id: string, focus?: string): Promise<SummarizeOutcome>;
+  overflow(id: string, error?: unknown, options?: { compactionNum?: number; tokens?: number; contextLimit?: number }): Promise<OverflowOutcome>;
   compactions(id: string, options?: { after?: number; limit?: number }): Promise<CompactionHistory>;
   events(): Promise<EventStream>;
 }

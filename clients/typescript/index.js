@@ -168,6 +168,20 @@ export class Client {
     return this.request("POST", `/v1/session/${id}/summarize`, focus ? { focus } : {});
   }
 
+  /**
+   * The model refused the context as longer than its window: pass its error answer on (the
+   * body, its text, or the SDK's error body) and the compactionNum of the context sent; the
+   * next context(id) fits the window it named.
+   */
+  overflow(id, error, options = {}) {
+    const body = {};
+    if (error !== undefined && error !== null) body.error = error;
+    if (options.compactionNum !== undefined) body.compaction_num = options.compactionNum;
+    if (options.tokens !== undefined) body.tokens = options.tokens;
+    if (options.contextLimit !== undefined) body.context_limit = options.contextLimit;
+    return this.request("POST", `/v1/session/${id}/overflow`, body);
+  }
+
   compactions(id, options = {}) {
     return this.request("GET", `/v1/session/${id}/compaction?after=${options.after ?? 0}&limit=${options.limit ?? 100}`);
   }

@@ -134,6 +134,32 @@ pub struct SummarizeRequest {
     pub focus: Option<String>,
 }
 
+/// `POST /v1/session/{id}/overflow`: the agent's model refused the context as longer than
+/// its window. Every field optional: a refusal with no figures still says the context is too
+/// long as the model counts it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverflowReport {
+    /// The `compaction_num` of the context the refused call was sent with (`GET /context`
+    /// answers it). Absent, the context `GET /context` last served the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_num: Option<u32>,
+    /// The model API's error answer as it came, its JSON or its text: the prompt's tokens and
+    /// the window are read from it (Anthropic's `prompt is too long`, OpenAI's
+    /// `context_length_exceeded` and compatible servers', llama.cpp's
+    /// `exceed_context_size_error`). Another error is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub error: Option<Value>,
+    /// The prompt's tokens as the model counted them (1 to 1,000,000,000), when its error
+    /// says so in a form compactd does not read; over what `error` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// The model's window in tokens, when its error names it; over what `error` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_limit: Option<usize>,
+}
+
 /// `GET /v1/session`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -117,8 +117,9 @@ pub struct SessionView {
     /// every other session.
     pub branches: u64,
     /// Why `context_limit` is what it is: the model table, `[proxy.models]`, a header, the
-    /// default, or the window the upstream named when it refused a call as too long (absent
-    /// for sessions made through the API, whose limit the client chose).
+    /// default, or the window the model named when it refused a call as too long (`upstream
+    /// refusal`, for the proxy's calls and `POST /session/{id}/overflow`); absent for sessions
+    /// made through the API, whose limit the client chose, until such a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_source: Option<String>,
     /// Tokens of the tools and system a proxied client sends with each call, counted in
@@ -209,6 +210,25 @@ pub struct AppendResponse {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
     /// The compaction this append triggered, if any.
+    pub compaction: Option<CompactionStatus>,
+}
+
+/// The answer to `POST /v1/session/{id}/overflow`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OverflowOutcome {
+    /// The refusal was recorded. False when the session serves another context by now (a
+    /// compaction landed while the call was out): the next `GET /context` is that one.
+    pub noted: bool,
+    /// The prompt's tokens, as the refusal gave them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<usize>,
+    /// The model's window, as the refusal named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_limit: Option<usize>,
+    /// The session now: `tokens` what the model counted, `context_limit` the window it named
+    /// when under the session's limit.
+    pub session: SessionView,
+    /// The compaction the refusal started, if any: the next `GET /context` waits for it.
     pub compaction: Option<CompactionStatus>,
 }
 

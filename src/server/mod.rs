@@ -52,6 +52,7 @@ pub(crate) fn router(service: Arc<Service>) -> Router {
         .route("/session/{id}/context", get(routes::context))
         .route("/session/{id}/search", get(routes::search))
         .route("/session/{id}/summarize", post(routes::summarize))
+        .route("/session/{id}/overflow", post(routes::overflow))
         .route("/session/{id}/compaction", get(routes::compactions))
         .route("/events", get(events::events))
         .route("/openapi.json", get(routes::openapi));

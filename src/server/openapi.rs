@@ -25,6 +25,7 @@ use utoipa::OpenApi;
         super::routes::search,
         super::routes::context,
         super::routes::summarize,
+        super::routes::overflow,
         super::routes::compactions,
         super::routes::openapi,
         crate::server::events::events,
@@ -39,7 +40,7 @@ use utoipa::OpenApi;
         (name = "daemon", description = "Health and this document"),
         (name = "sessions", description = "Create, read, change and hide sessions"),
         (name = "messages", description = "Append messages; read and search the history; read the context"),
-        (name = "compaction", description = "Compact by hand; read what compactions did"),
+        (name = "compaction", description = "Compact by hand; say the model refused a context as too long; read what compactions did"),
         (name = "events", description = "Server-sent events"),
     )
 )]

@@ -7,8 +7,9 @@ use crate::message::{BatchError, parse_message_batch};
 use crate::protocol::{
     AppendBody, AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextQuery,
     ContextView, CreateSessionRequest, Deleted, ErrorBody, ErrorCode, Health, HistoryPage,
-    HistoryQuery, ProviderContext, SearchQuery, SearchResults, SessionList, SessionListQuery,
-    SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
+    HistoryQuery, OverflowOutcome, OverflowReport, ProviderContext, SearchQuery, SearchResults,
+    SessionList, SessionListQuery, SessionView, SummarizeOutcome, SummarizeRequest,
+    UpdateSessionRequest,
 };
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
 use axum::Json;
@@ -249,6 +250,21 @@ pub(super) async fn summarize(
     JsonBody(body): JsonBody<SummarizeRequest>,
 ) -> ApiResult {
     ok(service.summarize(&id, body.focus).await?)
+}
+
+#[utoipa::path(post, path = "/v1/session/{id}/overflow", tag = "compaction",
+    params(("id" = String, Path)), request_body = OverflowReport,
+    responses(
+        (status = 200, description = "Recorded (or not: `noted: false`, a compaction landed since the call was sent), the compaction that makes the context fit started", body = OverflowOutcome),
+        (status = 400, description = "`bad_request` (`error` is not a refusal of a prompt as too long, figures out of range)", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`conflict` (a conversation the proxy records)", body = ErrorBody)))]
+pub(super) async fn overflow(
+    State(service): Svc,
+    SessionPath(id): SessionPath,
+    JsonBody(report): JsonBody<OverflowReport>,
+) -> ApiResult {
+    ok(service.report_overflow(&id, report).await?)
 }
 
 /// A page size the client asked for (or `default`), refused outside 1 to `max`.

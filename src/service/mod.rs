@@ -9,6 +9,7 @@ pub(crate) mod fingerprint;
 mod hurry;
 mod locks;
 pub(crate) mod memory;
+mod overflow;
 mod per_session;
 pub(crate) mod proxy;
 mod rate;

@@ -12,7 +12,6 @@
 use super::fingerprint::{fingerprint, opening, text_hash};
 use super::{Service, ServiceError};
 use crate::protocol::{ContextView, SessionId};
-use crate::provider::overflow::Overflow;
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
     AppendRules, Branch, ContextVersion, Fingerprints, NewMessage, NewSession, ProxyCall,
@@ -190,36 +189,6 @@ impl Service {
         if let Some(session) = session {
             self.after_append(&session, false).await;
         }
-        Ok(())
-    }
-
-    /// The upstream refused the call sent with `turn`'s context as longer than the model's
-    /// window: what it counted becomes the session's usage (and a window it named under the
-    /// session's limit, the limit), so the call's next context is compacted to fit.
-    pub async fn proxy_overflow(
-        &self,
-        turn: &ProxyTurn,
-        overflow: Overflow,
-    ) -> Result<(), ServiceError> {
-        let settings = self.settings();
-        let fits = move |limit: usize| {
-            settings
-                .config
-                .compaction
-                .check_context_limit(limit)
-                .is_ok()
-        };
-        let noted = self
-            .store
-            .note_overflow(&turn.id, turn.sent, overflow, fits)
-            .await?;
-        tracing::warn!(
-            session = %turn.id,
-            tokens = ?overflow.tokens,
-            limit = ?overflow.limit,
-            noted,
-            "the upstream refused the context as longer than the model's window: compacting it and sending the call once more"
-        );
         Ok(())
     }
 

@@ -23,12 +23,11 @@ use super::counters::switch_to;
 use super::messages::{AppendRules, NewMessage, append_to};
 use super::path::Branch;
 use super::rows::{ContextVersion, SessionKind, SessionRow};
-use super::sessions::{NOW, NewSession, get_live, insert};
+use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::LazyEstimator;
 use crate::message::{Message, Role};
 use crate::protocol::SessionId;
-use crate::provider::overflow::Overflow;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
 
@@ -157,50 +156,6 @@ impl Store {
             }
             super::messages::append_leaf(conn, &session, after_seq, &reply)?;
             Ok(None)
-        })
-        .await
-    }
-
-    /// Records that the upstream refused a call sent with the context `sent` as longer than
-    /// the model's window: the prompt's tokens as the upstream counted them (past the window
-    /// when it gave no count) stand as the session's reported usage, so its context is
-    /// compacted before the call goes again, and a window under the session's limit that
-    /// `fits` becomes the session's limit: the one the upstream named, else (the Responses
-    /// API's refusal names none) the session's own count of what was sent, when the model's
-    /// reports measure it: the window is under it. Nothing changes when the session serves
-    /// another context by now (a compaction landed meanwhile). Returns whether it changed.
-    pub async fn note_overflow(
-        &self,
-        id: &SessionId,
-        sent: ContextVersion,
-        overflow: Overflow,
-        fits: impl Fn(usize) -> bool + Send + 'static,
-    ) -> Result<bool> {
-        let id = id.to_string();
-        self.write(move |conn| {
-            let session = get_live(conn, &id)?;
-            if session.context_version() != sent {
-                return Ok(false);
-            }
-            let learned = overflow
-                .limit
-                .or_else(|| session.report_rate().map(|_| session.context_tokens().0))
-                .filter(|limit| fits(*limit));
-            let limit = learned.map_or(session.context_limit, |l| l.min(session.context_limit));
-            let tokens = overflow.tokens.unwrap_or(limit + 1);
-            let reported = SessionRow {
-                reported_tokens: Some(tokens),
-                tokens_since_report: 0,
-                ..session
-            };
-            conn.prepare_cached(&format!(
-                "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
-                     limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
-                     context_limit = ?3, token_rate = ?4, updated_at = {NOW}
-                 WHERE id = ?1"
-            ))?
-            .execute(params![id, tokens as i64, limit as i64, reported.report_rate()])?;
-            Ok(true)
         })
         .await
     }

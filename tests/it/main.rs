@@ -21,6 +21,7 @@ mod hardening;
 mod in_process;
 mod openapi;
 mod operate;
+mod overflow_report;
 mod pinning;
 mod provider_formats;
 mod proxy;

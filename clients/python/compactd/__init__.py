@@ -284,6 +284,18 @@ class Client:
         return self.request("POST", f"/v1/session/{id}/summarize",
                             {"focus": focus} if focus else {})
 
+    def overflow(self, id: str, error: Any = None, *, compaction_num: Optional[int] = None,
+                 tokens: Optional[int] = None, context_limit: Optional[int] = None) -> Dict[str, Any]:
+        """The model refused the context as longer than its window: pass its error answer on
+        (the body, its text, or the SDK's exception body) and `compaction_num` of the context
+        sent; the next `context(id)` fits the window it named. `{"noted": ..., "session": ...}`."""
+        body: Dict[str, Any] = {}
+        for key, value in (("error", error), ("compaction_num", compaction_num),
+                           ("tokens", tokens), ("context_limit", context_limit)):
+            if value is not None:
+                body[key] = value
+        return self.request("POST", f"/v1/session/{id}/overflow", body)
+
     def compactions(self, id: str, *, after: int = 0, limit: int = 100) -> Dict[str, Any]:
         return self.request("GET", f"/v1/session/{id}/compaction?after={after}&limit={limit}")
 

@@ -73,6 +73,18 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(9001 <= now["tokens"] <= 9004, now)
         self.assertTrue(1 <= c.session("py")["report_rate"] <= 4)
 
+        # The model refused the context as too long: passed on, the window it named is the
+        # session's limit and what it counted the session's tokens.
+        refusal = {"type": "error", "error": {"type": "invalid_request_error",
+                   "message": "prompt is too long: 30000 tokens > 20000 maximum"}}
+        told = c.overflow("py", refusal, compaction_num=c.context("py")["compaction_num"])
+        self.assertEqual((told["noted"], told["tokens"], told["context_limit"]), (True, 30000, 20000))
+        self.assertEqual(c.session("py")["context_limit"], 20000)
+        self.assertLessEqual(c.context("py")["tokens"], 20000)
+        with self.assertRaises(compactd.CompactdError) as refused:
+            c.overflow("py", {"error": {"type": "rate_limit_error", "message": "slow down"}})
+        self.assertEqual((refused.exception.status, refused.exception.code), (400, "bad_request"))
+
         updated = c.update_session("py", model="m2")
         self.assertEqual(updated["model"], "m2")
         self.assertEqual(c.delete_session("py")["deleted"], True)

@@ -87,6 +87,16 @@ test("sessions, messages, contexts, compaction", async () => {
   // 9,000 and the answer ("ok", one token) at the report's rate (at most 4 a token).
   assert.equal(now.token_source, "reported");
   assert.ok(now.tokens >= 9001 && now.tokens <= 9004, JSON.stringify(now));
+  // The model refused the context as too long: passed on, the window it named is the
+  // session's limit and what it counted the session's tokens.
+  const refusal = { type: "error", error: { type: "invalid_request_error",
+    message: "prompt is too long: 30000 tokens > 20000 maximum" } };
+  const told = await c.overflow("ts", refusal, { compactionNum: (await c.context("ts")).compaction_num });
+  assert.deepEqual([told.noted, told.tokens, told.context_limit], [true, 30000, 20000]);
+  assert.equal((await c.session("ts")).context_limit, 20000);
+  assert.ok((await c.context("ts")).tokens <= 20000);
+  await assert.rejects(c.overflow("ts", { error: { type: "rate_limit_error", message: "slow down" } }),
+    (e) => e.status === 400 && e.code === "bad_request");
   const rate = (await c.session("ts")).report_rate;
   assert.ok(rate >= 1 && rate <= 4, String(rate));
   assert.equal((await c.updateSession("ts", { model: "m2" })).model, "m2");

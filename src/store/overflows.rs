@@ -1,0 +1,80 @@
+//! A model's refusal of a context as longer than its window, recorded on the session: what
+//! the model counted stands as the session's reported usage (so its context is compacted
+//! before the call goes again), and a window it named under the session's limit becomes the
+//! limit. The proxy reads the refusal from the upstream's answer itself; an agent on the
+//! socket API passes its model's answer on (`POST /session/{id}/overflow`).
+
+use super::rows::{ContextVersion, SessionRow};
+use super::sessions::{NOW, get_live};
+use super::{Result, Store, StoreError};
+use crate::protocol::SessionId;
+use crate::provider::overflow::Overflow;
+use rusqlite::params;
+
+/// Which context the refused call was sent with: a refusal of a context the session no
+/// longer serves (a compaction landed meanwhile) changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentContext {
+    /// A proxied call: the context exactly (its compactions and maskings).
+    Proxied(ContextVersion),
+    /// An agent on the socket API: the `compaction_num` of the context it was sent, as its
+    /// usage reports name it. The session must be one the socket API writes.
+    Served(u32),
+}
+
+impl Store {
+    /// Records that the model refused the context `sent` as longer than its window: the
+    /// prompt's tokens as the model counted them (past the window when it gave no count) stand
+    /// as the session's reported usage, so its context is compacted before the call goes
+    /// again, and a window under the session's limit that `fits` becomes the session's limit:
+    /// the one the model named, else the count it refused (the window is under it), else (the
+    /// Responses API's refusal names neither) the session's own count of what was sent, when
+    /// the model's reports measure it. Returns the session as it is now when it changed;
+    /// nothing changes when the session serves another context by now.
+    pub async fn note_overflow(
+        &self,
+        id: &SessionId,
+        sent: SentContext,
+        overflow: Overflow,
+        fits: impl Fn(usize) -> bool + Send + 'static,
+    ) -> Result<Option<SessionRow>> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            let session = get_live(conn, &id)?;
+            let still_served = match sent {
+                SentContext::Proxied(version) => session.context_version() == version,
+                SentContext::Served(_) if session.owner.is_some() => {
+                    return Err(StoreError::Conflict(format!(
+                        "session `{id}` is a conversation the proxy records for an API key; the proxy reads its model's refusals itself"
+                    )));
+                }
+                SentContext::Served(num) => session.compaction_count == num,
+            };
+            if !still_served {
+                return Ok(None);
+            }
+            let learned = overflow
+                .limit
+                // A count the model refused at is over its window, whatever the session's limit.
+                .or(overflow.tokens.filter(|t| *t <= session.context_limit))
+                .or_else(|| session.report_rate().map(|_| session.context_tokens().0))
+                .filter(|limit| fits(*limit));
+            let limit = learned.map_or(session.context_limit, |l| l.min(session.context_limit));
+            let tokens = overflow.tokens.unwrap_or(limit + 1);
+            let reported = SessionRow {
+                reported_tokens: Some(tokens),
+                tokens_since_report: 0,
+                ..session
+            };
+            conn.prepare_cached(&format!(
+                "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
+                     limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
+                     context_limit = ?3, token_rate = ?4, updated_at = {NOW}
+                 WHERE id = ?1"
+            ))?
+            .execute(params![id, tokens as i64, limit as i64, reported.report_rate()])?;
+            get_live(conn, &id).map(Some)
+        })
+        .await
+    }
+}
