@@ -3,7 +3,7 @@
 //! with SIGKILL. Ground truth is what those outside programs find in the file, not the
 //! daemon's own answers.
 
-use crate::common::{TestDaemon, all_messages, bash_round, have, sqlite3, user};
+use crate::common::{TestDaemon, all_messages, bash_round, have, sqlite3, sqlite3_of, user};
 use compactd::client::Client;
 use serde_json::{Value, json};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -234,6 +234,102 @@ async fn a_live_database_checks_dumps_backs_up_and_restores_with_the_system_sqli
     ] {
         assert_eq!(
             sqlite3(copy, "pragma integrity_check").unwrap(),
+            "ok",
+            "{how}"
+        );
+        serves_the_same(copy, &original, how).await;
+    }
+}
+
+/// The oldest `sqlite3` the database is tested with: 3.34.0 (Debian 11 ships 3.34.1, Ubuntu
+/// 22.04 3.37.2), built by `.ci/run` from the SQLite source the `sqlite3` npm package 5.0.2
+/// ships; `COMPACTD_OLD_SQLITE3` points elsewhere.
+fn old_sqlite3() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("COMPACTD_OLD_SQLITE3")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sqlite-3.34/sqlite3")
+        });
+    path.exists().then_some(path)
+}
+
+/// A person on an older distribution reads the live database with its `sqlite3`, far older
+/// than the SQLite compactd bundles: the schema (its views, its full-text index, its triggers)
+/// must parse there, every view answer, a dump restore and a backup serve the same messages,
+/// and a write by hand be refused as with the system's.
+#[tokio::test]
+async fn an_older_sqlite3_reads_checks_dumps_and_restores_a_live_database() {
+    let Some(old) = old_sqlite3() else {
+        eprintln!(
+            "SKIP: no sqlite3 3.34 at target/sqlite-3.34/sqlite3 (.ci/run builds it) or COMPACTD_OLD_SQLITE3"
+        );
+        return;
+    };
+    let version = sqlite3_of(&old, Path::new(":memory:"), "select sqlite_version()").unwrap();
+    assert!(version.starts_with("3.34."), "{version}");
+    let daemon = TestDaemon::start("[compaction]\nmax_messages = 20\n");
+    let client = daemon.client();
+    let db = daemon.db();
+    client
+        .post("/session/s/message", &user("fix the parser"))
+        .await
+        .unwrap();
+    for i in 0..30 {
+        step(&client, "s", i).await;
+    }
+    let original = all_messages(&client, "s").await;
+    let read = |sql: &str| sqlite3_of(&old, &db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    assert_eq!(read("pragma integrity_check"), "ok");
+    assert_eq!(
+        read("select count(*) from messages"),
+        original.len().to_string()
+    );
+    // Every view answers, each as the bundled SQLite answers it.
+    let views = read("select name from sqlite_master where type = 'view' order by name");
+    assert!(views.lines().count() >= 3, "{views}");
+    for view in views.lines() {
+        let sql = format!("select * from {view}");
+        assert_eq!(read(&sql), sqlite3(&db, &sql).unwrap(), "{view}");
+    }
+    // The full-text index (brought up to date by a search) reads there too.
+    let found = client.get("/session/s/search?q=parser").await.unwrap();
+    assert_eq!(found["results"].as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(
+        read("select count(*) from messages_fts where messages_fts match 'parser'"),
+        "1"
+    );
+    let refused = sqlite3_of(&old, &db, "delete from messages where seq = 1").unwrap_err();
+    assert!(refused.contains("append-only"), "{refused}");
+
+    let dir = daemon.dir.path();
+    let dumped = dir.join("dumped.db");
+    let restore = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{old}' '{}' .dump | '{old}' -bail '{}'",
+            db.display(),
+            dumped.display(),
+            old = old.display()
+        ))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        restore.status.success() && restore.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&restore.stderr)
+    );
+    let backed = dir.join("backed.db");
+    read(&format!(".backup '{}'", backed.display()));
+    // The daemon went on serving while the old reader came and went.
+    let n = step(&client, "s", 99).await;
+    assert_eq!(counted(&db, "s"), original.len() + n);
+    for (copy, how) in [
+        (&dumped, ".dump | sqlite3 3.34"),
+        (&backed, ".backup of sqlite3 3.34"),
+    ] {
+        assert_eq!(
+            sqlite3_of(&old, copy, "pragma integrity_check").unwrap(),
             "ok",
             "{how}"
         );

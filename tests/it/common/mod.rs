@@ -278,7 +278,12 @@ pub fn free_port() -> u16 {
 /// holds the write lock for the moment of each commit (and of indexing new messages for
 /// search, right after a burst of appends), so a write by hand may find it taken.
 pub fn sqlite3(db: &Path, sql: &str) -> Result<String, String> {
-    let out = Command::new("sqlite3")
+    sqlite3_of(Path::new("sqlite3"), db, sql)
+}
+
+/// [`sqlite3`] with the `sqlite3` program at `program` (another version than the system's).
+pub fn sqlite3_of(program: &Path, db: &Path, sql: &str) -> Result<String, String> {
+    let out = Command::new(program)
         .args(["-cmd", ".timeout 2000"])
         .arg(db)
         .arg(sql)
