@@ -173,8 +173,13 @@ async fn snapshot(client: &Client) -> Result<String> {
         .filter(|id| *id == "target" || id.starts_with("fz"))
         .collect();
     Ok(format!(
-        "{} {} {} {:?}",
-        session["message_count"], session["compaction_count"], history, ids
+        "{} {} {} {} {} {:?}",
+        session["message_count"],
+        session["compaction_count"],
+        session["context_limit"],
+        session["token_source"],
+        history,
+        ids
     ))
 }
 
@@ -184,6 +189,7 @@ fn hostile_requests(round: usize) -> Vec<(String, Vec<u8>)> {
     let mut add = |what: &str, bytes: Vec<u8>| out.push((what.to_string(), bytes));
     malformed_http(round, &mut add);
     bad_messages(&mut add);
+    bad_refusals(&mut add);
     hostile_ids_and_numbers(round, &mut add);
     out
 }
@@ -282,6 +288,31 @@ fn bad_messages(add: &mut impl FnMut(&str, Vec<u8>)) {
         )
         .into_bytes(),
     );
+}
+
+/// Reports of a model's refusal (`POST /session/{id}/overflow`) that are none, or whose
+/// figures no model gave: each would shrink the session's context for nothing.
+fn bad_refusals(add: &mut impl FnMut(&str, Vec<u8>)) {
+    let report = |body: &[u8]| request("POST", "/session/target/overflow", &[], body);
+    add(
+        "refusal: a rate limit",
+        report(br#"{"error":{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}}"#),
+    );
+    add(
+        "refusal: an error that is a number",
+        report(br#"{"error":7}"#),
+    );
+    add("refusal: no tokens", report(br#"{"tokens":0}"#));
+    add(
+        "refusal: tokens no model counts",
+        report(br#"{"tokens":99999999999999999999}"#),
+    );
+    add(
+        "refusal: a window too small",
+        report(br#"{"context_limit":5}"#),
+    );
+    add("refusal: an unknown field", report(br#"{"window":8000}"#));
+    add("refusal: not JSON", report(b"prompt is too long"));
 }
 
 /// Session ids, query numbers, limits and headers outside what the API takes.
