@@ -145,15 +145,11 @@ async fn serves_the_same(copy: &Path, original: &[Value], how: &str) {
     );
 }
 
-#[tokio::test]
-async fn a_live_database_checks_dumps_backs_up_and_restores_with_the_system_sqlite3() {
-    if !have("sqlite3") {
-        eprintln!("SKIP: sqlite3 is not installed");
-        return;
-    }
+/// A daemon whose session `s` was compacted and masked (a task, then 30 steps), and the
+/// session's messages.
+async fn a_compacted_session() -> (TestDaemon, Vec<Value>) {
     let daemon = TestDaemon::start("[compaction]\nmax_messages = 20\n");
     let client = daemon.client();
-    let db = daemon.db();
     client
         .post("/session/s/message", &user("fix the parser"))
         .await
@@ -162,6 +158,17 @@ async fn a_live_database_checks_dumps_backs_up_and_restores_with_the_system_sqli
         step(&client, "s", i).await;
     }
     let original = all_messages(&client, "s").await;
+    (daemon, original)
+}
+
+#[tokio::test]
+async fn a_live_database_checks_dumps_backs_up_and_restores_with_the_system_sqlite3() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let (daemon, original) = a_compacted_session().await;
+    let (client, db) = (daemon.client(), daemon.db());
     let masked = sqlite3(
         &db,
         "select count(*) from messages where masked_parts is null",
@@ -267,17 +274,8 @@ async fn an_older_sqlite3_reads_checks_dumps_and_restores_a_live_database() {
     };
     let version = sqlite3_of(&old, Path::new(":memory:"), "select sqlite_version()").unwrap();
     assert!(version.starts_with("3.34."), "{version}");
-    let daemon = TestDaemon::start("[compaction]\nmax_messages = 20\n");
-    let client = daemon.client();
-    let db = daemon.db();
-    client
-        .post("/session/s/message", &user("fix the parser"))
-        .await
-        .unwrap();
-    for i in 0..30 {
-        step(&client, "s", i).await;
-    }
-    let original = all_messages(&client, "s").await;
+    let (daemon, original) = a_compacted_session().await;
+    let (client, db) = (daemon.client(), daemon.db());
     let read = |sql: &str| sqlite3_of(&old, &db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     assert_eq!(read("pragma integrity_check"), "ok");
     assert_eq!(

@@ -7,6 +7,7 @@
 use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{TestDaemon, all_messages, api_error, user};
 use crate::proxy::{anthropic_call, proxy_to};
+use crate::proxy_overflow::results_follow_their_calls;
 use compactd::client::Client;
 use serde_json::{Value, json};
 
@@ -34,6 +35,21 @@ async fn long_session(client: &Client, id: &str, rounds: usize, chars: usize) {
     }
     client
         .post(&format!("/session/{id}/message"), &json!(messages))
+        .await
+        .unwrap();
+}
+
+/// A session of a 100,000-token window holding only the agent's task.
+async fn task_session(client: &Client, id: &str) {
+    client
+        .post("/session", &json!({"id": id, "context_limit": 100_000}))
+        .await
+        .unwrap();
+    client
+        .post(
+            &format!("/session/{id}/message"),
+            &json!([user("Refactor the parser.")]),
+        )
         .await
         .unwrap();
 }
@@ -69,25 +85,6 @@ fn stored(session: &Value) -> Value {
         session.as_object_mut().unwrap().remove(live);
     }
     session
-}
-
-/// Every tool_result answers a tool_use of the assistant message right before it.
-fn results_follow_their_calls(messages: &[Value]) {
-    let mut calls = std::collections::HashSet::new();
-    for m in messages {
-        for block in m["content"].as_array().into_iter().flatten() {
-            match block["type"].as_str() {
-                Some("tool_use") => {
-                    calls.insert(block["id"].as_str().unwrap().to_string());
-                }
-                Some("tool_result") => {
-                    let id = block["tool_use_id"].as_str().unwrap();
-                    assert!(calls.contains(id), "a result without its call: {id}");
-                }
-                _ => {}
-            }
-        }
-    }
 }
 
 /// The agent created its session with a window of 100,000 tokens; its model's is 12,000 and
@@ -184,20 +181,7 @@ async fn a_refusal_is_read_however_the_client_holds_it_and_anything_else_changes
     ];
     for (i, error) in forms.iter().enumerate() {
         let id = format!("f{i}");
-        client
-            .post(
-                "/session",
-                &json!({"id": id, "context_limit": 100_000, "model": "gpt-test"}),
-            )
-            .await
-            .unwrap();
-        client
-            .post(
-                &format!("/session/{id}/message"),
-                &json!([user("Refactor the parser.")]),
-            )
-            .await
-            .unwrap();
+        task_session(&client, &id).await;
         let outcome = client
             .post(&format!("/session/{id}/overflow"), &json!({"error": error}))
             .await
@@ -212,14 +196,7 @@ async fn a_refusal_is_read_however_the_client_holds_it_and_anything_else_changes
         assert_eq!(outcome["session"]["token_source"], "reported", "{outcome}");
     }
     // A refusal in a form compactd does not read: the agent gives the figures.
-    client
-        .post("/session", &json!({"id": "g", "context_limit": 100_000}))
-        .await
-        .unwrap();
-    client
-        .post("/session/g/message", &json!([user("Refactor the parser.")]))
-        .await
-        .unwrap();
+    task_session(&client, "g").await;
     let outcome = client
         .post(
             "/session/g/overflow",
@@ -229,14 +206,7 @@ async fn a_refusal_is_read_however_the_client_holds_it_and_anything_else_changes
         .unwrap();
     assert_eq!(outcome["session"]["context_limit"], 32_000, "{outcome}");
     // A refusal that names only the count it refused at: the window is under that count.
-    client
-        .post("/session", &json!({"id": "h", "context_limit": 100_000}))
-        .await
-        .unwrap();
-    client
-        .post("/session/h/message", &json!([user("Refactor the parser.")]))
-        .await
-        .unwrap();
+    task_session(&client, "h").await;
     let outcome = client
         .post("/session/h/overflow", &json!({"tokens": 40_000}))
         .await

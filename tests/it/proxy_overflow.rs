@@ -53,7 +53,7 @@ fn resumed(rounds: usize, chars: usize) -> Vec<Value> {
 
 /// The Messages API's rule compactd must keep in what it resends: every tool_result answers
 /// a tool_use of the assistant message right before it.
-fn results_follow_their_calls(messages: &[Value]) {
+pub(crate) fn results_follow_their_calls(messages: &[Value]) {
     assert_eq!(messages[0]["role"], "user");
     let mut calls = std::collections::HashSet::new();
     for m in messages {
