@@ -145,6 +145,27 @@ async fn serves_the_same(copy: &Path, original: &[Value], how: &str) {
     );
 }
 
+/// `program` (a `sqlite3`) dumps `db` and restores the dump into `to`, without a word on
+/// stderr.
+fn dump_into(program: &Path, db: &Path, to: &Path) {
+    let restore = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{program}' '{}' .dump | '{program}' -bail '{}'",
+            db.display(),
+            to.display(),
+            program = program.display()
+        ))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        restore.status.success() && restore.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&restore.stderr)
+    );
+}
+
 /// A daemon whose session `s` was compacted and masked (a task, then 30 steps), and the
 /// session's messages.
 async fn a_compacted_session() -> (TestDaemon, Vec<Value>) {
@@ -182,21 +203,7 @@ async fn a_live_database_checks_dumps_backs_up_and_restores_with_the_system_sqli
 
     let dir = daemon.dir.path();
     let dumped = dir.join("dumped.db");
-    let restore = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "sqlite3 '{}' .dump | sqlite3 -bail '{}'",
-            db.display(),
-            dumped.display()
-        ))
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        restore.status.success() && restore.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&restore.stderr)
-    );
+    dump_into(Path::new("sqlite3"), &db, &dumped);
     let backed = dir.join("backed.db");
     sqlite3(&db, &format!(".backup '{}'", backed.display())).unwrap();
     let vacuumed = dir.join("vacuumed.db");
@@ -301,22 +308,7 @@ async fn an_older_sqlite3_reads_checks_dumps_and_restores_a_live_database() {
 
     let dir = daemon.dir.path();
     let dumped = dir.join("dumped.db");
-    let restore = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "'{old}' '{}' .dump | '{old}' -bail '{}'",
-            db.display(),
-            dumped.display(),
-            old = old.display()
-        ))
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(
-        restore.status.success() && restore.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&restore.stderr)
-    );
+    dump_into(&old, &db, &dumped);
     let backed = dir.join("backed.db");
     read(&format!(".backup '{}'", backed.display()));
     // The daemon went on serving while the old reader came and went.
