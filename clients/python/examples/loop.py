@@ -17,6 +17,9 @@ for i in range(8):                                  # eight steps of a call and 
     ])
 body = c.context("example", format="openai")        # {"messages": [...]}: send it to the model
 print(f"{len(body['messages'])} messages ready for the model")
+# Were the model to refuse it as longer than its window, pass its answer on and ask again:
+#   c.overflow("example", error.body, compaction_num=body["compaction_num"])
+#   body = c.context("example", format="openai")    # compacted to the window it named
 # The model's answer, with the usage its call reported and the context it was sent with (a
 # compaction that lands while the call is out makes that usage stale: it is then not counted).
 c.append("example", {"role": "assistant", "content": "README.md and src."},

@@ -15,6 +15,9 @@ for (let i = 0; i < 8; i++) {                     // eight steps of a call and i
 }
 const body = await c.context("example", { format: "openai" });
 console.log(`${body.messages.length} messages ready for the model`);
+// Were the model to refuse it as longer than its window, pass its answer on and ask again:
+//   await c.overflow("example", error.error, { compactionNum: body.compaction_num });
+//   body = await c.context("example", { format: "openai" });  // compacted to the window it named
 // The model's answer, with the usage its call reported and the context it was sent with (a
 // compaction that lands while the call is out makes that usage stale: it is then not counted).
 await c.append(
