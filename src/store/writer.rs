@@ -58,9 +58,31 @@ struct Shared {
     batches: AtomicU32,
     /// Set by a caller's commit: the thread, timing its idle work, was not told of it.
     wrote: AtomicBool,
-    /// A removed WAL (first) or index (second) was seen while idle, and what the WAL held
-    /// folded into the database (once is enough).
-    side_file_said: [AtomicBool; 2],
+    /// Why writes are refused was said (and what a removed WAL held folded into the
+    /// database, once being enough: no write commits after): see [`Removed`].
+    refusal_said: [AtomicBool; 3],
+}
+
+/// The file whose removal under the daemon makes the writer refuse every write, each said
+/// once in the log, not once per refused write: a client retrying a refused append every
+/// second would fill the journal.
+#[derive(Clone, Copy)]
+enum Removed {
+    Wal = 0,
+    Index = 1,
+    /// The database file, moved or removed: said again if it comes back and goes once more.
+    Database = 2,
+}
+
+impl Removed {
+    fn of(why: &StoreError) -> Option<Removed> {
+        match why {
+            StoreError::SideFileGone { wal: true, .. } => Some(Removed::Wal),
+            StoreError::SideFileGone { wal: false, .. } => Some(Removed::Index),
+            StoreError::Gone(_) => Some(Removed::Database),
+            _ => None,
+        }
+    }
 }
 
 impl Shared {
@@ -68,17 +90,34 @@ impl Shared {
     fn commit(&self, conn: &Option<Connection>, batch: Vec<Job>) {
         let batches = self.batches.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         match conn {
-            Some(conn) => commit_batch(
-                conn,
-                &self.database,
-                batch,
-                batches.is_multiple_of(INDEX_CHECK_EVERY),
-            ),
+            Some(conn) => {
+                let committed = commit_batch(
+                    conn,
+                    &self.database,
+                    batch,
+                    batches.is_multiple_of(INDEX_CHECK_EVERY),
+                    |why| self.refuse(conn, why),
+                );
+                let gone = &self.refusal_said[Removed::Database as usize];
+                if committed && gone.load(Ordering::Relaxed) {
+                    gone.store(false, Ordering::Relaxed);
+                }
+            }
             None => {
                 for job in batch {
                     job(None)(Err(StoreError::Closed));
                 }
             }
+        }
+    }
+
+    /// Says why writes are refused ([`refuse_writes`]), once for each [`Removed`] file.
+    fn refuse(&self, conn: &Connection, why: &StoreError) {
+        let Some(removed) = Removed::of(why) else {
+            return;
+        };
+        if !self.refusal_said[removed as usize].swap(true, Ordering::AcqRel) {
+            refuse_writes(conn, why);
         }
     }
 }
@@ -91,7 +130,7 @@ impl Writer {
             database,
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
-            side_file_said: Default::default(),
+            refusal_said: Default::default(),
         });
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
@@ -185,14 +224,8 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 let Some(conn) = conn.as_ref() else { break };
                 // A WAL removed while no write came: its frames are folded at once, not at
                 // the next write (a kill -9 meanwhile would lose them).
-                if let Err(gone @ StoreError::SideFileGone { wal, .. }) =
-                    shared.database.still_there()
-                {
-                    // Said once of each: the WAL's frames folded, or the index gone.
-                    let said = &shared.side_file_said[usize::from(!wal)];
-                    if !said.swap(true, Ordering::AcqRel) {
-                        refuse_writes(conn, &gone);
-                    }
+                if let Err(gone @ StoreError::SideFileGone { .. }) = shared.database.still_there() {
+                    shared.refuse(conn, &gone);
                     continue;
                 }
                 if index_pending {
@@ -223,15 +256,23 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
 }
 
 /// Runs every job of the batch in one transaction and tells each caller the outcome; with
-/// `check_index`, also indexes for search if many messages wait.
-fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>, check_index: bool) {
+/// `check_index`, also indexes for search if many messages wait. A commit refused because a
+/// file was removed under the daemon goes to `refused` before any caller hears of it. Returns
+/// whether the batch committed.
+fn commit_batch(
+    conn: &Connection,
+    database: &DatabaseFile,
+    batch: Vec<Job>,
+    check_index: bool,
+    refused: impl FnOnce(&StoreError),
+) -> bool {
     let begun = run_statement(conn, "BEGIN IMMEDIATE");
     if let Err(e) = begun {
         // Without a transaction nothing runs: every caller hears why.
         for job in batch {
             job(None)(Err(e.clone()));
         }
-        return;
+        return false;
     }
     let completions: Vec<Completion> = batch.into_iter().map(|job| job(Some(conn))).collect();
     // A client that never pauses still gets its messages indexed, a step at a time.
@@ -244,11 +285,13 @@ fn commit_batch(conn: &Connection, database: &DatabaseFile, batch: Vec<Job>, che
         .and_then(|()| run_statement(conn, "COMMIT"));
     if let Err(e) = &commit {
         let _ = conn.execute_batch("ROLLBACK");
-        refuse_writes(conn, e);
+        refused(e);
     }
+    let committed = commit.is_ok();
     for complete in completions {
         complete(commit.clone());
     }
+    committed
 }
 
 /// Indexes a step of the messages waiting for the search index in a transaction of its own;
@@ -290,15 +333,11 @@ fn index_in_savepoint(conn: &Connection) {
 }
 
 /// Says why writes are refused when the database file or a side file was removed under the
-/// daemon, folding what a removed WAL holds into the database file first; other failures
-/// are the caller's to tell.
+/// daemon, folding what a removed WAL holds into the database file first.
 fn refuse_writes(conn: &Connection, why: &StoreError) {
     match why {
         StoreError::SideFileGone { wal: true, .. } => rescue_unlinked_wal(conn, why),
-        StoreError::Gone(_) | StoreError::SideFileGone { .. } => {
-            tracing::error!(error = %why, "refusing writes")
-        }
-        _ => {}
+        _ => tracing::error!(error = %why, "refusing writes"),
     }
 }
 

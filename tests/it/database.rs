@@ -448,6 +448,12 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
                 message.contains(removed) && message.contains("restart"),
                 "{case}: {message}"
             );
+            // A client retrying is refused each time, and the log says why once.
+            for i in 0..5 {
+                let retry = user(&format!("retry {i}"));
+                let refused = client.post("/session/w/message", &retry).await;
+                assert_eq!(crate::common::api_error(refused.unwrap_err()).0, 503);
+            }
         }
         if let Some(then) = then {
             std::fs::remove_file(format!("{}{then}", db.display())).unwrap();
@@ -463,6 +469,13 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
         })
         .await;
         assert_eq!(found, Some(acked), "{case}");
+        let said = daemon.log().matches("refusing writes").count();
+        assert_eq!(
+            said,
+            1 + usize::from(then.is_some()),
+            "{case}: {}",
+            daemon.log()
+        );
         daemon.kill9();
         assert_eq!(counted(&db, "w"), acked, "{case}, after kill -9");
         assert_eq!(
