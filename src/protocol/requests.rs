@@ -149,7 +149,6 @@ pub struct OverflowReport {
     /// `context_length_exceeded` and compatible servers', llama.cpp's
     /// `exceed_context_size_error`). Another error is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub error: Option<Value>,
     /// The prompt's tokens as the model counted them (1 to 1,000,000,000), when its error
     /// says so in a form compactd does not read; over what `error` says.
