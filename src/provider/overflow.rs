@@ -9,14 +9,17 @@
 //! too long: N tokens > M maximum", OpenAI's `400` with code `context_length_exceeded` ("This
 //! model's maximum context length is M tokens. However, your messages resulted in N
 //! tokens."; the Responses API gives no figures), the same sentence from OpenAI-compatible
-//! servers (vLLM: "... you requested N tokens (P in the messages, C in the completion)"), and
-//! llama.cpp's `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`.
+//! servers (vLLM: "... you requested N tokens (P in the messages, C in the completion)", its
+//! error object nested under `error` or, before, at the answer's root), llama.cpp's
+//! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, and Gemini's "The input
+//! token count (N) exceeds the maximum number of tokens allowed (M)." (its answer sometimes a
+//! list of one error).
 //!
 //! Pure: no I/O.
 
 use crate::protocol::reported_tokens;
 use regex::Regex;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::LazyLock;
 
 /// The most of an error answer read to recognize it: refusals are a few hundred bytes.
@@ -38,7 +41,18 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
         return None;
     }
     let answer: Value = serde_json::from_slice(body).ok()?;
-    let error = &answer["error"];
+    // Gemini may answer a list of one error.
+    let answer = match answer {
+        Value::Array(mut list) if !list.is_empty() => list.swap_remove(0),
+        answer => answer,
+    };
+    // The error object: under `error` (OpenAI, Anthropic, llama.cpp, vLLM now), or the answer
+    // itself (vLLM before, and the OpenAI SDKs' `body`), or only a message under `error`.
+    let error = match &answer["error"] {
+        Value::Object(_) => answer["error"].clone(),
+        Value::String(message) => json!({ "message": message }),
+        _ => answer.clone(),
+    };
     let message = error["message"].as_str().unwrap_or_default();
     let lowered = message.to_ascii_lowercase();
     if error["type"] == "exceed_context_size_error" {
@@ -50,7 +64,16 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
     static ANTHROPIC: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"prompt is too long: (\d+) tokens > (\d+) maximum").expect("a valid regex")
     });
-    if let Some(c) = ANTHROPIC.captures(&lowered) {
+    static GEMINI: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)",
+        )
+        .expect("a valid regex")
+    });
+    if let Some(c) = ANTHROPIC
+        .captures(&lowered)
+        .or_else(|| GEMINI.captures(&lowered))
+    {
         return Some(Overflow {
             tokens: figure(&c[1]),
             limit: figure(&c[2]),
@@ -126,14 +149,28 @@ mod tests {
         // vLLM counts the completion in: the messages' share is what compaction can shrink.
         let vllm = json!({"object": "error", "message": "This model's maximum context length is 32768 tokens. However, you requested 33000 tokens (31000 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.",
             "type": "BadRequestError", "code": 400});
-        let vllm = json!({"error": vllm});
-        assert_eq!(
-            read(400, vllm),
-            Some(Overflow {
-                tokens: Some(31_000),
-                limit: Some(32_768)
-            })
-        );
+        // Nested under `error` (vLLM now) or at the answer's root (vLLM before).
+        for vllm in [json!({"error": vllm.clone()}), vllm] {
+            assert_eq!(
+                read(400, vllm),
+                Some(Overflow {
+                    tokens: Some(31_000),
+                    limit: Some(32_768)
+                })
+            );
+        }
+        // Gemini, alone or in a list of one.
+        let gemini = json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+            "message": "The input token count (134123) exceeds the maximum number of tokens allowed (131072)."}});
+        for gemini in [gemini.clone(), json!([gemini])] {
+            assert_eq!(
+                read(400, gemini),
+                Some(Overflow {
+                    tokens: Some(134_123),
+                    limit: Some(131_072)
+                })
+            );
+        }
         // The Responses API names the code and nothing else.
         let responses = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
             "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});

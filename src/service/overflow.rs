@@ -117,7 +117,7 @@ fn read_report(report: &OverflowReport) -> Result<Overflow, ServiceError> {
         },
         Some(error) => overflow(400, &error_answer(error)).ok_or_else(|| {
             ServiceError::BadRequest(
-                "`error` is not a refusal of a prompt as longer than the model's window that compactd reads (Anthropic's `prompt is too long`, OpenAI's `context_length_exceeded`, llama.cpp's `exceed_context_size_error`); give `tokens` and `context_limit` as the model counted them instead, or neither".into(),
+                "`error` is not a refusal of a prompt as longer than the model's window that compactd reads (Anthropic's `prompt is too long`, OpenAI's `context_length_exceeded`, llama.cpp's `exceed_context_size_error`, Gemini's `input token count (N) exceeds the maximum`); give `tokens` and `context_limit` as the model counted them instead, or neither".into(),
             )
         })?,
     };
@@ -127,19 +127,15 @@ fn read_report(report: &OverflowReport) -> Result<Overflow, ServiceError> {
     })
 }
 
-/// A model API's error answer as its JSON body, however the client holds it: the body
-/// itself, its text, the `error` object alone (as the OpenAI SDKs keep it), or only its
-/// message.
+/// A model API's error answer as its JSON body, however the client holds it: the body itself
+/// (or the `error` object alone, as the OpenAI SDKs keep it: the reading takes either), its
+/// text, or only its message.
 fn error_answer(error: &Value) -> Vec<u8> {
-    let parsed = match error {
+    let answer = match error {
         Value::String(text) => {
             serde_json::from_str(text).unwrap_or_else(|_| json!({"error": {"message": text}}))
         }
         other => other.clone(),
-    };
-    let answer = match parsed.get("error") {
-        Some(_) => parsed,
-        None => json!({ "error": parsed }),
     };
     serde_json::to_vec(&answer).unwrap_or_default()
 }

@@ -225,17 +225,22 @@ fn error_message(body: &str) -> String {
     crate::compaction::truncate::truncate_chars(message.trim(), 300).into_owned()
 }
 
-/// Whether an error answer says the prompt was longer than the model's window, in the words
-/// OpenAI-compatible servers (`context_length_exceeded`, "maximum context length", vLLM's and
-/// llama.cpp's "exceeds the context size") and Anthropic ("prompt is too long") use.
+/// Whether an error answer says the prompt was longer than the model's window: a refusal the
+/// proxy reads ([`crate::provider::overflow`]), or one of the looser words other servers use
+/// (llama.cpp's "exceeds the context size" without its type, "context window", an answer that
+/// is not JSON).
 fn is_context_exceeded(status: StatusCode, body: &str) -> bool {
-    const PHRASES: [&str; 6] = [
+    if crate::provider::overflow::overflow(status.as_u16(), body.as_bytes()).is_some() {
+        return true;
+    }
+    const PHRASES: [&str; 7] = [
         "context_length_exceeded",
         "maximum context length",
         "prompt is too long",
         "exceed context limit",
         "exceeds the context",
         "context window",
+        "exceeds the maximum number of tokens allowed",
     ];
     let lower = body.to_lowercase();
     (status == StatusCode::BAD_REQUEST || status == StatusCode::PAYLOAD_TOO_LARGE)
@@ -473,11 +478,13 @@ mod tests {
     }
 
     #[test]
-    fn both_apis_words_for_a_too_long_prompt_are_recognised() {
+    fn the_apis_words_for_a_too_long_prompt_are_recognised() {
         let openai = r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","code":"context_length_exceeded"}}"#;
         let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        let gemini = r#"[{"error":{"code":400,"message":"The input token count (134123) exceeds the maximum number of tokens allowed (131072).","status":"INVALID_ARGUMENT"}}]"#;
         assert!(is_context_exceeded(StatusCode::BAD_REQUEST, openai));
         assert!(is_context_exceeded(StatusCode::BAD_REQUEST, anthropic));
+        assert!(is_context_exceeded(StatusCode::BAD_REQUEST, gemini));
         assert!(!is_context_exceeded(
             StatusCode::BAD_REQUEST,
             r#"{"error":{"message":"model not found"}}"#
