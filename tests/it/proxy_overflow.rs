@@ -121,18 +121,25 @@ async fn a_call_the_upstream_refuses_as_too_long_is_compacted_and_sent_once_more
 /// so the conversation goes on compacted under it, refused once and never again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_the_upstream_names_becomes_the_sessions_limit() {
+    // OpenAI's form; vLLM's older one (the error object at the answer's root); Gemini's list.
+    for model_name in ["local-model", "vllm-local", "gemini-2.5-flash"] {
+        named_window_learned(model_name).await;
+    }
+}
+
+async fn named_window_learned(model_name: &str) {
     let mock = model(8_000, 4);
     let daemon = proxy_to(&mock);
     let client = daemon.client();
     let mut messages = vec![json!({"role": "user", "content": "read every module"})];
     let mut session = String::new();
     for i in 0..24 {
-        let body = json!({"model": "local-model", "messages": messages});
+        let body = json!({"model": model_name, "messages": messages});
         let (status, head, answer) = call(&client, KEY, None, &body).await;
         assert_eq!(
             status,
             200,
-            "step {i}: {}",
+            "{model_name}, step {i}: {}",
             String::from_utf8_lossy(&answer)
         );
         session = head["x-compactd-session"].to_str().unwrap().to_string();
@@ -147,14 +154,17 @@ async fn a_window_the_upstream_names_becomes_the_sessions_limit() {
         .filter(|(_, r)| counted(&r.body, 4) > 8_000)
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(refused.len(), 1, "refused once: {refused:?}");
-    assert_eq!(requests.len(), 25);
+    assert_eq!(refused.len(), 1, "{model_name}: refused once: {refused:?}");
+    assert_eq!(requests.len(), 25, "{model_name}");
     for sent in &requests {
         no_orphans(sent.body["messages"].as_array().unwrap());
     }
     let state = client.get(&format!("/session/{session}")).await.unwrap();
-    assert_eq!(state["context_limit"], 8_000, "{state}");
-    assert_eq!(state["limit_source"], "upstream refusal", "{state}");
+    assert_eq!(state["context_limit"], 8_000, "{model_name}: {state}");
+    assert_eq!(
+        state["limit_source"], "upstream refusal",
+        "{model_name}: {state}"
+    );
 }
 
 /// A refusal compacting cannot help (the window is smaller than what the context keeps: the

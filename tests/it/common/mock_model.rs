@@ -37,7 +37,8 @@ pub enum Reply {
     /// As a model whose tokenizer counts a token every `chars_per_token` characters of the
     /// request's messages, system and tools (as JSON), with a window of `window` tokens: a
     /// longer request gets the provider's documented refusal (Anthropic's "prompt is too long:
-    /// N tokens > M maximum" on `/v1/messages`, OpenAI's `context_length_exceeded` elsewhere);
+    /// N tokens > M maximum" on `/v1/messages`, OpenAI's `context_length_exceeded` elsewhere, or
+    /// for a model named `gemini…` Gemini's, for `vllm…` vLLM's older root-level form);
     /// others are answered "noted", their usage the count.
     Tokenized {
         window: usize,
@@ -274,9 +275,18 @@ fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usi
     let tokens = chars / chars_per_token;
     let anthropic = path.ends_with("/messages");
     if tokens > window {
+        let model = body["model"].as_str().unwrap_or_default();
         let refusal = match anthropic {
             true => json!({"type": "error", "error": {"type": "invalid_request_error",
                 "message": format!("prompt is too long: {tokens} tokens > {window} maximum")}}),
+            // Gemini's OpenAI-compatible endpoint: its own sentence, in a list of one error.
+            false if model.starts_with("gemini") => json!([{"error": {"code": 400,
+                "message": format!("The input token count ({tokens}) exceeds the maximum number of tokens allowed ({window})."),
+                "status": "INVALID_ARGUMENT"}}]),
+            // vLLM before its errors were nested: the error object is the answer.
+            false if model.starts_with("vllm") => json!({"object": "error",
+                "message": format!("This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, 16 in the completion). Please reduce the length of the messages or completion.", tokens + 16),
+                "type": "BadRequestError", "param": null, "code": 400}),
             false => json!({"error": {
                 "message": format!("This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
