@@ -10,7 +10,8 @@
 //! model's maximum context length is M tokens. However, your messages resulted in N
 //! tokens."; the Responses API gives no figures), the same sentence from OpenAI-compatible
 //! servers (vLLM: "... you requested N tokens (P in the messages, C in the completion)", its
-//! error object nested under `error` or, before, at the answer's root), llama.cpp's
+//! error object nested under `error` or, before, at the answer's root; OpenRouter: "... you
+//! requested about N tokens (P of text input, C in the output)"), llama.cpp's
 //! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, and Gemini's "The input
 //! token count (N) exceeds the maximum number of tokens allowed (M)." (its answer sometimes a
 //! list of one error).
@@ -89,9 +90,14 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
     static LIMIT: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"maximum context length is (\d+) tokens").expect("a valid regex")
     });
+    // The prompt's share when the figure counts the completion too: vLLM's "in the messages",
+    // OpenAI's older "in your prompt", OpenRouter's "of text input" (its "requested about N"
+    // may be mostly the completion a client reserved, which no compaction shrinks).
     static TOKENS: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?:resulted in|requested) (\d+) tokens(?: \((\d+) in the messages)?")
-            .expect("a valid regex")
+        Regex::new(
+            r"(?:resulted in|requested)(?: about)? (\d+) tokens(?: \((\d+) (?:in the messages|in your prompt|of text input))?",
+        )
+        .expect("a valid regex")
     });
     let tokens = TOKENS.captures(&lowered).and_then(|c| {
         // Of a figure that counts the completion too, the messages' share.
@@ -159,6 +165,25 @@ mod tests {
                 })
             );
         }
+        // OpenRouter: mostly the completion the client reserved; the prompt's share counts.
+        let openrouter = json!({"error": {"code": 400, "metadata": {"provider_name": "Chutes"},
+            "message": "This endpoint's maximum context length is 131072 tokens. However, you requested about 141607 tokens (10535 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically."}});
+        assert_eq!(
+            read(400, openrouter),
+            Some(Overflow {
+                tokens: Some(10_535),
+                limit: Some(131_072)
+            })
+        );
+        let older = json!({"error": {"type": "invalid_request_error", "param": null, "code": null,
+            "message": "This model's maximum context length is 8192 tokens, however you requested 8977 tokens (8900 in your prompt; 77 for the completion). Please reduce your prompt; or completion length."}});
+        assert_eq!(
+            read(400, older),
+            Some(Overflow {
+                tokens: Some(8_900),
+                limit: Some(8_192)
+            })
+        );
         // Gemini, alone or in a list of one.
         let gemini = json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
             "message": "The input token count (134123) exceeds the maximum number of tokens allowed (131072)."}});
