@@ -12,9 +12,10 @@
 //! servers (vLLM: "... you requested N tokens (P in the messages, C in the completion)", its
 //! error object nested under `error` or, before, at the answer's root; OpenRouter: "... you
 //! requested about N tokens (P of text input, C in the output)"), llama.cpp's
-//! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, and Gemini's "The input
-//! token count (N) exceeds the maximum number of tokens allowed (M)." (its answer sometimes a
-//! list of one error).
+//! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, Anthropic's "input length
+//! and `max_tokens` exceed context limit: N + R > M" (the window, for that client, is M - R),
+//! and Gemini's "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+//! (its answer sometimes a list of one error).
 //!
 //! Pure: no I/O.
 
@@ -78,6 +79,22 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
         return Some(Overflow {
             tokens: figure(&c[1]),
             limit: figure(&c[2]),
+        });
+    }
+    // Anthropic refuses a prompt that leaves the completion the client asked for (`max_tokens`)
+    // no room: for that client the window is what is left beside it.
+    static RESERVED: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"input length and `?max_tokens`? exceed context limit: (\d+) \+ (\d+) > (\d+)")
+            .expect("a valid regex")
+    });
+    if let Some(c) = RESERVED.captures(&lowered) {
+        let reserved = figure(&c[2]);
+        return Some(Overflow {
+            tokens: figure(&c[1]),
+            limit: figure(&c[3])
+                .zip(reserved)
+                .and_then(|(window, reserved)| window.checked_sub(reserved))
+                .filter(|room| *room > 0),
         });
     }
     let openai = error["code"] == "context_length_exceeded";
@@ -182,6 +199,17 @@ mod tests {
             Some(Overflow {
                 tokens: Some(8_900),
                 limit: Some(8_192)
+            })
+        );
+        // Anthropic, when the prompt leaves no room for the completion the client asked for:
+        // the window is what is left beside it.
+        let reserved = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, decrease input length or `max_tokens` and try again"}});
+        assert_eq!(
+            read(400, reserved),
+            Some(Overflow {
+                tokens: Some(178_959),
+                limit: Some(136_000)
             })
         );
         // Gemini, alone or in a list of one.

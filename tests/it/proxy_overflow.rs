@@ -167,6 +167,45 @@ async fn named_window_learned(model_name: &str) {
     );
 }
 
+/// Claude Code asks for a long completion (`max_tokens`); the Messages API refuses a prompt
+/// that leaves it no room, though the prompt alone is under the window. compactd takes what is
+/// left beside the completion for the window, compacts to it and sends the call once more: the
+/// agent gets its answer, not "input length and `max_tokens` exceed context limit".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_leaving_the_completion_no_room_is_compacted_beside_it() {
+    let mock = model(16_000, 2);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let body = json!({"model": "claude-test", "max_tokens": 8_000,
+                      "system": "You are careful.", "messages": resumed(3, 7_000)});
+    let (status, head, answer) = anthropic_call(&client, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "one refusal, one answer");
+    let (refused, sent) = (&requests[0].body, &requests[1].body);
+    assert!(
+        (8_000..=16_000).contains(&counted(refused, 2)),
+        "{}",
+        counted(refused, 2)
+    );
+    assert!(counted(sent, 2) <= 8_000, "{}", counted(sent, 2));
+    results_follow_their_calls(sent["messages"].as_array().unwrap());
+    let text = sent["messages"].to_string();
+    assert!(text.contains("fix the failing test"), "{text}");
+    assert!(text.contains("toolu_2"), "the newest call: {text}");
+    let session = head["x-compactd-session"].to_str().unwrap();
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["context_limit"], 8_000, "{state}");
+    assert_eq!(state["limit_source"], "upstream refusal", "{state}");
+    // Nothing the client sent was lost.
+    let history = crate::common::all_messages(&client, session).await;
+    assert_eq!(
+        history.len(),
+        1 + 3 * 2 + 1,
+        "the task, three rounds and the answer"
+    );
+}
+
 /// A refusal compacting cannot help (the window is smaller than what the context keeps: the
 /// task alone) reaches the agent as the upstream sent it, after one more try, not a loop; a
 /// refusal for another reason is passed on at once.

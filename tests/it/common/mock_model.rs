@@ -37,7 +37,9 @@ pub enum Reply {
     /// As a model whose tokenizer counts a token every `chars_per_token` characters of the
     /// request's messages, system and tools (as JSON), with a window of `window` tokens: a
     /// longer request gets the provider's documented refusal (Anthropic's "prompt is too long:
-    /// N tokens > M maximum" on `/v1/messages`, OpenAI's `context_length_exceeded` elsewhere, or
+    /// N tokens > M maximum" on `/v1/messages`, and there a prompt that leaves `max_tokens` no
+    /// room its "input length and `max_tokens` exceed context limit"; OpenAI's
+    /// `context_length_exceeded` elsewhere, or
     /// for a model named `gemini…` Gemini's, for `vllm…` vLLM's older root-level form);
     /// others are answered "noted", their usage the count.
     Tokenized {
@@ -274,6 +276,13 @@ fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usi
         .sum();
     let tokens = chars / chars_per_token;
     let anthropic = path.ends_with("/messages");
+    let reserved = body["max_tokens"].as_u64().unwrap_or(0) as usize;
+    if anthropic && tokens <= window && tokens + reserved > window {
+        // The Messages API leaves the completion the client asked for room in the window.
+        let refusal = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": format!("input length and `max_tokens` exceed context limit: {tokens} + {reserved} > {window}, decrease input length or `max_tokens` and try again")}});
+        return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+    }
     if tokens > window {
         let model = body["model"].as_str().unwrap_or_default();
         let refusal = match anthropic {
