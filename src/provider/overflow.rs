@@ -88,13 +88,13 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
             .expect("a valid regex")
     });
     if let Some(c) = RESERVED.captures(&lowered) {
-        let reserved = figure(&c[2]);
+        // A completion that alone fills the window leaves nothing a compaction could fit.
+        let room = figure(&c[3])?
+            .checked_sub(figure(&c[2])?)
+            .filter(|room| *room > 0)?;
         return Some(Overflow {
             tokens: figure(&c[1]),
-            limit: figure(&c[3])
-                .zip(reserved)
-                .and_then(|(window, reserved)| window.checked_sub(reserved))
-                .filter(|room| *room > 0),
+            limit: Some(room),
         });
     }
     let openai = error["code"] == "context_length_exceeded";
@@ -212,6 +212,10 @@ mod tests {
                 limit: Some(136_000)
             })
         );
+        // A completion that alone fills the window: no compaction can help.
+        let hopeless = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 23339 + 128000 > 48000, decrease input length or `max_tokens` and try again"}});
+        assert_eq!(read(400, hopeless), None);
         // Gemini, alone or in a list of one.
         let gemini = json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
             "message": "The input token count (134123) exceeds the maximum number of tokens allowed (131072)."}});
