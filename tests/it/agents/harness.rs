@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+/// The completion Claude Code asks for in these tests (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`).
+pub const CLAUDE_CODE_MAX_OUTPUT: usize = 8_000;
+
 /// Where `.ci/run` installs the agents: `npm/` (Claude Code, Codex, opencode) and `venv/`
 /// (mini-swe-agent, aider). `COMPACTD_AGENTS_DIR` points elsewhere.
 pub fn agents_dir() -> PathBuf {
@@ -135,6 +138,13 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
                 .env("DISABLE_TELEMETRY", "1")
                 .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
                 .env("IS_SANDBOX", "1")
+                // As one sets it for a model of a small window: Claude Code asks up to 128,000
+                // output tokens otherwise, which the Messages API refuses beside any prompt
+                // in the windows these tests give.
+                .env(
+                    "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+                    CLAUDE_CODE_MAX_OUTPUT.to_string(),
+                )
                 .args([
                     "-p",
                     setup.prompt,

@@ -109,6 +109,7 @@ impl Model {
 /// Whether the model API refused a request for its length.
 fn too_long(why: &str) -> bool {
     why.starts_with("prompt is too long")
+        || why.starts_with("input length and `max_tokens` exceed context limit")
         || why.contains("maximum context length")
         || why.contains("exceeds the context window")
 }
@@ -216,8 +217,14 @@ fn through(agent: Agent, model: Model) {
         // exceeds it): the limit learned is compactd's count of the call refused, by the
         // model's own reports.
         let first = seen.iter().position(|s| s.refused.is_some()).unwrap();
+        let why = seen[first].refused.as_deref().unwrap_or_default();
         match seen[first].path.ends_with("/responses") {
             true => assert!(learned < model.told, "{learned}"),
+            // The prompt left the completion asked for no room: the window is what is left.
+            false if why.starts_with("input length") => {
+                let reserved = seen[first].body["max_tokens"].as_u64().unwrap() as usize;
+                assert_eq!(learned, limit - reserved, "{why}");
+            }
             false => assert_eq!(learned, limit),
         }
         assert_eq!(

@@ -7,7 +7,7 @@
 //!   `tool_result` answers a `tool_use` of the assistant message right before it; ids unique;
 //! - with thinking on, the final assistant message of a tool loop starts with a `thinking` or
 //!   `redacted_thinking` block, and every thinking block carries the signature the API gave it;
-//! - the prompt fits the model's window.
+//! - the prompt fits the model's window, and beside it the completion asked for (`max_tokens`).
 
 use super::{Action, Shared, Task, decide, sse};
 use axum::response::{IntoResponse, Response};
@@ -204,6 +204,13 @@ pub fn answer(
     if tokens > window {
         return Err(format!(
             "prompt is too long: {tokens} tokens > {window} maximum"
+        ));
+    }
+    // The completion the client asks for must fit beside the prompt.
+    let reserved = body["max_tokens"].as_u64().unwrap_or(0) as usize;
+    if tokens + reserved > window {
+        return Err(format!(
+            "input length and `max_tokens` exceed context limit: {tokens} + {reserved} > {window}, decrease input length or `max_tokens` and try again"
         ));
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
