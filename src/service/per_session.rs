@@ -11,9 +11,10 @@
 //!   (`usage.compaction_num`); for one that does not, the context it was last served says it.
 //! - The `message_count` (and the limit planned against) at which an automatic compaction
 //!   found nothing to compact (every active message in the preserved tail: the current step
-//!   alone over the trigger). Until a message is appended another attempt would find the same; made at every append and every
-//!   `GET /context`, each would be recorded as a failure and open the circuit breaker for the
-//!   rest of the turn, so the context grew unchecked once the step was done.
+//!   alone over the trigger). Until a message is appended another attempt would find the
+//!   same; made at every append and every `GET /context`, each would be recorded as a failure
+//!   and open the circuit breaker for the rest of the turn, so the context grew unchecked once
+//!   the step was done.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -108,13 +108,8 @@ async fn a_refused_context_passed_on_is_compacted_to_the_window_the_model_named(
     let (status, refusal, sent) = model_call(&client, &mock, "a").await;
     assert_eq!(status, 400, "{refusal}");
     let counted = mock.requests()[0].body.to_string().len() / CHARS_PER_TOKEN;
-    let outcome = client
-        .post(
-            "/session/a/overflow",
-            &json!({"error": refusal, "compaction_num": sent["compaction_num"]}),
-        )
-        .await
-        .unwrap();
+    let report = json!({"error": refusal, "compaction_num": sent["compaction_num"]});
+    let outcome = client.post("/session/a/overflow", &report).await.unwrap();
     assert_eq!(outcome["noted"], true, "{outcome}");
     assert_eq!(outcome["context_limit"], WINDOW, "{outcome}");
     assert!(outcome["compaction"]["status"].is_string(), "{outcome}");
@@ -142,13 +137,7 @@ async fn a_refused_context_passed_on_is_compacted_to_the_window_the_model_named(
     // The same refusal passed on again (a retry) names a context compacted since: it changes
     // nothing.
     let before = client.get("/session/a").await.unwrap();
-    let again = client
-        .post(
-            "/session/a/overflow",
-            &json!({"error": refusal, "compaction_num": sent["compaction_num"]}),
-        )
-        .await
-        .unwrap();
+    let again = client.post("/session/a/overflow", &report).await.unwrap();
     assert_eq!(again["noted"], false, "{again}");
     let after = client.get("/session/a").await.unwrap();
     for key in [

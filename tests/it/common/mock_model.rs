@@ -276,27 +276,24 @@ fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usi
         .sum();
     let tokens = chars / chars_per_token;
     let anthropic = path.ends_with("/messages");
-    let reserved = body["max_tokens"].as_u64().unwrap_or(0) as usize;
-    if anthropic && tokens <= window && tokens + reserved > window {
-        // The Messages API leaves the completion the client asked for room in the window.
-        let refusal = json!({"type": "error", "error": {"type": "invalid_request_error",
-            "message": format!("input length and `max_tokens` exceed context limit: {tokens} + {reserved} > {window}, decrease input length or `max_tokens` and try again")}});
-        return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
-    }
-    if tokens > window {
+    if anthropic {
+        if let Some(message) = super::model_api::messages::length_refusal(body, tokens, window) {
+            let refusal = json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": message}});
+            return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+        }
+    } else if tokens > window {
         let model = body["model"].as_str().unwrap_or_default();
-        let refusal = match anthropic {
-            true => json!({"type": "error", "error": {"type": "invalid_request_error",
-                "message": format!("prompt is too long: {tokens} tokens > {window} maximum")}}),
+        let refusal = match model {
             // Gemini's OpenAI-compatible endpoint: its own sentence, in a list of one error.
-            false if model.starts_with("gemini") => json!([{"error": {"code": 400,
+            _ if model.starts_with("gemini") => json!([{"error": {"code": 400,
                 "message": format!("The input token count ({tokens}) exceeds the maximum number of tokens allowed ({window})."),
                 "status": "INVALID_ARGUMENT"}}]),
             // vLLM before its errors were nested: the error object is the answer.
-            false if model.starts_with("vllm") => json!({"object": "error",
+            _ if model.starts_with("vllm") => json!({"object": "error",
                 "message": format!("This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, 16 in the completion). Please reduce the length of the messages or completion.", tokens + 16),
                 "type": "BadRequestError", "param": null, "code": 400}),
-            false => json!({"error": {
+            _ => json!({"error": {
                 "message": format!("This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
         };

@@ -193,6 +193,24 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         })
 }
 
+/// The Messages API's refusal of a request of `tokens` for a model of `window`, if it refuses
+/// it: a prompt past the window, or one that leaves the completion asked for (`max_tokens`)
+/// no room beside it.
+pub fn length_refusal(body: &Value, tokens: usize, window: usize) -> Option<String> {
+    let reserved = body["max_tokens"].as_u64().unwrap_or(0) as usize;
+    if tokens > window {
+        Some(format!(
+            "prompt is too long: {tokens} tokens > {window} maximum"
+        ))
+    } else if tokens + reserved > window {
+        Some(format!(
+            "input length and `max_tokens` exceed context limit: {tokens} + {reserved} > {window}, decrease input length or `max_tokens` and try again"
+        ))
+    } else {
+        None
+    }
+}
+
 pub fn answer(
     shared: &Shared,
     task: &Task,
@@ -201,17 +219,8 @@ pub fn answer(
     window: usize,
 ) -> Result<Response, String> {
     validate(shared, body)?;
-    if tokens > window {
-        return Err(format!(
-            "prompt is too long: {tokens} tokens > {window} maximum"
-        ));
-    }
-    // The completion the client asks for must fit beside the prompt.
-    let reserved = body["max_tokens"].as_u64().unwrap_or(0) as usize;
-    if tokens + reserved > window {
-        return Err(format!(
-            "input length and `max_tokens` exceed context limit: {tokens} + {reserved} > {window}, decrease input length or `max_tokens` and try again"
-        ));
+    if let Some(why) = length_refusal(body, tokens, window) {
+        return Err(why);
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let shell = body["tools"]
