@@ -60,8 +60,9 @@ CREATE TABLE sessions (
     static_seq          INTEGER NOT NULL DEFAULT 0,     -- proxy: the client's own prefix (system prompt, examples) ends here; pinned
     overhead_tokens     INTEGER NOT NULL DEFAULT 0,     -- proxy: estimated tokens of the last call's tools, system and instructions
     limit_source        TEXT,                           -- why context_limit is what it is (model table, [proxy.models], header, default)
-    token_rate          REAL                            -- model tokens per estimated token at the last believed usage report (NULL: none yet);
+    token_rate          REAL,                           -- model tokens per estimated token at the last believed usage report (NULL: none yet);
                                                         -- kept across compactions: what a context holds is planned and counted at it
+    completion_tokens   INTEGER NOT NULL DEFAULT 0      -- the completion the client asks room for beside each prompt (a proxied call's max_tokens), in the model's tokens
 );
 CREATE INDEX sessions_by_owner ON sessions (owner, root_hash) WHERE owner IS NOT NULL;
 CREATE INDEX sessions_by_conversation ON sessions (conversation) WHERE conversation IS NOT NULL;

@@ -29,6 +29,8 @@ export interface Session {
   report_rate?: number;
   /** Why context_limit is what it is (proxied sessions), e.g. "upstream refusal". */
   limit_source?: string;
+  /** The completion the client asks room for beside each prompt (a proxied call's max_tokens): token_threshold leaves it free. */
+  completion_tokens?: number;
   token_threshold: number;
   max_messages: number;
   compacting: boolean;

@@ -124,7 +124,7 @@ fn session_text(s: &SessionView) -> String {
     };
     let source = serde_json::to_value(s.token_source).unwrap_or_default();
     format!(
-        "session:      {} ({}, {} branch{})\nmodel:        {}\ncontext:      {} / {} tokens ({}), compacts at {}; limit from {}{}\nmessages:     {} total, {} active (compacts above {})\ncompactions:  {}{}\nbreaker:      {breaker}\noverrides:    {}\ncreated:      {}\nupdated:      {}\n",
+        "session:      {} ({}, {} branch{})\nmodel:        {}\ncontext:      {} / {} tokens ({}), compacts at {}{}; limit from {}{}\nmessages:     {} total, {} active (compacts above {})\ncompactions:  {}{}\nbreaker:      {breaker}\noverrides:    {}\ncreated:      {}\nupdated:      {}\n",
         s.id,
         s.kind.as_str(),
         s.branches,
@@ -140,6 +140,12 @@ fn session_text(s: &SessionView) -> String {
             None => source.as_str().unwrap_or("-").to_string(),
         },
         s.token_threshold,
+        match s.completion_tokens {
+            n if n > 0 && n * 4 <= s.context_limit * 3 => {
+                format!(" (room kept for the client's {n}-token answers)")
+            }
+            _ => String::new(),
+        },
         s.limit_source.as_deref().unwrap_or("the client"),
         if s.overhead_tokens > 0 {
             format!(

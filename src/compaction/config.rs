@@ -41,6 +41,14 @@ pub struct CompactionConfig {
     /// The longest a context over the trigger waits for a running compaction, in seconds; past
     /// it the extractive summarizer finishes that compaction (recorded as a fallback).
     pub max_wait_s: u64,
+    /// The completion the session's client asks room for beside each prompt (a call's
+    /// `max_tokens`), as a share of its window: the reserve is never less (see
+    /// [`completion_share`]). Not a setting: the daemon sets it per session from what the
+    /// client's calls ask. A share, not a count, because one config serves a limit both as
+    /// the model counts it and in compactd's estimated tokens (the limit over the model's
+    /// rate), and the completion scales with it.
+    #[serde(skip)]
+    pub completion_share: f64,
 }
 
 impl Default for CompactionConfig {
@@ -58,17 +66,22 @@ impl Default for CompactionConfig {
             microcompact_tokens: MICROCOMPACT_TOKENS,
             background_at: None,
             max_wait_s: MAX_WAIT_S,
+            completion_share: 0.0,
         }
     }
 }
 
 impl CompactionConfig {
-    /// Tokens kept free for the model's answer and the agent's next message.
+    /// Tokens kept free for the model's answer and the agent's next message: the configured
+    /// reserve, or the completion the client asks room for when that is more (a model API
+    /// refuses a prompt that leaves the completion asked for no room).
     pub fn reserve(&self, context_limit: usize) -> usize {
         let reserve = self
             .reserve_tokens
             .unwrap_or_else(|| MAX_RESERVE_TOKENS.min(context_limit / RESERVE_DIVISOR));
-        reserve.min(context_limit)
+        // Rounded: at the window the share was taken of, exactly the completion.
+        let completion = (context_limit as f64 * self.completion_share).round() as usize;
+        reserve.max(completion).min(context_limit)
     }
 
     /// The token count at which a session compacts: `context_limit - reserve`.
@@ -266,6 +279,15 @@ impl CompactionConfig {
     }
 }
 
+/// The share of a window of `context_limit` tokens that a completion of `completion` tokens
+/// takes, for [`CompactionConfig::completion_share`]; `None` for one that takes more than
+/// [`MAX_COMPLETION_SHARE`] of it: no compaction makes room beside it, and the model's refusal
+/// reaches the client as it came.
+pub fn completion_share(context_limit: usize, completion: usize) -> Option<f64> {
+    let share = completion as f64 / context_limit.max(1) as f64;
+    (share <= MAX_COMPLETION_SHARE).then_some(share)
+}
+
 /// A setting that cannot work, naming its key (`max_wait_s`, `[proxy] listen`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key} {reason}")]
@@ -294,6 +316,27 @@ impl InvalidSetting {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client asking room for a completion larger than the reserve (Claude Code asks 32,000
+    /// tokens of a 200,000-token model): the trigger leaves it free, at the window as the model
+    /// counts it and at the same window in estimated tokens for a model counting twice the
+    /// estimate alike. A smaller one changes nothing; one that takes most of the window is
+    /// not kept free.
+    #[test]
+    fn the_completion_a_client_asks_room_for_is_kept_free() {
+        let asking = |completion| CompactionConfig {
+            completion_share: completion_share(200_000, completion).unwrap(),
+            ..CompactionConfig::default()
+        };
+        assert_eq!(asking(32_000).token_threshold(200_000), 168_000);
+        assert_eq!(asking(64_000).token_threshold(100_000), 68_000);
+        assert_eq!(asking(64_000).token_threshold(200_000), 136_000);
+        assert_eq!(asking(8_000).token_threshold(200_000), 180_000);
+        assert_eq!(asking(0), CompactionConfig::default());
+        assert_eq!(completion_share(48_000, 36_000), Some(0.75));
+        assert_eq!(completion_share(48_000, 40_000), None);
+        assert_eq!(completion_share(48_000, 128_000), None);
+    }
 
     #[test]
     fn a_config_too_large_for_a_session_is_fitted_to_it() {

@@ -31,6 +31,9 @@ pub const PRESERVE_RECENT_OUTPUTS: usize = 5;
 pub const MASKED_OUTPUT: &str = "[output masked for compaction]";
 /// The LazyEstimator's default: about four characters per token.
 pub const DEFAULT_TOKENS_PER_CHAR: f64 = 0.25;
+/// A completion a client asks room for (`max_tokens`) is kept free beside its prompts while it
+/// takes at most this share of the window; a larger one leaves a compaction nothing to fit.
+pub const MAX_COMPLETION_SHARE: f64 = 0.75;
 /// The reserve kept free below the context limit is at most this many tokens...
 pub const MAX_RESERVE_TOKENS: usize = 20_000;
 /// ...and at most this fraction (1/5) of the context limit.

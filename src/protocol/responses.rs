@@ -104,7 +104,8 @@ pub struct SessionView {
     /// has measured yet, count at this rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_rate: Option<f64>,
-    /// Compaction starts at this many tokens (context_limit - reserve).
+    /// Compaction starts at this many tokens (context_limit - reserve; the reserve is at least
+    /// `completion_tokens`).
     pub token_threshold: usize,
     pub max_messages: usize,
     /// A compaction of this session is running.
@@ -126,6 +127,11 @@ pub struct SessionView {
     /// `tokens`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub overhead_tokens: usize,
+    /// The completion the client asks room for beside each prompt (a proxied call's
+    /// `max_tokens`, or the one a refusal named): kept free below `context_limit` while it
+    /// takes at most three quarters of it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub completion_tokens: usize,
 }
 
 fn is_zero(n: &usize) -> bool {

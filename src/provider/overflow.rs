@@ -13,12 +13,13 @@
 //! error object nested under `error` or, before, at the answer's root; OpenRouter: "... you
 //! requested about N tokens (P of text input, C in the output)"), llama.cpp's
 //! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, Anthropic's "input length
-//! and `max_tokens` exceed context limit: N + R > M" (the window, for that client, is M - R),
-//! and Gemini's "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+//! and `max_tokens` exceed context limit: N + R > M" (the prompt left the completion asked
+//! for no room), and Gemini's "The input token count (N) exceeds the maximum number of tokens allowed (M)."
 //! (its answer sometimes a list of one error).
 //!
 //! Pure: no I/O.
 
+use crate::compaction::config::completion_share;
 use crate::protocol::reported_tokens;
 use regex::Regex;
 use serde_json::{Value, json};
@@ -34,6 +35,8 @@ pub struct Overflow {
     pub tokens: Option<usize>,
     /// The model's window, when it said.
     pub limit: Option<usize>,
+    /// The completion the client asked room for beside the prompt, when it said.
+    pub completion: Option<usize>,
 }
 
 /// Whether an upstream's answer (`status`, `body`) refuses the prompt as too long, and what it
@@ -61,6 +64,7 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
         return Some(Overflow {
             tokens: count(&error["n_prompt_tokens"]),
             limit: count(&error["n_ctx"]),
+            completion: None,
         });
     }
     static ANTHROPIC: LazyLock<Regex> = LazyLock::new(|| {
@@ -79,22 +83,20 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
         return Some(Overflow {
             tokens: figure(&c[1]),
             limit: figure(&c[2]),
+            completion: None,
         });
     }
     // Anthropic refuses a prompt that leaves the completion the client asked for (`max_tokens`)
-    // no room: for that client the window is what is left beside it.
+    // no room.
     static RESERVED: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"input length and `?max_tokens`? exceed context limit: (\d+) \+ (\d+) > (\d+)")
             .expect("a valid regex")
     });
     if let Some(c) = RESERVED.captures(&lowered) {
-        // A completion that alone fills the window leaves nothing a compaction could fit.
-        let room = figure(&c[3])?
-            .checked_sub(figure(&c[2])?)
-            .filter(|room| *room > 0)?;
-        return Some(Overflow {
+        return curable(Overflow {
             tokens: figure(&c[1]),
-            limit: Some(room),
+            limit: figure(&c[3]),
+            completion: Some(figure(&c[2])?),
         });
     }
     let openai = error["code"] == "context_length_exceeded";
@@ -109,21 +111,32 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
     });
     // The prompt's share when the figure counts the completion too: vLLM's "in the messages",
     // OpenAI's older "in your prompt", OpenRouter's "of text input" (its "requested about N"
-    // may be mostly the completion a client reserved, which no compaction shrinks).
+    // may be mostly the completion a client reserved, which no compaction shrinks), and the
+    // completion's: "in the completion", "for the completion", "in the output".
     static TOKENS: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(
-            r"(?:resulted in|requested)(?: about)? (\d+) tokens(?: \((\d+) (?:in the messages|in your prompt|of text input))?",
+            r"(?:resulted in|requested)(?: about)? (\d+) tokens(?: \((\d+) (?:in the messages|in your prompt|of text input)(?:[,;] (\d+) (?:in|for) the (?:completion|output))?)?",
         )
         .expect("a valid regex")
     });
-    let tokens = TOKENS.captures(&lowered).and_then(|c| {
+    let counts = TOKENS.captures(&lowered);
+    let figure_at = |i: usize| counts.as_ref()?.get(i).and_then(|m| figure(m.as_str()));
+    curable(Overflow {
         // Of a figure that counts the completion too, the messages' share.
-        figure(c.get(2).or(c.get(1))?.as_str())
-    });
-    Some(Overflow {
-        tokens,
+        tokens: figure_at(2).or_else(|| figure_at(1)),
         limit: LIMIT.captures(&lowered).and_then(|c| figure(&c[1])),
+        completion: figure_at(3),
     })
+}
+
+/// The refusal, unless the completion it says the client asked for takes so much of the
+/// window that no compaction makes room beside it ([`completion_share`]): that one reaches the
+/// client as it came.
+fn curable(overflow: Overflow) -> Option<Overflow> {
+    match (overflow.limit, overflow.completion) {
+        (Some(limit), Some(completion)) if completion_share(limit, completion).is_none() => None,
+        _ => Some(overflow),
+    }
 }
 
 /// A figure a model could have counted (at most [`crate::protocol::MAX_REPORTED_TOKENS`]).
@@ -145,108 +158,89 @@ mod tests {
         overflow(status, body.to_string().as_bytes())
     }
 
+    fn refused(
+        tokens: Option<usize>,
+        limit: Option<usize>,
+        completion: Option<usize>,
+    ) -> Option<Overflow> {
+        Some(Overflow {
+            tokens,
+            limit,
+            completion,
+        })
+    }
+
     #[test]
     fn anthropic_says_how_long_the_prompt_was_and_the_window() {
         let body = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "prompt is too long: 219898 tokens > 200000 maximum"}, "request_id": "req_1"});
-        assert_eq!(
-            read(400, body),
-            Some(Overflow {
-                tokens: Some(219_898),
-                limit: Some(200_000)
-            })
-        );
+        assert_eq!(read(400, body), refused(Some(219_898), Some(200_000), None));
     }
 
     #[test]
     fn openai_and_compatible_servers_say_it_in_one_sentence() {
         let chat = json!({"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens. Please reduce the length of the messages.",
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
-        assert_eq!(
-            read(400, chat),
-            Some(Overflow {
-                tokens: Some(130_532),
-                limit: Some(128_000)
-            })
-        );
-        // vLLM counts the completion in: the messages' share is what compaction can shrink.
+        assert_eq!(read(400, chat), refused(Some(130_532), Some(128_000), None));
+        // vLLM counts the completion in: the messages' share is what compaction can shrink,
+        // the completion's what the client keeps asking room for.
         let vllm = json!({"object": "error", "message": "This model's maximum context length is 32768 tokens. However, you requested 33000 tokens (31000 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.",
             "type": "BadRequestError", "code": 400});
         // Nested under `error` (vLLM now) or at the answer's root (vLLM before).
         for vllm in [json!({"error": vllm.clone()}), vllm] {
             assert_eq!(
                 read(400, vllm),
-                Some(Overflow {
-                    tokens: Some(31_000),
-                    limit: Some(32_768)
-                })
+                refused(Some(31_000), Some(32_768), Some(2_000))
             );
         }
-        // OpenRouter: mostly the completion the client reserved; the prompt's share counts.
-        let openrouter = json!({"error": {"code": 400, "metadata": {"provider_name": "Chutes"},
-            "message": "This endpoint's maximum context length is 131072 tokens. However, you requested about 141607 tokens (10535 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically."}});
+        // OpenRouter: the prompt's share counts; a completion asked for that fills the window
+        // alone is no refusal a compaction cures.
+        let openrouter = |input: usize, output: usize| {
+            json!({"error": {"code": 400, "metadata": {"provider_name": "Chutes"},
+            "message": format!("This endpoint's maximum context length is 131072 tokens. However, you requested about {} tokens ({input} of text input, {output} in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.", input + output)}})
+        };
         assert_eq!(
-            read(400, openrouter),
-            Some(Overflow {
-                tokens: Some(10_535),
-                limit: Some(131_072)
-            })
+            read(400, openrouter(120_535, 16_384)),
+            refused(Some(120_535), Some(131_072), Some(16_384))
         );
+        assert_eq!(read(400, openrouter(10_535, 131_072)), None);
         let older = json!({"error": {"type": "invalid_request_error", "param": null, "code": null,
             "message": "This model's maximum context length is 8192 tokens, however you requested 8977 tokens (8900 in your prompt; 77 for the completion). Please reduce your prompt; or completion length."}});
         assert_eq!(
             read(400, older),
-            Some(Overflow {
-                tokens: Some(8_900),
-                limit: Some(8_192)
-            })
+            refused(Some(8_900), Some(8_192), Some(77))
         );
-        // Anthropic, when the prompt leaves no room for the completion the client asked for:
-        // the window is what is left beside it.
+        // Anthropic, when the prompt leaves no room for the completion the client asked for.
         let reserved = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, decrease input length or `max_tokens` and try again"}});
         assert_eq!(
             read(400, reserved),
-            Some(Overflow {
-                tokens: Some(178_959),
-                limit: Some(136_000)
-            })
+            refused(Some(178_959), Some(200_000), Some(64_000))
         );
-        // A completion that alone fills the window: no compaction can help.
+        // A completion that alone fills the window, or all but a quarter of it: no compaction
+        // makes room beside it.
         let hopeless = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "input length and `max_tokens` exceed context limit: 23339 + 128000 > 48000, decrease input length or `max_tokens` and try again"}});
         assert_eq!(read(400, hopeless), None);
+        let most = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 23339 + 40000 > 48000, decrease input length or `max_tokens` and try again"}});
+        assert_eq!(read(400, most), None);
         // Gemini, alone or in a list of one.
         let gemini = json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
             "message": "The input token count (134123) exceeds the maximum number of tokens allowed (131072)."}});
         for gemini in [gemini.clone(), json!([gemini])] {
             assert_eq!(
                 read(400, gemini),
-                Some(Overflow {
-                    tokens: Some(134_123),
-                    limit: Some(131_072)
-                })
+                refused(Some(134_123), Some(131_072), None)
             );
         }
         // The Responses API names the code and nothing else.
         let responses = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
             "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
-        assert_eq!(
-            read(400, responses),
-            Some(Overflow {
-                tokens: None,
-                limit: None
-            })
-        );
+        assert_eq!(read(400, responses), refused(None, None, None));
         let llama = json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
             "type": "exceed_context_size_error", "n_prompt_tokens": 40000, "n_ctx": 32768}});
-        assert_eq!(
-            read(400, llama),
-            Some(Overflow {
-                tokens: Some(40_000),
-                limit: Some(32_768)
-            })
-        );
+        assert_eq!(read(400, llama), refused(Some(40_000), Some(32_768), None));
     }
 
     #[test]
@@ -265,12 +259,6 @@ mod tests {
         // Figures no model could have counted are no figures.
         let absurd = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "prompt is too long: 99999999999999999999999 tokens > 2000000000 maximum"}});
-        assert_eq!(
-            read(400, absurd),
-            Some(Overflow {
-                tokens: None,
-                limit: None
-            })
-        );
+        assert_eq!(read(400, absurd), refused(None, None, None));
     }
 }

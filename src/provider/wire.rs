@@ -134,6 +134,9 @@ pub struct WireRequest {
     /// Estimated tokens of everything the upstream counts besides the messages: system,
     /// instructions, tool definitions, response format.
     pub overhead_tokens: usize,
+    /// The completion the request asks room for beside its prompt (`max_tokens`,
+    /// `max_completion_tokens`, `max_output_tokens`), 0 when it names none.
+    pub completion_tokens: usize,
     /// The request offers tools.
     pub has_tools: bool,
     pub model: String,
@@ -352,6 +355,18 @@ pub(crate) fn overhead_tokens(body: &Value, conversation: &str) -> usize {
         .filter(|(k, _)| k.as_str() != conversation && COUNTED.contains(&k.as_str()))
         .map(|(_, v)| json_tokens(v))
         .sum()
+}
+
+/// The completion a request asks room for: the first of `fields` that is a count (one over
+/// [`MAX_REPORTED_TOKENS`] is no window's, and taken as none).
+///
+/// [`MAX_REPORTED_TOKENS`]: crate::protocol::MAX_REPORTED_TOKENS
+pub(crate) fn completion_tokens(body: &Value, fields: &[&str]) -> usize {
+    fields
+        .iter()
+        .find_map(|field| body[field].as_u64())
+        .filter(|&tokens| tokens <= crate::protocol::MAX_REPORTED_TOKENS)
+        .unwrap_or(0) as usize
 }
 
 /// Request fields a model reads (and bills) besides the conversation.

@@ -114,6 +114,7 @@ fn read_report(report: &OverflowReport) -> Result<Overflow, ServiceError> {
         None => Overflow {
             tokens: None,
             limit: None,
+            completion: None,
         },
         Some(error) => overflow(400, &error_answer(error)).ok_or_else(|| {
             ServiceError::BadRequest(
@@ -124,6 +125,7 @@ fn read_report(report: &OverflowReport) -> Result<Overflow, ServiceError> {
     Ok(Overflow {
         tokens: report.tokens.map(|t| t as usize).or(from_error.tokens),
         limit: report.context_limit.or(from_error.limit),
+        completion: from_error.completion,
     })
 }
 

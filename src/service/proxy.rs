@@ -259,6 +259,7 @@ impl Service {
             estimator: self.estimator,
             has_tools: request.has_tools,
             overhead_tokens: request.overhead_tokens,
+            completion_tokens: request.completion_tokens,
             new_session: NewSession {
                 id,
                 model: Some(request.model.clone()).filter(|m| !m.is_empty()),

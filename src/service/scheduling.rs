@@ -65,9 +65,13 @@ fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) 
 }
 
 /// What an attempt that found nothing to compact depends on: the messages (an append adds
-/// one) and the limit a compaction plans against.
-fn fruitless_key(session: &SessionRow) -> (u64, usize) {
-    (session.message_count, session.estimated_limit())
+/// one) and the room a compaction plans for (the limit, the completion kept free beside it).
+fn fruitless_key(session: &SessionRow) -> (u64, usize, usize) {
+    (
+        session.message_count,
+        session.estimated_limit(),
+        session.completion_tokens,
+    )
 }
 
 /// A session's active messages as the engine takes them.

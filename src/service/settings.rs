@@ -1,7 +1,8 @@
 //! The configuration in force, and each session's compaction settings derived from it.
 //!
 //! A session's settings are the global ones with its overrides, fitted to its context limit
-//! in estimated tokens (the limit over the rate its model counts at, in steps of a quarter).
+//! in estimated tokens (the limit over the rate its model counts at, in steps of a quarter),
+//! their reserve at least the completion its client asks room for.
 //! Merging overrides is a serde round trip of the whole `[compaction]` table; an append
 //! needed it three times (its pin rules, masking, the trigger), a proxied append four, and
 //! it showed in the writer's profile. Sessions share few distinct overrides, so each merge is
@@ -9,6 +10,7 @@
 
 use super::summarizer_slots::SummarizerSlots;
 use crate::compaction::CompactionConfig;
+use crate::compaction::config::completion_share;
 use crate::compaction::constants::BACKGROUND_AT;
 use crate::config::{Config, compaction_with_overrides};
 use crate::store::SessionRow;
@@ -16,7 +18,7 @@ use crate::summarize::Summarizer;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
-/// Distinct (overrides, context limit) pairs kept; past this the memo starts over, so a
+/// Distinct (overrides, context limit, completion) kept; past this the memo starts over, so a
 /// client making sessions with ever new overrides costs a merge each, never memory.
 const MAX_MERGED: usize = 256;
 
@@ -33,6 +35,8 @@ pub struct Settings {
 struct Merged {
     overrides: Value,
     estimated_limit: usize,
+    /// [`CompactionConfig::completion_share`]'s bits.
+    completion_share: u64,
     config: Arc<CompactionConfig>,
 }
 
@@ -48,36 +52,41 @@ impl Settings {
 
     /// The compaction settings of `session`: global settings plus its overrides, fitted to
     /// its context limit in estimated tokens (see [`CompactionConfig::fitted_to`] and
-    /// [`SessionRow::estimated_limit`]). An unset `background_at` is
+    /// [`SessionRow::estimated_limit`]), the completion its client asks room for kept free
+    /// (see [`completion_share`]). An unset `background_at` is
     /// resolved by summarizer (see [`BACKGROUND_AT`]). Overrides that no longer validate
     /// (the global settings changed under them) give the global settings.
     pub fn session_config(&self, session: &SessionRow) -> Arc<CompactionConfig> {
         let estimated_limit = session.estimated_limit();
+        let share = completion_share(session.context_limit, session.completion_tokens);
+        let share = share.unwrap_or(0.0);
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = merged
-            .iter()
-            .find(|m| m.estimated_limit == estimated_limit && m.overrides == session.overrides)
-        {
+        if let Some(found) = merged.iter().find(|m| {
+            m.estimated_limit == estimated_limit
+                && m.completion_share == share.to_bits()
+                && m.overrides == session.overrides
+        }) {
             return found.config.clone();
         }
-        let config = Arc::new(self.merge(session, estimated_limit));
+        let config = Arc::new(self.merge(session, estimated_limit, share));
         if merged.len() >= MAX_MERGED {
             merged.clear();
         }
         merged.push(Merged {
             overrides: session.overrides.clone(),
             estimated_limit,
+            completion_share: share.to_bits(),
             config: config.clone(),
         });
         config
     }
 
-    fn merge(&self, session: &SessionRow, estimated_limit: usize) -> CompactionConfig {
+    fn merge(&self, session: &SessionRow, estimated_limit: usize, share: f64) -> CompactionConfig {
         let global = &self.config.compaction;
         let mut config = compaction_with_overrides(global, &session.overrides)
-            .unwrap_or_else(|_| global.clone())
-            .fitted_to(estimated_limit)
-            .0;
+            .unwrap_or_else(|_| global.clone());
+        config.completion_share = share;
+        let mut config = config.fitted_to(estimated_limit).0;
         if config.background_at.is_none() && !self.summarizer.is_instant() {
             config.background_at = Some(BACKGROUND_AT);
         }

@@ -40,6 +40,7 @@ impl SessionView {
             branches: session.branch_points.max(1),
             limit_source: session.limit_source,
             overhead_tokens: session.overhead_tokens,
+            completion_tokens: session.completion_tokens,
         }
     }
 }

@@ -51,6 +51,8 @@ pub struct ProxyCall {
     pub estimator: LazyEstimator,
     pub has_tools: bool,
     pub overhead_tokens: usize,
+    /// The completion the call asks room for beside its prompt.
+    pub completion_tokens: usize,
     /// How a new session would be made.
     pub new_session: NewSession,
     /// `Err(seconds)`: the caller may not make a session now (it may continue one).
@@ -247,8 +249,14 @@ fn place(
                 .execute([&session.id])?;
         }
     }
-    conn.prepare_cached("UPDATE sessions SET overhead_tokens = ?2 WHERE id = ?1")?
-        .execute(params![session.id, call.overhead_tokens])?;
+    conn.prepare_cached(
+        "UPDATE sessions SET overhead_tokens = ?2, completion_tokens = ?3 WHERE id = ?1",
+    )?
+    .execute(params![
+        session.id,
+        call.overhead_tokens,
+        call.completion_tokens
+    ])?;
     let session = get_live(conn, session.id.as_str())?;
     let left_off = (through < call.messages.len()).then(|| Resume {
         session: session.id.to_string(),
@@ -565,6 +573,7 @@ mod tests {
             estimator: LazyEstimator::default(),
             has_tools: false,
             overhead_tokens: 0,
+            completion_tokens: 0,
             new_session: NewSession {
                 id: SessionId::unchecked(format!("proxy-{}", next_suffix())),
                 model: None,

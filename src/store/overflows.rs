@@ -1,7 +1,7 @@
 //! A model's refusal of a context as longer than its window, recorded on the session: what
 //! the model counted stands as the session's reported usage (so its context is compacted
-//! before the call goes again), and a window it named under the session's limit becomes the
-//! limit. The proxy reads the refusal from the upstream's answer itself; an agent on the
+//! before the call goes again), a window it named under the session's limit becomes the
+//! limit, and a completion it says the client asked room for is kept free beside the prompt. The proxy reads the refusal from the upstream's answer itself; an agent on the
 //! socket API passes its model's answer on (`POST /session/{id}/overflow`).
 
 use super::rows::{ContextVersion, SessionRow};
@@ -29,7 +29,9 @@ impl Store {
     /// again, and a window under the session's limit that `fits` becomes the session's limit:
     /// the one the model named, else the count it refused (the window is under it), else (the
     /// Responses API's refusal names neither) the session's own count of what was sent, when
-    /// the model's reports measure it. Returns the session as it is now when it changed;
+    /// the model's reports measure it. A completion the refusal says the client asked room for
+    /// becomes the session's ([`SessionRow::completion_tokens`]), so the context is compacted
+    /// to leave it free. Returns the session as it is now when it changed;
     /// nothing changes when the session serves another context by now.
     pub async fn note_overflow(
         &self,
@@ -69,10 +71,17 @@ impl Store {
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
                      limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
-                     context_limit = ?3, token_rate = ?4, updated_at = {NOW}
+                     context_limit = ?3, token_rate = ?4,
+                     completion_tokens = coalesce(?5, completion_tokens), updated_at = {NOW}
                  WHERE id = ?1"
             ))?
-            .execute(params![id, tokens as i64, limit as i64, reported.report_rate()])?;
+            .execute(params![
+                id,
+                tokens as i64,
+                limit as i64,
+                reported.report_rate(),
+                overflow.completion.map(|c| c as i64)
+            ])?;
             get_live(conn, &id).map(Some)
         })
         .await

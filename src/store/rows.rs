@@ -60,6 +60,9 @@ pub struct SessionRow {
     /// Model tokens per estimated token at the last believed usage report, kept when a
     /// compaction drops the report (see [`SessionRow::counted`]).
     pub token_rate: Option<f64>,
+    /// The completion the client asks room for beside each prompt (a proxied call's
+    /// `max_tokens`, or what a refusal said it asked), in the model's tokens; 0: none said.
+    pub completion_tokens: usize,
 }
 
 /// How a session came to be.
@@ -123,9 +126,10 @@ impl SessionRow {
         message_count, active_from_seq, active_messages, active_tokens, summary_tokens, compaction_count, \
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
         masked_through_seq, owner, step_calls, head_seq, branch_points, summary_num, kind, \
-        conversation, root_hash, task_hash, static_seq, overhead_tokens, limit_source, token_rate";
+        conversation, root_hash, task_hash, static_seq, overhead_tokens, limit_source, token_rate, \
+        completion_tokens";
     /// How many columns [`SessionRow::COLUMNS`] names (the index of a column selected after them).
-    pub(super) const COUNT: usize = 32;
+    pub(super) const COUNT: usize = 33;
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -163,6 +167,7 @@ impl SessionRow {
             overhead_tokens: row.get(29)?,
             limit_source: row.get(30)?,
             token_rate: row.get(31)?,
+            completion_tokens: row.get(32)?,
         })
     }
 

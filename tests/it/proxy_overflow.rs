@@ -168,9 +168,11 @@ async fn named_window_learned(model_name: &str) {
 }
 
 /// Claude Code asks for a long completion (`max_tokens`); the Messages API refuses a prompt
-/// that leaves it no room, though the prompt alone is under the window. compactd takes what is
-/// left beside the completion for the window, compacts to it and sends the call once more: the
-/// agent gets its answer, not "input length and `max_tokens` exceed context limit".
+/// that leaves it no room, though the prompt alone is under the window. compactd keeps the
+/// completion free beside the prompt, but counts four characters a token where this model
+/// counts two: refused once, it takes the model's count, compacts to leave the completion
+/// free and sends the call once more: the agent gets its answer, not "input length and
+/// `max_tokens` exceed context limit".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_leaving_the_completion_no_room_is_compacted_beside_it() {
     let mock = model(16_000, 2);
@@ -195,14 +197,69 @@ async fn a_prompt_leaving_the_completion_no_room_is_compacted_beside_it() {
     assert!(text.contains("toolu_2"), "the newest call: {text}");
     let session = head["x-compactd-session"].to_str().unwrap();
     let state = client.get(&format!("/session/{session}")).await.unwrap();
-    assert_eq!(state["context_limit"], 8_000, "{state}");
-    assert_eq!(state["limit_source"], "upstream refusal", "{state}");
+    assert_eq!(
+        state["context_limit"], 16_000,
+        "the window is the model's: {state}"
+    );
+    assert_eq!(state["completion_tokens"], 8_000, "{state}");
+    assert_eq!(state["token_threshold"], 8_000, "{state}");
     // Nothing the client sent was lost.
     let history = crate::common::all_messages(&client, session).await;
     assert_eq!(
         history.len(),
         1 + 3 * 2 + 1,
         "the task, three rounds and the answer"
+    );
+}
+
+/// A client asking room for a long completion (8,000 tokens of a 16,000-token window, where
+/// compactd's own reserve is 3,200) has its conversation compacted before the prompt and that
+/// completion would pass the window: the model, counting as compactd estimates, never
+/// refuses. Its next call asking less gets the room back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_completion_a_call_asks_for_is_kept_free_before_the_model_refuses() {
+    let mock = model(16_000, 4);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let mut messages = resumed(5, 7_000);
+    let body = json!({"model": "claude-test", "max_tokens": 8_000,
+                      "system": "You are careful.", "messages": messages});
+    // Under compactd's own trigger, over what the completion leaves.
+    assert!(
+        (8_000..12_800).contains(&counted(&body, 4)),
+        "{}",
+        counted(&body, 4)
+    );
+    let (status, head, answer) = anthropic_call(&client, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1, "sent once, not refused");
+    assert!(counted(&requests[0].body, 4) <= 8_000);
+    results_follow_their_calls(requests[0].body["messages"].as_array().unwrap());
+    let session = head["x-compactd-session"].to_str().unwrap().to_string();
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["context_limit"], 16_000, "{state}");
+    assert_eq!(state["completion_tokens"], 8_000, "{state}");
+    assert_eq!(state["token_threshold"], 8_000, "{state}");
+    assert_eq!(state["compaction_count"], 1, "{state}");
+
+    let reply: Value = serde_json::from_str(&answer).unwrap();
+    messages.push(json!({"role": "assistant", "content": reply["content"]}));
+    messages.push(json!({"role": "user", "content": "Go on."}));
+    let body = json!({"model": "claude-test", "max_tokens": 1_000,
+                      "system": "You are careful.", "messages": messages});
+    let (status, _, answer) = anthropic_call(&client, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(mock.requests().len(), 2, "sent once, not refused");
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["completion_tokens"], 1_000, "{state}");
+    assert_eq!(
+        state["token_threshold"], 12_800,
+        "compactd's own reserve: {state}"
+    );
+    assert_eq!(
+        state["compaction_count"], 1,
+        "nothing more to compact: {state}"
     );
 }
 

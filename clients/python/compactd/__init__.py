@@ -71,6 +71,9 @@ class Session(TypedDict):
     # Why context_limit is what it is (proxied sessions): the model table, [proxy.models],
     # a header, the default, or "upstream refusal" (the window a refusal named).
     limit_source: NotRequired[str]
+    # The completion the client asks room for beside each prompt (a proxied call's
+    # max_tokens): token_threshold leaves it free.
+    completion_tokens: NotRequired[int]
 
 
 class CompactionStatus(TypedDict):

@@ -4,7 +4,9 @@
 //! (thinking with signatures, images, cache marks, types compactd does not know) stay as sent.
 
 use crate::message::{Message, Part, Role};
-use crate::provider::wire::{Outgoing, UnreadableRequest, WireRequest, overhead_tokens, text_of};
+use crate::provider::wire::{
+    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, text_of,
+};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -37,6 +39,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
         natives: list,
         system: text_of(&body["system"]),
         overhead_tokens: overhead_tokens(body, "messages"),
+        completion_tokens: completion_tokens(body, &["max_tokens"]),
         has_tools: body["tools"].as_array().is_some_and(|t| !t.is_empty()),
         model: body["model"].as_str().unwrap_or_default().to_string(),
     })

@@ -2,7 +2,9 @@
 //! and developer messages included), and the conversation put back in their place.
 
 use crate::message::{Message, Part, Role};
-use crate::provider::wire::{Outgoing, UnreadableRequest, WireRequest, overhead_tokens, text_of};
+use crate::provider::wire::{
+    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, text_of,
+};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -36,6 +38,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
         natives: list,
         system: system.join("\n"),
         overhead_tokens: overhead_tokens(body, "messages"),
+        completion_tokens: completion_tokens(body, &["max_completion_tokens", "max_tokens"]),
         has_tools: body["tools"].as_array().is_some_and(|t| !t.is_empty())
             || body["functions"].as_array().is_some_and(|f| !f.is_empty()),
         model: body["model"].as_str().unwrap_or_default().to_string(),

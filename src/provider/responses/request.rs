@@ -3,7 +3,9 @@
 
 use super::{group, message_of};
 use crate::message::Part;
-use crate::provider::wire::{Outgoing, UnreadableRequest, WireRequest, overhead_tokens};
+use crate::provider::wire::{
+    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens,
+};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -27,6 +29,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
             .unwrap_or_default()
             .to_string(),
         overhead_tokens: overhead_tokens(body, "input"),
+        completion_tokens: completion_tokens(body, &["max_output_tokens"]),
         has_tools: body["tools"].as_array().is_some_and(|t| !t.is_empty()),
         model: body["model"].as_str().unwrap_or_default().to_string(),
     })

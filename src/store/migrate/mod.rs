@@ -163,6 +163,11 @@ const UPGRADES: &[Upgrade] = &[
         sql: "ALTER TABLE sessions ADD COLUMN token_rate REAL;",
         then: None,
     },
+    // 15: the completion a client asks room for beside each prompt.
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;",
+        then: None,
+    },
 ];
 
 /// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
@@ -188,6 +193,7 @@ pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// index, and its dump reads as 8; versions 11, 12 and 13 changed only indexes, a view and a
 /// check, and their dumps read as 10.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (15, "sessions", "completion_tokens"),
     (14, "sessions", "token_rate"),
     (10, "messages_fts", "text"),
     (8, "sessions", "head_seq"),

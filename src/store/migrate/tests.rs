@@ -393,6 +393,7 @@ fn version_10s_index_by_parent_becomes_the_partial_one() {
          CREATE INDEX messages_by_parent ON messages (session_id, parent_seq);
          DROP VIEW session_overview;
          ALTER TABLE sessions DROP COLUMN token_rate;
+         ALTER TABLE sessions DROP COLUMN completion_tokens;
          PRAGMA user_version = 10;",
     )
     .unwrap();

@@ -220,12 +220,20 @@ fn through(agent: Agent, model: Model) {
         let why = seen[first].refused.as_deref().unwrap_or_default();
         match seen[first].path.ends_with("/responses") {
             true => assert!(learned < model.told, "{learned}"),
-            // The prompt left the completion asked for no room: the window is what is left.
-            false if why.starts_with("input length") => {
-                let reserved = seen[first].body["max_tokens"].as_u64().unwrap() as usize;
-                assert_eq!(learned, limit - reserved, "{why}");
-            }
-            false => assert_eq!(learned, limit),
+            false => assert_eq!(learned, limit, "{why}"),
+        }
+        // The prompt left the completion asked for no room: that completion is kept free
+        // from then on.
+        if why.starts_with("input length") {
+            let reserved = seen[first].body["max_tokens"].as_u64().unwrap();
+            let completion: u64 = conn
+                .query_row(
+                    "SELECT completion_tokens FROM sessions WHERE id = ?1",
+                    [&main[0].0],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(completion, reserved, "{why}");
         }
         assert_eq!(
             refused.len(),
