@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-/// The completion Claude Code asks for in these tests (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`).
-pub const CLAUDE_CODE_MAX_OUTPUT: usize = 8_000;
+/// The completion Claude Code asks for in these tests (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`), and
+/// opencode (its model's `limit.output`).
+pub const AGENTS_MAX_OUTPUT: usize = 8_000;
 
 /// Where `.ci/run` installs the agents: `npm/` (Claude Code, Codex, opencode) and `venv/`
 /// (mini-swe-agent, aider). `COMPACTD_AGENTS_DIR` points elsewhere.
@@ -143,7 +144,7 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
                 // in the windows these tests give.
                 .env(
                     "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
-                    CLAUDE_CODE_MAX_OUTPUT.to_string(),
+                    AGENTS_MAX_OUTPUT.to_string(),
                 )
                 .args([
                     "-p",
@@ -192,7 +193,12 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
                     "$schema": "https://opencode.ai/config.json",
                     "provider": {"mock": {"npm": "@ai-sdk/openai-compatible", "name": "Mock",
                         "options": {"baseURL": format!("{}/v1", setup.base), "apiKey": setup.key},
-                        "models": {setup.model: {"name": setup.model}}}},
+                        // As one sets it for a model of a small window: opencode asks 32,000
+                        // output tokens otherwise, which OpenAI's API (and vLLM) refuse beside
+                        // any prompt in the windows these tests give. A context of 0 (unknown,
+                        // as without a limit) leaves compacting to compactd.
+                        "models": {setup.model: {"name": setup.model,
+                            "limit": {"context": 0, "output": AGENTS_MAX_OUTPUT}}}}},
                     "permission": {"bash": "allow", "edit": "allow"}
                 })
                 .to_string(),

@@ -5,7 +5,8 @@
 //!   tool messages between), and an assistant message with `tool_calls` is followed by a tool
 //!   message for each of its ids;
 //! - a user, system or tool message has content; an assistant message has content or calls;
-//! - the prompt fits the model's window (`context_length_exceeded`).
+//! - the prompt fits the model's window, and beside it the completion asked for
+//!   (`max_completion_tokens`, or `max_tokens`) (`context_length_exceeded`).
 
 use super::{Action, Shared, Task, decide, sse};
 use axum::response::{IntoResponse, Response};
@@ -109,6 +110,16 @@ pub fn answer(
     if tokens > window {
         return Err(format!(
             "This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens."
+        ));
+    }
+    let completion = body["max_completion_tokens"]
+        .as_u64()
+        .or(body["max_tokens"].as_u64())
+        .unwrap_or(0) as usize;
+    if tokens + completion > window {
+        return Err(format!(
+            "This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, {completion} in the completion). Please reduce the length of the messages or completion.",
+            tokens + completion
         ));
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
