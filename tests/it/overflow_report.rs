@@ -184,6 +184,30 @@ async fn a_refusal_is_read_however_the_client_holds_it_and_anything_else_changes
         assert_eq!(outcome["session"]["tokens"], 61_000, "{outcome}");
         assert_eq!(outcome["session"]["token_source"], "reported", "{outcome}");
     }
+    // A prompt that left the completion asked for no room: that completion is kept free from
+    // then on (the reserve, 16,000 at 80,000 tokens, was less).
+    let reserved = |asked: usize| {
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!(
+            "input length and `max_tokens` exceed context limit: 61000 + {asked} > 80000, decrease input length or `max_tokens` and try again")}})
+    };
+    task_session(&client, "r").await;
+    let outcome = client
+        .post("/session/r/overflow", &json!({"error": reserved(30_000)}))
+        .await
+        .unwrap();
+    let session = &outcome["session"];
+    assert_eq!(session["context_limit"], 80_000, "{outcome}");
+    assert_eq!(session["completion_tokens"], 30_000, "{outcome}");
+    assert_eq!(session["token_threshold"], 50_000, "{outcome}");
+    // One asking most of the window: no compaction makes room beside it.
+    let (status, message) = api_error(
+        client
+            .post("/session/r/overflow", &json!({"error": reserved(70_000)}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 400);
+    assert!(message.contains("ask for less"), "{message}");
     // A refusal in a form compactd does not read: the agent gives the figures.
     task_session(&client, "g").await;
     let outcome = client
