@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-/// The completion Claude Code asks for in these tests (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`), and
-/// opencode (its model's `limit.output`).
+/// The completion Claude Code (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`) and opencode (its model's
+/// `limit.output`) ask for in these tests, unless a test leaves them their own defaults.
 pub const AGENTS_MAX_OUTPUT: usize = 8_000;
 
 /// Where `.ci/run` installs the agents: `npm/` (Claude Code, Codex, opencode) and `venv/`
@@ -109,6 +109,10 @@ pub struct Setup<'a> {
     pub dir: &'a Path,
     pub prompt: &'a str,
     pub key: &'a str,
+    /// The completion Claude Code and opencode are told to ask for ([`AGENTS_MAX_OUTPUT`]);
+    /// `None`: their own defaults (Claude Code's is 32,000 tokens for `claude-sonnet-4-5`,
+    /// 128,000 for a model it does not know; opencode's 32,000).
+    pub max_output: Option<usize>,
 }
 
 /// Runs the agent to its end (at most `limit`), in `dir/work` with `dir/home` as its home.
@@ -132,6 +136,12 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
         .stdin(Stdio::null());
     match setup.agent {
         Agent::ClaudeCode => {
+            // As one sets it for a model of a small window: Claude Code asks up to 128,000
+            // output tokens otherwise, which the Messages API refuses beside any prompt in the
+            // windows these tests give.
+            if let Some(tokens) = setup.max_output {
+                command.env("CLAUDE_CODE_MAX_OUTPUT_TOKENS", tokens.to_string());
+            }
             command
                 .env("ANTHROPIC_BASE_URL", setup.base)
                 .env("ANTHROPIC_API_KEY", setup.key)
@@ -139,13 +149,6 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
                 .env("DISABLE_TELEMETRY", "1")
                 .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
                 .env("IS_SANDBOX", "1")
-                // As one sets it for a model of a small window: Claude Code asks up to 128,000
-                // output tokens otherwise, which the Messages API refuses beside any prompt
-                // in the windows these tests give.
-                .env(
-                    "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
-                    AGENTS_MAX_OUTPUT.to_string(),
-                )
                 .args([
                     "-p",
                     setup.prompt,
@@ -198,7 +201,7 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
                         // any prompt in the windows these tests give. A context of 0 (unknown,
                         // as without a limit) leaves compacting to compactd.
                         "models": {setup.model: {"name": setup.model,
-                            "limit": {"context": 0, "output": AGENTS_MAX_OUTPUT}}}}},
+                            "limit": {"context": 0, "output": setup.max_output.unwrap_or(0)}}}}},
                     "permission": {"bash": "allow", "edit": "allow"}
                 })
                 .to_string(),

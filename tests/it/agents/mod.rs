@@ -10,7 +10,7 @@ mod harness;
 
 use crate::common::free_port;
 use crate::common::model_api::{ModelApi, Task};
-use harness::{Agent, Setup, installed, run};
+use harness::{AGENTS_MAX_OUTPUT, Agent, Setup, installed, run};
 use std::time::Duration;
 
 const PROMPT: &str = "Run the numbered steps the model gives you with your shell tool, one per step, until it says they are done.";
@@ -28,6 +28,7 @@ fn direct(agent: Agent, model: &str) {
         dir: dir.path(),
         prompt: PROMPT,
         key: "sk-test-direct",
+        max_output: Some(AGENTS_MAX_OUTPUT),
     };
     let result = run(&setup, Duration::from_secs(300));
     let refused = api.refused();
@@ -92,6 +93,8 @@ struct Model {
     chars_per_token: usize,
     /// The window `[proxy.models]` gives compactd for it.
     told: usize,
+    /// The completion the agent is told to ask for (see [`Setup::max_output`]).
+    max_output: Option<usize>,
 }
 
 impl Model {
@@ -102,6 +105,7 @@ impl Model {
             window,
             chars_per_token,
             told: window,
+            max_output: Some(AGENTS_MAX_OUTPUT),
         }
     }
 }
@@ -146,6 +150,7 @@ fn through(agent: Agent, model: Model) {
         dir: dir.path(),
         prompt: PROMPT,
         key: "sk-test-through",
+        max_output: model.max_output,
     };
     let result = run(&setup, Duration::from_secs(400));
     let refused = api.refused();
@@ -279,6 +284,20 @@ fn claude_code_with_a_thinking_model_runs_the_task_through_compactd() {
     );
 }
 
+/// Claude Code asking its own default completion, 32,000 tokens of a 100,000-token window
+/// (compactd's own reserve is 20,000): compactd keeps it free beside every prompt, and the
+/// Messages API never refuses a prompt for leaving it no room.
+#[test]
+fn claude_code_asking_its_default_completion_runs_the_task_through_compactd() {
+    through(
+        Agent::ClaudeCode,
+        Model {
+            max_output: None,
+            ..Model::new("claude-sonnet-4-5", 100_000, 2)
+        },
+    );
+}
+
 /// Claude Code through compactd told a window twice the model's (a `[proxy.models]` entry, or
 /// a table, that is wrong for the server actually behind it): the model refuses the first
 /// call too long for it, compactd compacts that call and sends it again, and from then on
@@ -321,6 +340,7 @@ fn aider_rounds(base: &str, dir: &std::path::Path, rounds: usize) -> (String, Ve
             dir,
             prompt: &prompt,
             key: "sk-test-aider",
+            max_output: Some(AGENTS_MAX_OUTPUT),
         };
         let run = run(&setup, Duration::from_secs(120));
         assert!(run.ok(), "round {k}: {}", run.log());
