@@ -249,8 +249,12 @@ fn place(
                 .execute([&session.id])?;
         }
     }
+    // A call that names no completion leaves the one a refusal taught (a server's default
+    // reservation, as OpenRouter's) in place.
     conn.prepare_cached(
-        "UPDATE sessions SET overhead_tokens = ?2, completion_tokens = ?3 WHERE id = ?1",
+        "UPDATE sessions SET overhead_tokens = ?2,
+             completion_tokens = CASE WHEN ?3 > 0 THEN ?3 ELSE completion_tokens END
+         WHERE id = ?1",
     )?
     .execute(params![
         session.id,

@@ -60,8 +60,9 @@ pub struct SessionRow {
     /// Model tokens per estimated token at the last believed usage report, kept when a
     /// compaction drops the report (see [`SessionRow::counted`]).
     pub token_rate: Option<f64>,
-    /// The completion the client asks room for beside each prompt (a proxied call's
-    /// `max_tokens`, or what a refusal said it asked), in the model's tokens; 0: none said.
+    /// The completion the client asks room for beside each prompt (the last proxied call's
+    /// `max_tokens` that names one, or what a refusal said it asked), in the model's tokens;
+    /// 0: none said.
     pub completion_tokens: usize,
 }
 

@@ -263,6 +263,32 @@ async fn the_completion_a_call_asks_for_is_kept_free_before_the_model_refuses() 
     );
 }
 
+/// A client that names no completion, refused by a server that reserves one for it anyway
+/// (OpenRouter, "P of text input, C in the output"): that completion is kept free from then
+/// on, for the calls after, which name none either, too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_a_server_reserves_by_itself_is_kept_free_once_refused() {
+    let mut answers: Vec<Reply> = (0..6).map(|i| counted_answer(i, 1500 + 1400 * i)).collect();
+    answers.push(Reply::status(
+        400,
+        r#"{"error": {"code": 400, "metadata": {"provider_name": "Chutes"}, "message": "This endpoint's maximum context length is 16000 tokens. However, you requested about 17200 tokens (9200 of text input, 8000 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically."}}"#,
+    ));
+    answers.extend((6..10).map(|i| counted_answer(i, 2000 + 700 * (i - 6))));
+    let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let mut messages = task();
+    let session = read_modules(&client, &mut messages, 0..10).await;
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert_eq!(state["context_limit"], 16_000, "{state}");
+    assert_eq!(state["completion_tokens"], 8_000, "{state}");
+    assert_eq!(state["token_threshold"], 8_000, "{state}");
+    assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 11, "ten calls and the one sent again");
+    assert!(requests.iter().all(|r| r.body["max_tokens"].is_null()));
+}
+
 /// A refusal compacting cannot help (the window is smaller than what the context keeps: the
 /// task alone) reaches the agent as the upstream sent it, after one more try, not a loop; a
 /// refusal for another reason is passed on at once.
