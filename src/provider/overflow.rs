@@ -14,8 +14,9 @@
 //! requested about N tokens (P of text input, C in the output)"), llama.cpp's
 //! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, Anthropic's "input length
 //! and `max_tokens` exceed context limit: N + R > M" (the prompt left the completion asked
-//! for no room), and Gemini's "The input token count (N) exceeds the maximum number of tokens allowed (M)."
-//! (its answer sometimes a list of one error).
+//! for no room), and Gemini's "The input token count (N) exceeds the maximum number of tokens
+//! allowed (M)." (its answer sometimes a list of one error). A refusal that names the
+//! completion the client asked room for says so too: it is kept free from then on.
 //!
 //! Pure: no I/O.
 

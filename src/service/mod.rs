@@ -109,8 +109,8 @@ pub struct Service {
     session_rate: rate::SessionRate,
     /// The context each socket session was last served: what a usage report measured.
     served: per_session::PerSession<u32>,
-    /// The message count, limit and completion at which an automatic compaction of a session found
-    /// nothing to compact: none is tried again until a message is appended.
+    /// The message count, limit and completion at which an automatic compaction of a session
+    /// found nothing to compact: none is tried again until a message is appended.
     fruitless: per_session::PerSession<(u64, usize, usize)>,
 }
 
