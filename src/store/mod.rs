@@ -11,7 +11,8 @@
 //!
 //! Reads use a small pool of their own connections on blocking threads (never on the async
 //! workers that serve requests), at most [`MAX_READERS`] at a time; in WAL mode they never
-//! wait for the writer, and `sqlite3` can read the database while the daemon runs.
+//! wait for the writer, and `sqlite3` can read the database while the daemon runs, never
+//! write it: the writer holds the write lock between its writes (see `writer`).
 
 mod backup;
 mod clock;

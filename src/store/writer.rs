@@ -1,6 +1,15 @@
 //! The write connection: a write alone commits on its caller's thread, writes that come
 //! together on the writer thread in one transaction (group commit); a guard against writing
 //! to a database file that is gone; WAL upkeep and search indexing while idle.
+//!
+//! Between its writes the connection holds the database's write lock (an open write
+//! transaction that writes nothing: see [`hold`]). `schema.sql`'s triggers refuse a person's
+//! INSERT, UPDATE and DELETE, but not what writes pages without them: `sqlite3 DB ".restore
+//! old.db"` on the live database replaced it with the copy, and every write acknowledged
+//! since the copy was gone, the daemon serving on from the old state (its next messages
+//! taking the lost ones' seqs). Held, the lock makes any other process's write wait for its
+//! busy timeout and fail (`database is locked`), while readers (`sqlite3` queries, `.dump`,
+//! `.backup`, `compactd backup`) go on as before: in WAL mode a writer never blocks them.
 
 use super::file::DatabaseFile;
 use super::waiting::{self, InFlight};
@@ -124,6 +133,7 @@ impl Shared {
 
 impl Writer {
     pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
+        hold(&conn);
         let (tx, rx) = channel::<Job>();
         let shared = Arc::new(Shared {
             conn: Mutex::new(Some(conn)),
@@ -233,6 +243,9 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 } else {
                     checkpoint_when_idle(conn, &shared.database);
                 }
+                if shared.database.still_there().is_ok() {
+                    hold(conn);
+                }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -251,6 +264,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
     }
     // Channel closed: fold the WAL back into the database, then close the connection.
     if let Some(conn) = lock().take() {
+        release(&conn);
         let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
     }
 }
@@ -266,7 +280,7 @@ fn commit_batch(
     check_index: bool,
     refused: impl FnOnce(&StoreError),
 ) -> bool {
-    let begun = run_statement(conn, "BEGIN IMMEDIATE");
+    let begun = begin(conn);
     if let Err(e) = begun {
         // Without a transaction nothing runs: every caller hears why.
         for job in batch {
@@ -291,6 +305,9 @@ fn commit_batch(
     for complete in completions {
         complete(commit.clone());
     }
+    if committed {
+        hold(conn);
+    }
     committed
 }
 
@@ -305,7 +322,7 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
     // Never wait for another process's lock here (a `sqlite3` user's): the next write or
     // search indexes them instead.
     let _ = conn.busy_timeout(Duration::ZERO);
-    let begun = run_statement(conn, "BEGIN IMMEDIATE");
+    let begun = begin(conn);
     let _ = conn.busy_timeout(super::BUSY_WAIT);
     if begun.is_err() {
         return false;
@@ -345,6 +362,7 @@ fn refuse_writes(conn: &Connection, why: &StoreError) {
 /// there: SQLite still has the removed WAL open, and every acknowledged write since the last
 /// checkpoint is in it alone. Writes are refused from then on ([`StoreError::SideFileGone`]).
 fn rescue_unlinked_wal(conn: &Connection, gone: &StoreError) {
+    release(conn);
     let folded: rusqlite::Result<(i64, i64, i64)> =
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -366,11 +384,42 @@ fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile) {
     if database.wal_size() < WAL_WORTH_TRUNCATING {
         return;
     }
+    // A checkpoint cannot run inside a transaction.
+    release(conn);
     let _ = conn.busy_timeout(Duration::ZERO);
     if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
         tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it");
     }
     let _ = conn.busy_timeout(super::BUSY_WAIT);
+}
+
+/// Begins a write transaction, unless the connection holds one already (see [`hold`]).
+fn begin(conn: &Connection) -> Result<()> {
+    match conn.is_autocommit() {
+        true => run_statement(conn, "BEGIN IMMEDIATE"),
+        false => Ok(()),
+    }
+}
+
+/// Takes the database's write lock and keeps it until the next write commits: an open write
+/// transaction that writes nothing costs no I/O, and no other process can write the file
+/// meanwhile (see the module). Never waits: if a person's transaction holds the lock now,
+/// the next write waits for it instead, as a write always did.
+fn hold(conn: &Connection) {
+    if !conn.is_autocommit() {
+        return;
+    }
+    let _ = conn.busy_timeout(Duration::ZERO);
+    let _ = run_statement(conn, "BEGIN IMMEDIATE");
+    let _ = conn.busy_timeout(super::BUSY_WAIT);
+}
+
+/// Ends the held transaction (it wrote nothing), for what cannot run inside one: a
+/// checkpoint, closing the connection.
+fn release(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = run_statement(conn, "COMMIT");
+    }
 }
 
 /// Runs one transaction-control statement, prepared once per connection: these run several
@@ -459,6 +508,51 @@ mod tests {
             .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 2, "what was acknowledged is in the file");
+    }
+
+    /// While the daemon serves, no other process takes the write lock: the connection holds
+    /// it between writes. Should a person hold it anyway (taken in the instant between a
+    /// commit and the hold, made to last here), a write waits a bounded time and fails as
+    /// busy, and the next one, once the person lets go, commits and holds the lock again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_write_lock_is_held_between_writes_and_one_taken_meanwhile_is_a_bounded_busy() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.db");
+        let store = Store::open(&path, Synchronous::Full).unwrap();
+        let insert = |store: Store| async move {
+            store
+                .write(|c| Ok(c.execute_batch("INSERT INTO t VALUES (1)")?))
+                .await
+        };
+        store
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        let person = rusqlite::Connection::open(&path).unwrap();
+        person.busy_timeout(std::time::Duration::ZERO).unwrap();
+        let refused = person.execute_batch("BEGIN IMMEDIATE").unwrap_err();
+        assert!(refused.to_string().contains("locked"), "{refused}");
+
+        {
+            let conn = store.writer.shared.conn.lock().unwrap();
+            super::release(conn.as_ref().unwrap());
+        }
+        person.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = std::time::Instant::now();
+        let busy = insert(store.clone()).await;
+        assert!(matches!(busy, Err(StoreError::Busy)), "{busy:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        person.execute_batch("ROLLBACK").unwrap();
+        insert(store.clone()).await.unwrap();
+        assert!(
+            person.execute_batch("BEGIN IMMEDIATE").is_err(),
+            "held again"
+        );
+        let rows: i64 = person
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+        store.close();
     }
 
     /// Writes queued behind a busy writer commit as one batch; one that fails and one that
