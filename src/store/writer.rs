@@ -6,10 +6,10 @@
 //! transaction that writes nothing: see [`hold`]). `schema.sql`'s triggers refuse a person's
 //! INSERT, UPDATE and DELETE, but not what writes pages without them: `sqlite3 DB ".restore
 //! old.db"` on the live database replaced it with the copy, and every write acknowledged
-//! since the copy was gone, the daemon serving on from the old state (its next messages
-//! taking the lost ones' seqs). Held, the lock makes any other process's write wait for its
-//! busy timeout and fail (`database is locked`), while readers (`sqlite3` queries, `.dump`,
-//! `.backup`, `compactd backup`) go on as before: in WAL mode a writer never blocks them.
+//! since the copy was gone, the daemon serving on from the old state. Held, the lock makes
+//! any other process's write wait for its busy timeout and fail (`database is locked`),
+//! while readers (`sqlite3` queries, `.dump`, `.backup`, `compactd backup`) go on as before:
+//! in WAL mode a writer never blocks them.
 
 use super::file::DatabaseFile;
 use super::waiting::{self, InFlight};
