@@ -242,6 +242,18 @@ async fn the_completion_a_call_asks_for_is_kept_free_before_the_model_refuses() 
     assert_eq!(state["completion_tokens"], 8_000, "{state}");
     assert_eq!(state["token_threshold"], 8_000, "{state}");
     assert_eq!(state["compaction_count"], 1, "{state}");
+    // What a person sees of it.
+    let shown = std::process::Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["session", "show", &session])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("compacts at 8000 (room kept for the client's 8000-token answers)"),
+        "{shown}"
+    );
 
     let reply: Value = serde_json::from_str(&answer).unwrap();
     messages.push(json!({"role": "assistant", "content": reply["content"]}));
