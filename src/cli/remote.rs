@@ -3,6 +3,7 @@
 
 use super::render::{Output, duration, full, or_dash, preview, table};
 use crate::client::Client;
+use crate::compaction::config::completion_share;
 use crate::message::{BatchError, Message, Role, parse_message_batch};
 use crate::protocol::{
     CompactionQuery, CompactionRow, ContextFormat, ContextMessage, CreateSessionRequest, Event,
@@ -141,7 +142,7 @@ fn session_text(s: &SessionView) -> String {
         },
         s.token_threshold,
         match s.completion_tokens {
-            n if n > 0 && n * 4 <= s.context_limit * 3 => {
+            n if n > 0 && completion_share(s.context_limit, n).is_some() => {
                 format!(" (room kept for the client's {n}-token answers)")
             }
             _ => String::new(),

@@ -234,8 +234,9 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 let Some(conn) = conn.as_ref() else { break };
                 // A WAL removed while no write came: its frames are folded at once, not at
                 // the next write (a kill -9 meanwhile would lose them).
-                if let Err(gone @ StoreError::SideFileGone { .. }) = shared.database.still_there() {
-                    shared.refuse(conn, &gone);
+                let there = shared.database.still_there();
+                if let Err(gone @ StoreError::SideFileGone { .. }) = &there {
+                    shared.refuse(conn, gone);
                     continue;
                 }
                 if index_pending {
@@ -243,7 +244,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 } else {
                     checkpoint_when_idle(conn, &shared.database);
                 }
-                if shared.database.still_there().is_ok() {
+                if there.is_ok() {
                     hold(conn);
                 }
                 continue;
@@ -321,10 +322,7 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
     }
     // Never wait for another process's lock here (a `sqlite3` user's): the next write or
     // search indexes them instead.
-    let _ = conn.busy_timeout(Duration::ZERO);
-    let begun = begin(conn);
-    let _ = conn.busy_timeout(super::BUSY_WAIT);
-    if begun.is_err() {
+    if without_waiting(conn, || begin(conn)).is_err() {
         return false;
     }
     let indexed = in_savepoint(conn, |c| {
@@ -386,11 +384,21 @@ fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile) {
     }
     // A checkpoint cannot run inside a transaction.
     release(conn);
-    let _ = conn.busy_timeout(Duration::ZERO);
-    if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
+    if let Err(e) = without_waiting(conn, || {
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+    }) {
         tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it");
     }
+}
+
+/// Runs `f` with the connection's busy timeout at zero: what the writer does on its own
+/// account (idle upkeep, taking the lock it holds) never waits for another process's lock;
+/// the next write, which a caller waits for, waits its [`super::BUSY_WAIT`] instead.
+fn without_waiting<T>(conn: &Connection, f: impl FnOnce() -> T) -> T {
+    let _ = conn.busy_timeout(Duration::ZERO);
+    let result = f();
     let _ = conn.busy_timeout(super::BUSY_WAIT);
+    result
 }
 
 /// Begins a write transaction, unless the connection holds one already (see [`hold`]).
@@ -406,12 +414,7 @@ fn begin(conn: &Connection) -> Result<()> {
 /// meanwhile (see the module). Never waits: if a person's transaction holds the lock now,
 /// the next write waits for it instead, as a write always did.
 fn hold(conn: &Connection) {
-    if !conn.is_autocommit() {
-        return;
-    }
-    let _ = conn.busy_timeout(Duration::ZERO);
-    let _ = run_statement(conn, "BEGIN IMMEDIATE");
-    let _ = conn.busy_timeout(super::BUSY_WAIT);
+    let _ = without_waiting(conn, || begin(conn));
 }
 
 /// Ends the held transaction (it wrote nothing), for what cannot run inside one: a
