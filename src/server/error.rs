@@ -96,7 +96,11 @@ impl From<ServiceError> for ApiError {
                 )
                 .retry_after(60);
             }
-            ServiceError::Store(StoreError::Gone(_) | StoreError::SideFileGone { .. }) => {
+            ServiceError::Store(
+                StoreError::Gone(_)
+                | StoreError::SideFileGone { .. }
+                | StoreError::Overwritten { .. },
+            ) => {
                 tracing::error!(%message, "store error");
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StorageGone)
             }

@@ -47,6 +47,14 @@ pub enum StoreError {
         "{} was removed or replaced while compactd ran; every acknowledged write is kept, and no more are taken until compactd is restarted", path.display()
     )]
     SideFileGone { path: PathBuf, wal: bool },
+    /// The database file shrank under the running daemon: something wrote it outside SQLite
+    /// (a copy over it), so its pages no longer fit its WAL. No write is taken, and the WAL is
+    /// set aside, not folded into the copy, when the daemon stops (see
+    /// [`super::file::DatabaseFile`]).
+    #[error(
+        "{} was overwritten while compactd ran (it shrank to {now} bytes from {was} or more: a copy over it?) and no longer fits its WAL, so no write is taken. Restart compactd: stopping, it sets the WAL aside (as {}-wal.overwritten-<time>) and leaves the copy as copied", path.display(), path.display()
+    )]
+    Overwritten { path: PathBuf, was: u64, now: u64 },
     #[error("{path}: {error}")]
     Io {
         path: PathBuf,

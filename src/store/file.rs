@@ -39,6 +39,10 @@ pub(super) struct DatabaseFile {
     /// gone (once gone, always gone; a removed index does not stop the WAL being looked at).
     side_checked_ms: AtomicU64,
     side_gone: [OnceLock<PathBuf>; 2],
+    /// The largest size the file was seen at, and the sizes (before, after) once it was seen
+    /// to shrink: see [`DatabaseFile::still_there`].
+    size_seen: AtomicU64,
+    shrank: OnceLock<(u64, u64)>,
     opened: Instant,
 }
 
@@ -86,6 +90,8 @@ impl DatabaseFile {
             side_files: Default::default(),
             side_checked_ms: AtomicU64::new(0),
             side_gone: Default::default(),
+            size_seen: AtomicU64::new(metadata.len()),
+            shrank: OnceLock::new(),
             opened: Instant::now(),
         })
     }
@@ -110,11 +116,21 @@ impl DatabaseFile {
     /// every write since the last checkpoint, when the daemon stops; with its index removed,
     /// another process builds an index of its own and may checkpoint while the daemon
     /// writes. See [`StoreError::SideFileGone`].
+    ///
+    /// And that the file never shrank: while the daemon runs it holds the write lock and
+    /// nothing vacuums, so SQLite only ever grows the file (a checkpoint writes pages, never
+    /// fewer). One that shrank was written outside SQLite, a `cp old.db` over it most likely:
+    /// locks do not stop `cp`, and the file then holds old pages that the WAL's newer ones no
+    /// longer fit (tried: the next append acknowledged, `PRAGMA integrity_check` failing,
+    /// 1,106 of 1,301 messages readable). See [`StoreError::Overwritten`] and
+    /// [`set_aside_side_files`](Self::set_aside_side_files). A copy as large as the file was
+    /// is not seen.
     pub(super) fn still_there(&self) -> Result<()> {
-        match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == self.identity => {}
+        let size = match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.identity => m.len(),
             _ => return Err(StoreError::Gone(self.path.clone())),
-        }
+        };
+        self.never_shrank(size)?;
         let now_ms = self.opened.elapsed().as_millis() as u64;
         let last = self.side_checked_ms.load(Ordering::Relaxed);
         let [wal_gone, _] = &self.side_gone;
@@ -151,6 +167,38 @@ impl DatabaseFile {
         Ok(())
     }
 
+    /// Whether the file was seen to shrink (see [`still_there`](Self::still_there)): once it
+    /// has, it stays so, whatever size it has later.
+    pub(super) fn overwritten(&self) -> bool {
+        self.shrank.get().is_some()
+    }
+
+    /// Notes the file's size after SQLite may have grown it (a checkpoint, which SQLite runs
+    /// inside a commit once the WAL is long, and the writer's when idle): a copy is told by
+    /// its size against the largest seen, so that must be the latest. A `stat` by name.
+    pub(super) fn note_size(&self) {
+        if let Ok(m) = std::fs::metadata(&self.path)
+            && (m.dev(), m.ino()) == self.identity
+        {
+            let _ = self.never_shrank(m.len());
+        }
+    }
+
+    fn never_shrank(&self, size: u64) -> Result<()> {
+        let seen = self.size_seen.fetch_max(size, Ordering::Relaxed);
+        if size < seen {
+            let _ = self.shrank.set((seen, size));
+        }
+        match self.shrank.get() {
+            Some(&(was, now)) => Err(StoreError::Overwritten {
+                path: self.path.clone(),
+                was,
+                now,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Notes which files the `-wal` and `-shm` paths name, once SQLite made them (after the
     /// store's first write), so that a later look can tell them removed or replaced.
     pub(super) fn note_side_files(&self) {
@@ -159,6 +207,29 @@ impl DatabaseFile {
                 let _ = known.set((m.dev(), m.ino()));
             }
         }
+    }
+
+    /// Renames the `-wal` and `-shm` files of an overwritten database (see
+    /// [`still_there`](Self::still_there)) to `<name>.overwritten-<unix seconds>`, once every
+    /// connection of ours is closed (no lock of ours left to drop): left in place, the WAL's
+    /// frames would be folded into the copy by the next process to open it, which would find
+    /// it malformed. Renamed, nothing is deleted, and the copy opens as copied. Returns what
+    /// was renamed, and to what.
+    pub(super) fn set_aside_side_files(&self) -> Vec<(PathBuf, PathBuf)> {
+        if !self.overwritten() {
+            return Vec::new();
+        }
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        SIDE_FILES
+            .iter()
+            .filter_map(|suffix| {
+                let from = self.side_file(suffix);
+                let to = self.side_file(&format!("{suffix}.overwritten-{seconds}"));
+                std::fs::rename(&from, &to).ok().map(|()| (from, to))
+            })
+            .collect()
     }
 
     /// The `-wal` or `-shm` file beside the database.

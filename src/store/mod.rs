@@ -161,7 +161,16 @@ impl Store {
     pub fn close(&self) {
         self.writer.close();
         self.readers.permits.close();
-        self.readers.idle.lock().map(|mut v| v.clear()).ok();
+        let overwritten = self.writer.file_overwritten();
+        if let Ok(mut idle) = self.readers.idle.lock() {
+            for conn in idle.drain(..) {
+                // The last connection to close would fold the WAL into an overwritten file.
+                if overwritten {
+                    writer::keep_wal_at_close(&conn);
+                }
+            }
+        }
+        self.writer.set_aside_stale_wal();
     }
 }
 

@@ -69,7 +69,7 @@ struct Shared {
     wrote: AtomicBool,
     /// Why writes are refused was said (and what a removed WAL held folded into the
     /// database, once being enough: no write commits after): see [`Removed`].
-    refusal_said: [AtomicBool; 3],
+    refusal_said: [AtomicBool; 4],
 }
 
 /// The file whose removal under the daemon makes the writer refuse every write, each said
@@ -81,6 +81,8 @@ enum Removed {
     Index = 1,
     /// The database file, moved or removed: said again if it comes back and goes once more.
     Database = 2,
+    /// The database file, overwritten in place (see [`StoreError::Overwritten`]).
+    Overwritten = 3,
 }
 
 impl Removed {
@@ -89,6 +91,7 @@ impl Removed {
             StoreError::SideFileGone { wal: true, .. } => Some(Removed::Wal),
             StoreError::SideFileGone { wal: false, .. } => Some(Removed::Index),
             StoreError::Gone(_) => Some(Removed::Database),
+            StoreError::Overwritten { .. } => Some(Removed::Overwritten),
             _ => None,
         }
     }
@@ -132,6 +135,18 @@ impl Shared {
 }
 
 impl Writer {
+    /// Whether the database file was seen overwritten (see [`StoreError::Overwritten`]).
+    pub(super) fn file_overwritten(&self) -> bool {
+        self.shared.database.overwritten()
+    }
+
+    /// Once every connection is closed: sets an overwritten database's WAL aside, saying so.
+    pub(super) fn set_aside_stale_wal(&self) {
+        for (from, to) in self.shared.database.set_aside_side_files() {
+            tracing::warn!(from = %from.display(), to = %to.display(), "the overwritten database's side file set aside: the copy stays as copied");
+        }
+    }
+
     pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
         hold(&conn);
         let (tx, rx) = channel::<Job>();
@@ -234,9 +249,14 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 let Some(conn) = conn.as_ref() else { break };
                 // A WAL removed while no write came: its frames are folded at once, not at
                 // the next write (a kill -9 meanwhile would lose them).
+                // An overwritten file gets no upkeep: a checkpoint would write the WAL's
+                // pages into the copy.
                 let there = shared.database.still_there();
-                if let Err(gone @ StoreError::SideFileGone { .. }) = &there {
-                    shared.refuse(conn, gone);
+                if let Err(
+                    why @ (StoreError::SideFileGone { .. } | StoreError::Overwritten { .. }),
+                ) = &there
+                {
+                    shared.refuse(conn, why);
                     continue;
                 }
                 if index_pending {
@@ -263,11 +283,27 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
         }
         shared.commit(&conn, batch);
     }
-    // Channel closed: fold the WAL back into the database, then close the connection.
+    // Channel closed: fold the WAL back into the database, then close the connection; but
+    // never into a file overwritten under the daemon, whose pages the WAL's no longer fit.
     if let Some(conn) = lock().take() {
         release(&conn);
-        let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+        let _ = shared.database.still_there();
+        if shared.database.overwritten() {
+            keep_wal_at_close(&conn);
+        } else {
+            let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+        }
     }
+}
+
+/// Leaves the WAL as it is when `conn` closes (SQLite folds it into the database file when
+/// the last connection closes, unless told not to): for a database file overwritten under the
+/// daemon, whose copy stays as copied, and the WAL beside it for whoever wants its frames.
+pub(super) fn keep_wal_at_close(conn: &Connection) {
+    let _ = conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    );
 }
 
 /// Runs every job of the batch in one transaction and tells each caller the outcome; with
@@ -308,6 +344,7 @@ fn commit_batch(
     }
     if committed {
         hold(conn);
+        database.note_size();
     }
     committed
 }
@@ -335,6 +372,7 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
         let _ = conn.execute_batch("ROLLBACK");
         return false;
     }
+    database.note_size();
     indexed.is_ok_and(|step| step.more)
 }
 
@@ -389,6 +427,7 @@ fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile) {
     }) {
         tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it");
     }
+    database.note_size();
 }
 
 /// Runs `f` with the connection's busy timeout at zero: what the writer does on its own
@@ -511,6 +550,40 @@ mod tests {
             .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 2, "what was acknowledged is in the file");
+    }
+
+    /// A file overwritten by a copy of itself from before a checkpoint that SQLite ran inside
+    /// a commit (the WAL past its 1,000 pages) is noticed: the size the checkpoint gave the
+    /// file is noted (after that commit, or at the writer's next idle look if it comes
+    /// first), a copy is held to it, and no write commits after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_copy_from_before_a_checkpoint_in_a_commit_is_noticed() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.db");
+        let store = Store::open(&path, Synchronous::Full).unwrap();
+        store
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x BLOB)")?))
+            .await
+            .unwrap();
+        store.close();
+        let copy = std::fs::read(&path).unwrap();
+
+        let store = Store::open(&path, Synchronous::Full).unwrap();
+        let insert = |bytes: usize| {
+            store.write(move |c| Ok(c.execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])?))
+        };
+        insert(6 << 20).await.unwrap();
+        assert!(
+            std::fs::metadata(&path).unwrap().len() > 6 << 20,
+            "checkpointed"
+        );
+        std::fs::write(&path, &copy).unwrap();
+        let refused = insert(1).await;
+        assert!(
+            matches!(refused, Err(StoreError::Overwritten { .. })),
+            "{refused:?}"
+        );
+        store.close();
     }
 
     /// While the daemon serves, no other process takes the write lock: the connection holds

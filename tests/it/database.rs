@@ -411,6 +411,80 @@ async fn writes_by_hand_and_a_restore_over_the_live_database_are_refused() {
     assert_eq!(all_messages(&daemon.client(), "s").await.len(), acked);
 }
 
+/// `cp old.db compactd.db` over the live database, then a restart: a copy restored as any
+/// file would be. Locks do not stop `cp`: the file then held the copy's old pages under the
+/// WAL's newer ones, the next append was acknowledged into a file `PRAGMA integrity_check`
+/// found malformed, and stopping folded the WAL into the copy. Now the file, smaller than it
+/// was, is noticed: nothing more is acknowledged, and stopping sets the WAL aside, so the
+/// restarted daemon serves the copy as copied and takes writes again.
+#[tokio::test]
+async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let db = daemon.db();
+    let mut copied = 0;
+    for i in 0..4 {
+        copied += step(&client, "s", i).await;
+    }
+    // A person folds the WAL into the file and copies it; the session goes on past another
+    // fold, and beyond it (so the WAL holds frames the file has not, and the copy is only a
+    // little smaller than the file).
+    let copy = daemon.dir.path().join("old.db");
+    sqlite3(&db, "pragma wal_checkpoint").unwrap();
+    sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
+    for i in 4..8 {
+        step(&client, "s", i).await;
+    }
+    sqlite3(&db, "pragma wal_checkpoint").unwrap();
+    for i in 8..11 {
+        step(&client, "s", i).await;
+    }
+    let sizes = [&copy, &db].map(|path| std::fs::metadata(path).unwrap().len());
+    assert!(sizes[0] < sizes[1], "{sizes:?}");
+
+    std::fs::copy(&copy, &db).unwrap();
+    for attempt in 0..3 {
+        let refused = client
+            .post(
+                "/session/s/message",
+                &user(&format!("after the copy {attempt}")),
+            )
+            .await;
+        let (status, message) = crate::common::api_error(refused.unwrap_err());
+        assert_eq!(status, 503, "{message}");
+        assert!(
+            message.contains("overwritten") && message.contains("Restart compactd"),
+            "{message}"
+        );
+    }
+    assert_eq!(daemon.log().matches("refusing writes").count(), 1);
+    assert!(daemon.terminate().success(), "{}", daemon.log());
+
+    // The copy as copied, nothing of the WAL folded into it; the WAL kept beside it.
+    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+    assert_eq!(counted(&db, "s"), copied);
+    let aside: Vec<_> = std::fs::read_dir(daemon.dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().contains(".db-wal.overwritten-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(std::fs::metadata(&aside[0]).unwrap().len() > 0);
+    assert!(!wal(&db).exists());
+
+    daemon.spawn();
+    let client = daemon.client();
+    assert_eq!(all_messages(&client, "s").await.len(), copied);
+    let more = step(&client, "s", 99).await;
+    daemon.kill9();
+    assert_eq!(counted(&db, "s"), copied + more);
+    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+}
+
 /// `rm *.db-wal *.db-shm`, an old remedy for a locked database, run while the daemon works.
 /// SQLite kept writing to the removed WAL, which the file system frees at exit, and every
 /// acknowledged write since the last checkpoint (here all of them, the schema too) went with
