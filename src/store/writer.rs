@@ -248,9 +248,8 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 let conn = lock();
                 let Some(conn) = conn.as_ref() else { break };
                 // A WAL removed while no write came: its frames are folded at once, not at
-                // the next write (a kill -9 meanwhile would lose them).
-                // An overwritten file gets no upkeep: a checkpoint would write the WAL's
-                // pages into the copy.
+                // the next write (a kill -9 meanwhile would lose them). An overwritten file
+                // gets no upkeep: a checkpoint would write the WAL's pages into the copy.
                 let there = shared.database.still_there();
                 if let Err(
                     why @ (StoreError::SideFileGone { .. } | StoreError::Overwritten { .. }),
