@@ -163,7 +163,7 @@ export declare class Client {
   appendRetryMs: number;
   constructor(socketPath?: string);
   request(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<any>;
-  health(): Promise<{ status: "ok"; version: string; uptime_s: number; pid: number; summarizer: string; database: string; config: { path: string | null; exists: boolean; error: string | null; reloads: number } }>;
+  health(): Promise<{ status: "ok" | "refusing_writes"; writes_refused?: string; version: string; uptime_s: number; pid: number; summarizer: string; database: string; config: { path: string | null; exists: boolean; error: string | null; reloads: number } }>;
   createSession(options?: { id?: string; model?: string; context_limit?: number; config?: Record<string, unknown> }): Promise<Session>;
   sessions(): Promise<Session[]>;
   session(id: string): Promise<Session>;

@@ -38,13 +38,16 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             (None, true) => "in force".into(),
             (None, false) => "no file: built-in defaults".into(),
         };
+        let database = match &h.writes_refused {
+            Some(why) => format!("{} (WRITES REFUSED: {why})", h.database),
+            None => h.database.clone(),
+        };
         format!(
-            "compactd {} running on {} (pid {}, up {})\ndatabase:   {}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsummaries:  {} running (at most {}), {} waiting\nsessions:   {}\n",
+            "compactd {} running on {} (pid {}, up {})\ndatabase:   {database}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsummaries:  {} running (at most {}), {} waiting\nsessions:   {}\n",
             h.version,
             s.socket,
             h.pid,
             duration(h.uptime_s),
-            h.database,
             or_dash(&h.config.path),
             h.summarizer,
             h.proxy

@@ -34,8 +34,13 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
         .path
         .as_deref()
         .is_some_and(|p| std::path::Path::new(p).exists());
+    let writes_refused = service.store().writes_refused();
     ok(Health {
-        status: "ok".into(),
+        status: match writes_refused {
+            Some(_) => "refusing_writes".into(),
+            None => "ok".into(),
+        },
+        writes_refused,
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: service.uptime_s(),
         pid: std::process::id(),

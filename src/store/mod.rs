@@ -152,6 +152,12 @@ impl Store {
         })
     }
 
+    /// Why writes are refused now (the database file, its WAL or its index removed,
+    /// replaced or overwritten under the daemon), if they are.
+    pub fn writes_refused(&self) -> Option<String> {
+        self.writer.refused_because()
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.readers.path

@@ -70,6 +70,9 @@ struct Shared {
     /// Why writes are refused was said (and what a removed WAL held folded into the
     /// database, once being enough: no write commits after): see [`Removed`].
     refusal_said: [AtomicBool; 4],
+    /// Why writes are refused now, for `/health`: the last refusal's reason, until a write
+    /// commits again (only a database file that comes back where it was takes writes again).
+    refused_because: Mutex<Option<String>>,
 }
 
 /// The file whose removal under the daemon makes the writer refuse every write, each said
@@ -110,9 +113,8 @@ impl Shared {
                     batches.is_multiple_of(INDEX_CHECK_EVERY),
                     |why| self.refuse(conn, why),
                 );
-                let gone = &self.refusal_said[Removed::Database as usize];
-                if committed && gone.load(Ordering::Relaxed) {
-                    gone.store(false, Ordering::Relaxed);
+                if committed {
+                    self.back();
                 }
             }
             None => {
@@ -128,8 +130,23 @@ impl Shared {
         let Some(removed) = Removed::of(why) else {
             return;
         };
+        if let Ok(mut because) = self.refused_because.lock() {
+            *because = Some(why.to_string());
+        }
         if !self.refusal_said[removed as usize].swap(true, Ordering::AcqRel) {
             refuse_writes(conn, why);
+        }
+    }
+
+    /// The database file is where it was (a write committed, or the idle look found it):
+    /// a refusal for its removal is over, and said again should it go once more.
+    fn back(&self) {
+        let gone = &self.refusal_said[Removed::Database as usize];
+        if gone.load(Ordering::Relaxed)
+            && gone.swap(false, Ordering::AcqRel)
+            && let Ok(mut because) = self.refused_because.lock()
+        {
+            *because = None;
         }
     }
 }
@@ -138,6 +155,12 @@ impl Writer {
     /// Whether the database file was seen overwritten (see [`StoreError::Overwritten`]).
     pub(super) fn file_overwritten(&self) -> bool {
         self.shared.database.overwritten()
+    }
+
+    /// Why writes are refused now (a file removed, replaced or overwritten under the daemon),
+    /// if they are.
+    pub(super) fn refused_because(&self) -> Option<String> {
+        self.shared.refused_because.lock().ok()?.clone()
     }
 
     /// Once every connection is closed: sets an overwritten database's WAL aside, saying so.
@@ -156,6 +179,7 @@ impl Writer {
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
             refusal_said: Default::default(),
+            refused_because: Mutex::new(None),
         });
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
@@ -251,11 +275,13 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 // the next write (a kill -9 meanwhile would lose them). An overwritten file
                 // gets no upkeep: a checkpoint would write the WAL's pages into the copy.
                 let there = shared.database.still_there();
-                if let Err(
-                    why @ (StoreError::SideFileGone { .. } | StoreError::Overwritten { .. }),
-                ) = &there
+                match &there {
+                    Ok(()) => shared.back(),
+                    Err(why) => shared.refuse(conn, why),
+                }
+                if let Err(StoreError::SideFileGone { .. } | StoreError::Overwritten { .. }) =
+                    &there
                 {
-                    shared.refuse(conn, why);
                     continue;
                 }
                 if index_pending {

@@ -462,6 +462,26 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
         );
     }
     assert_eq!(daemon.log().matches("refusing writes").count(), 1);
+    // What a person checking on the daemon sees.
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "refusing_writes");
+    assert!(
+        health["writes_refused"]
+            .as_str()
+            .is_some_and(|why| why.contains("overwritten")),
+        "{health}"
+    );
+    let status = Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("status")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("(WRITES REFUSED: ") && status.contains("overwritten"),
+        "{status}"
+    );
     assert!(daemon.terminate().success(), "{}", daemon.log());
 
     // The copy as copied, nothing of the WAL folded into it; the WAL kept beside it.
@@ -480,6 +500,7 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     let client = daemon.client();
     assert_eq!(all_messages(&client, "s").await.len(), copied);
     let more = step(&client, "s", 99).await;
+    assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
     daemon.kill9();
     assert_eq!(counted(&db, "s"), copied + more);
     assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");

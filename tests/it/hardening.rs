@@ -566,8 +566,10 @@ async fn bad_numbers_a_locked_database_and_a_removed_one_get_clear_errors() {
     drop(locker);
     assert_eq!(all_messages(&client, "n").await.len(), 2);
 
-    // The database file is removed under the daemon: no write is acknowledged into the void.
-    std::fs::remove_file(daemon.db()).unwrap();
+    // The database file is moved away under the daemon: no write is acknowledged into the
+    // void, and /health says why; moved back, writes are taken again.
+    let aside = daemon.dir.path().join("moved.db");
+    std::fs::rename(daemon.db(), &aside).unwrap();
     let e = client
         .post("/session/n/message", &user("into the void"))
         .await
@@ -577,6 +579,23 @@ async fn bad_numbers_a_locked_database_and_a_removed_one_get_clear_errors() {
         (status, code),
         (503, ApiCode::Known(ErrorCode::StorageGone))
     );
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "refusing_writes");
+    assert!(
+        health["writes_refused"]
+            .as_str()
+            .is_some_and(|why| why.contains("removed or replaced")),
+        "{health}"
+    );
+    std::fs::rename(&aside, daemon.db()).unwrap();
+    client
+        .post("/session/n/message", &user("back"))
+        .await
+        .unwrap();
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health.get("writes_refused"), None);
+    assert_eq!(all_messages(&client, "n").await.len(), 3);
 }
 
 // 12. Malformed requests get the JSON error shape; a client that half-closes gets its answer.
