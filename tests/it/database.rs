@@ -463,14 +463,7 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     }
     assert_eq!(daemon.log().matches("refusing writes").count(), 1);
     // What a person checking on the daemon sees.
-    let health = client.get("/health").await.unwrap();
-    assert_eq!(health["status"], "refusing_writes");
-    assert!(
-        health["writes_refused"]
-            .as_str()
-            .is_some_and(|why| why.contains("overwritten")),
-        "{health}"
-    );
+    crate::common::assert_refusing_writes(&client, "overwritten").await;
     let status = Command::new(crate::common::BIN)
         .arg("--socket")
         .arg(daemon.socket())

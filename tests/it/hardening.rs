@@ -579,14 +579,7 @@ async fn bad_numbers_a_locked_database_and_a_removed_one_get_clear_errors() {
         (status, code),
         (503, ApiCode::Known(ErrorCode::StorageGone))
     );
-    let health = client.get("/health").await.unwrap();
-    assert_eq!(health["status"], "refusing_writes");
-    assert!(
-        health["writes_refused"]
-            .as_str()
-            .is_some_and(|why| why.contains("removed or replaced")),
-        "{health}"
-    );
+    crate::common::assert_refusing_writes(&client, "removed or replaced").await;
     std::fs::rename(&aside, daemon.db()).unwrap();
     client
         .post("/session/n/message", &user("back"))

@@ -241,6 +241,14 @@ pub async fn all_messages(client: &Client, session: &str) -> Vec<Value> {
 }
 
 /// A plain user message.
+/// Asserts that `/health` says every write is refused, for a reason that mentions `why`.
+pub async fn assert_refusing_writes(client: &Client, why: &str) {
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "refusing_writes", "{health}");
+    let reason = health["writes_refused"].as_str().unwrap_or_default();
+    assert!(reason.contains(why), "{health}");
+}
+
 pub fn user(text: &str) -> Value {
     json!({"role": "user", "content": text})
 }
