@@ -18,13 +18,18 @@ use std::time::{Duration, Instant};
 /// `status`: whether the daemon runs, and how.
 pub async fn status(client: &Client, out: Output) -> Result<()> {
     let health = client.health().await?;
-    let sessions = client.session_count().await?;
+    // Counting reads the database, which a daemon refusing writes may refuse too.
+    let sessions = match client.session_count().await {
+        Ok(n) => Some(n),
+        Err(_) if health.writes_refused.is_some() => None,
+        Err(e) => return Err(e.into()),
+    };
     #[derive(Serialize)]
     struct Status {
         #[serde(flatten)]
         health: crate::protocol::Health,
         socket: String,
-        sessions: u64,
+        sessions: Option<u64>,
     }
     let status = Status {
         health,
@@ -63,7 +68,7 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             h.summarizer_calls.running,
             h.summarizer_calls.max_concurrent,
             h.summarizer_calls.waiting,
-            s.sessions,
+            s.sessions.map_or_else(|| "-".to_string(), |n| n.to_string()),
         )
     });
     Ok(())

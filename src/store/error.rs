@@ -48,11 +48,12 @@ pub enum StoreError {
     )]
     SideFileGone { path: PathBuf, wal: bool },
     /// The database file shrank under the running daemon: something wrote it outside SQLite
-    /// (a copy over it), so its pages no longer fit its WAL. No write is taken, and the WAL is
+    /// (a copy over it), so its pages no longer fit its WAL. Nothing is read or written (a
+    /// context read from the mix could be unsound), and the WAL is
     /// set aside, not folded into the copy, when the daemon stops (see
     /// [`super::file::DatabaseFile`]).
     #[error(
-        "{} was overwritten while compactd ran (it shrank to {now} bytes from {was} or more: a copy over it?) and no longer fits its WAL, so no write is taken. Restart compactd: stopping, it sets the WAL aside (as {}-wal.overwritten-<time>) and leaves the copy as copied", path.display(), path.display()
+        "{} was overwritten while compactd ran (it shrank to {now} bytes from {was} or more: a copy over it?) and no longer fits its WAL, so nothing more is read or written. Restart compactd: stopping, it sets the WAL aside (as {}-wal.overwritten-<time>) and leaves the copy as copied", path.display(), path.display()
     )]
     Overwritten { path: PathBuf, was: u64, now: u64 },
     #[error("{path}: {error}")]

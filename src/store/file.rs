@@ -189,6 +189,12 @@ impl DatabaseFile {
         if size < seen {
             let _ = self.shrank.set((seen, size));
         }
+        self.unless_overwritten()
+    }
+
+    /// [`StoreError::Overwritten`] once the file was seen to shrink: nothing read from it
+    /// then is sound (its pages mixed with the WAL's), nor anything written.
+    pub(super) fn unless_overwritten(&self) -> Result<()> {
         match self.shrank.get() {
             Some(&(was, now)) => Err(StoreError::Overwritten {
                 path: self.path.clone(),

@@ -117,12 +117,14 @@ impl Store {
     }
 
     /// Runs `f` on a read connection inside one read transaction (a consistent snapshot), on
-    /// a blocking thread, once one of the [`MAX_READERS`] permits is free.
+    /// a blocking thread, once one of the [`MAX_READERS`] permits is free. Refused once the
+    /// database file was seen overwritten ([`StoreError::Overwritten`]).
     pub async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        self.writer.unless_overwritten()?;
         let readers = self.readers.clone();
         let _permit = readers
             .permits
@@ -144,6 +146,7 @@ impl Store {
 
     /// The same read, on this thread: for tools that run no async runtime.
     pub fn read_now<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.writer.unless_overwritten()?;
         self.readers.with(|conn| {
             conn.execute_batch("BEGIN")?;
             let result = f(conn);

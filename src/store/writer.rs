@@ -157,6 +157,11 @@ impl Writer {
         self.shared.database.overwritten()
     }
 
+    /// [`StoreError::Overwritten`] once the database file was seen overwritten: reads stop too.
+    pub(super) fn unless_overwritten(&self) -> Result<()> {
+        self.shared.database.unless_overwritten()
+    }
+
     /// Why writes are refused now (a file removed, replaced or overwritten under the daemon),
     /// if they are.
     pub(super) fn refused_because(&self) -> Option<String> {

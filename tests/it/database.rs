@@ -462,6 +462,9 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
         );
     }
     assert_eq!(daemon.log().matches("refusing writes").count(), 1);
+    // Nor is a context read from the mix of old pages and the WAL's.
+    let refused = client.get("/session/s/context").await;
+    assert_eq!(crate::common::api_error(refused.unwrap_err()).0, 503);
     // What a person checking on the daemon sees.
     crate::common::assert_refusing_writes(&client, "overwritten").await;
     let status = Command::new(crate::common::BIN)
