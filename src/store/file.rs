@@ -84,6 +84,11 @@ impl DatabaseFile {
             )));
         }
         make_private(path)?;
+        if beside(path, OVERWRITTEN_MARK).exists() {
+            for (from, to) in set_aside_side_files(path) {
+                tracing::warn!(from = %from.display(), to = %to.display(), "a daemon before this one found the database overwritten and was stopped before it set its side file aside: set aside now, the copy opens as copied");
+            }
+        }
         Ok(DatabaseFile {
             path: path.to_path_buf(),
             identity: (metadata.dev(), metadata.ino()),
@@ -186,8 +191,14 @@ impl DatabaseFile {
 
     fn never_shrank(&self, size: u64) -> Result<()> {
         let seen = self.size_seen.fetch_max(size, Ordering::Relaxed);
-        if size < seen {
-            let _ = self.shrank.set((seen, size));
+        if size < seen && self.shrank.set((seen, size)).is_ok() {
+            // Should the daemon be killed before it stops (and sets the WAL aside), the next
+            // one finds this and does it (see `prepare`).
+            let why = self.unless_overwritten().err().map(|e| e.to_string());
+            let _ = write_private(
+                &beside(&self.path, OVERWRITTEN_MARK),
+                why.unwrap_or_default().as_bytes(),
+            );
         }
         self.unless_overwritten()
     }
@@ -222,33 +233,73 @@ impl DatabaseFile {
     /// it malformed. Renamed, nothing is deleted, and the copy opens as copied. Returns what
     /// was renamed, and to what.
     pub(super) fn set_aside_side_files(&self) -> Vec<(PathBuf, PathBuf)> {
-        if !self.overwritten() {
-            return Vec::new();
+        match self.overwritten() {
+            true => set_aside_side_files(&self.path),
+            false => Vec::new(),
         }
-        let seconds = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        SIDE_FILES
-            .iter()
-            .filter_map(|suffix| {
-                let from = self.side_file(suffix);
-                let to = self.side_file(&format!("{suffix}.overwritten-{seconds}"));
-                std::fs::rename(&from, &to).ok().map(|()| (from, to))
-            })
-            .collect()
     }
 
     /// The `-wal` or `-shm` file beside the database.
     pub(super) fn side_file(&self, suffix: &str) -> PathBuf {
-        let mut side = self.path.as_os_str().to_os_string();
-        side.push(suffix);
-        PathBuf::from(side)
+        beside(&self.path, suffix)
     }
 
     /// The WAL's size in bytes (0 when there is none), by `stat`.
     pub(super) fn wal_size(&self) -> u64 {
         std::fs::metadata(self.side_file("-wal")).map_or(0, |m| m.len())
     }
+}
+
+/// Left beside a database found overwritten (see [`DatabaseFile::still_there`]) until its
+/// side files are set aside, saying why.
+const OVERWRITTEN_MARK: &str = ".overwritten";
+
+/// `path` with `suffix` appended to its file name.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut side = path.as_os_str().to_os_string();
+    side.push(suffix);
+    PathBuf::from(side)
+}
+
+/// Renames the `-wal` and `-shm` files beside `path` to `<name>.overwritten-<unix seconds>`
+/// (and `-1`, `-2`... should that name be taken), then removes the [`OVERWRITTEN_MARK`]; only
+/// with no connection of ours open. Returns what
+/// was renamed, and to what.
+fn set_aside_side_files(path: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = |suffix: &str, n: u32| match n {
+        0 => beside(path, &format!("{suffix}.overwritten-{seconds}")),
+        n => beside(path, &format!("{suffix}.overwritten-{seconds}-{n}")),
+    };
+    // A rename replaces what has the new name: never one set aside before.
+    let n = (0..)
+        .find(|&n| SIDE_FILES.iter().all(|suffix| !aside(suffix, n).exists()))
+        .unwrap_or(0);
+    let moved = SIDE_FILES
+        .iter()
+        .filter_map(|suffix| {
+            let (from, to) = (beside(path, suffix), aside(suffix, n));
+            std::fs::rename(&from, &to).ok().map(|()| (from, to))
+        })
+        .collect();
+    let _ = std::fs::remove_file(beside(path, OVERWRITTEN_MARK));
+    moved
+}
+
+/// Writes a small file of ours, mode 0600.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(bytes)
 }
 
 /// Creates a new empty file with mode 0600, failing if anything (a symlink included) is

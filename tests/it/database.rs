@@ -495,8 +495,36 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     daemon.spawn();
     let client = daemon.client();
     assert_eq!(all_messages(&client, "s").await.len(), copied);
-    let more = step(&client, "s", 99).await;
+    assert!(step(&client, "s", 99).await > 0);
     assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+
+    // Once more, the daemon killed before it stops (so before it sets the WAL aside): it is
+    // noticed while idle, and the next daemon sets the WAL aside as it starts.
+    sqlite3(&db, "pragma wal_checkpoint").unwrap();
+    for i in 100..103 {
+        step(&client, "s", i).await;
+    }
+    std::fs::copy(&copy, &db).unwrap();
+    let noticed = crate::common::eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.ok()?;
+        (health["status"] == "refusing_writes").then_some(())
+    })
+    .await;
+    assert!(noticed.is_some(), "{}", daemon.log());
+    daemon.kill9();
+    daemon.spawn();
+    let client = daemon.client();
+    assert_eq!(all_messages(&client, "s").await.len(), copied);
+    assert!(daemon.log().contains("set aside now"), "{}", daemon.log());
+    let set_aside = std::fs::read_dir(daemon.dir.path())
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().contains(".db-wal.overwritten-")
+        })
+        .count();
+    assert_eq!(set_aside, 2, "each WAL kept under its own name");
+    let more = step(&client, "s", 200).await;
     daemon.kill9();
     assert_eq!(counted(&db, "s"), copied + more);
     assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
