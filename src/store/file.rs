@@ -9,11 +9,12 @@
 //! would go to a WAL nobody finds again.
 //!
 //! So this module never opens an existing database file: it checks the path with `lstat` and
-//! changes its mode with `chmod`, both by name. The one descriptor it opens is the one that
-//! creates a new, empty file, closed before any connection exists (no lock can be held on a
-//! file that did not exist). SQLite then opens the path itself, refusing a symlink
+//! changes its mode with `chmod`, both by name. The one descriptor of the database it opens is
+//! the one that creates a new, empty file, closed before any connection exists (no lock can be
+//! held on a file that did not exist). SQLite then opens the path itself, refusing a symlink
 //! (`SQLITE_OPEN_NOFOLLOW`), and [`DatabaseFile::confirm_opened`] checks by `stat` that the
-//! path still names the file that was checked.
+//! path still names the file that was checked. The only other file it writes is a mark of its
+//! own beside a database found overwritten (see [`DatabaseFile::still_there`]).
 
 use super::{Result, StoreError};
 use rusqlite::OpenFlags;
@@ -191,14 +192,14 @@ impl DatabaseFile {
 
     fn never_shrank(&self, size: u64) -> Result<()> {
         let seen = self.size_seen.fetch_max(size, Ordering::Relaxed);
-        if size < seen && self.shrank.set((seen, size)).is_ok() {
+        if size < seen
+            && self.shrank.set((seen, size)).is_ok()
+            && let Err(why) = self.unless_overwritten()
+        {
             // Should the daemon be killed before it stops (and sets the WAL aside), the next
             // one finds this and does it (see `prepare`).
-            let why = self.unless_overwritten().err().map(|e| e.to_string());
-            let _ = write_private(
-                &beside(&self.path, OVERWRITTEN_MARK),
-                why.unwrap_or_default().as_bytes(),
-            );
+            let mark = beside(&self.path, OVERWRITTEN_MARK);
+            let _ = write_private(&mark, why.to_string().as_bytes());
         }
         self.unless_overwritten()
     }
