@@ -347,9 +347,10 @@ fn commit_batch(
     check_index: bool,
     refused: impl FnOnce(&StoreError),
 ) -> bool {
-    let begun = begin(conn);
+    // Nothing runs on a file known overwritten (its reads are of a mix of pages), nor without
+    // a transaction: every caller hears why.
+    let begun = database.unless_overwritten().and_then(|()| begin(conn));
     if let Err(e) = begun {
-        // Without a transaction nothing runs: every caller hears why.
         for job in batch {
             job(None)(Err(e.clone()));
         }
