@@ -40,10 +40,11 @@ pub(super) struct DatabaseFile {
     /// gone (once gone, always gone; a removed index does not stop the WAL being looked at).
     side_checked_ms: AtomicU64,
     side_gone: [OnceLock<PathBuf>; 2],
-    /// The largest size the file was seen at, and the sizes (before, after) once it was seen
-    /// to shrink: see [`DatabaseFile::still_there`].
+    /// The largest size the file was seen at, and the WAL's since the writer last let go of
+    /// the write lock; which shrank, and how, once one did: see [`DatabaseFile::still_there`].
     size_seen: AtomicU64,
-    shrank: OnceLock<(u64, u64)>,
+    wal_seen: AtomicU64,
+    shrank: OnceLock<Shrunk>,
     opened: Instant,
 }
 
@@ -97,6 +98,7 @@ impl DatabaseFile {
             side_checked_ms: AtomicU64::new(0),
             side_gone: Default::default(),
             size_seen: AtomicU64::new(metadata.len()),
+            wal_seen: AtomicU64::new(0),
             shrank: OnceLock::new(),
             opened: Instant::now(),
         })
@@ -123,7 +125,13 @@ impl DatabaseFile {
     /// another process builds an index of its own and may checkpoint while the daemon
     /// writes. See [`StoreError::SideFileGone`].
     ///
-    /// And that the file never shrank: while the daemon runs it holds the write lock and
+    /// And that neither file shrank. The WAL: while the writer holds the write lock no other
+    /// process can checkpoint it to nothing, and the writer's own SQLite shrinks it only to
+    /// `journal_size_limit` (its own truncating checkpoints let go of the lock, and
+    /// [`wal_rebaseline`](Self::wal_rebaseline) follows). One emptied under it (`: >
+    /// compactd.db-wal`, to free the space a "log" takes) took every write since the last
+    /// checkpoint (tried: the next append acknowledged, then `file is not a database`, all 21
+    /// messages gone). The database file: while the daemon runs it holds the write lock and
     /// nothing vacuums, so SQLite only ever grows the file (a checkpoint writes pages, never
     /// fewer). One that shrank was written outside SQLite, a `cp old.db` over it most likely:
     /// locks do not stop `cp`, and the file then holds old pages that the WAL's newer ones no
@@ -148,9 +156,14 @@ impl DatabaseFile {
                 SIDE_FILES.iter().zip(&self.side_files).zip(&self.side_gone)
             {
                 let path = self.side_file(suffix);
-                let now = std::fs::metadata(&path).map(|m| (m.dev(), m.ino()));
+                let metadata = std::fs::metadata(&path);
+                let now = metadata.as_ref().map(|m| (m.dev(), m.ino()));
                 match (known.get(), now) {
-                    (Some(known), Ok(now)) if *known == now => {}
+                    (Some(known), Ok(now)) if *known == now => {
+                        if let (&"-wal", Ok(m)) = (suffix, &metadata) {
+                            self.wal_never_shrank(m.len());
+                        }
+                    }
                     (Some(_), _) => {
                         let _ = gone.set(path);
                     }
@@ -170,13 +183,31 @@ impl DatabaseFile {
                 });
             }
         }
-        Ok(())
+        self.unless_overwritten()
     }
 
-    /// Whether the file was seen to shrink (see [`still_there`](Self::still_there)): once it
-    /// has, it stays so, whatever size it has later.
+    /// Whether the file or its WAL was seen to shrink (see [`still_there`](Self::still_there)):
+    /// once one has, it stays so, whatever size it has later.
     pub(super) fn overwritten(&self) -> bool {
         self.shrank.get().is_some()
+    }
+
+    /// Forgets the WAL's size: the writer let go of the write lock (to checkpoint, or another
+    /// process took it), so another process may have checkpointed it to nothing, as SQLite
+    /// allows. The next look takes its size afresh.
+    pub(super) fn wal_rebaseline(&self) {
+        self.wal_seen.store(0, Ordering::Relaxed);
+    }
+
+    fn wal_never_shrank(&self, size: u64) {
+        let seen = self.wal_seen.fetch_max(size, Ordering::Relaxed);
+        if size < seen.min(super::WAL_SIZE_LIMIT) {
+            self.mark_shrunk(Shrunk {
+                wal: true,
+                was: seen,
+                now: size,
+            });
+        }
     }
 
     /// Notes the file's size after SQLite may have grown it (a checkpoint, which SQLite runs
@@ -192,24 +223,38 @@ impl DatabaseFile {
 
     fn never_shrank(&self, size: u64) -> Result<()> {
         let seen = self.size_seen.fetch_max(size, Ordering::Relaxed);
-        if size < seen
-            && self.shrank.set((seen, size)).is_ok()
+        if size < seen {
+            self.mark_shrunk(Shrunk {
+                wal: false,
+                was: seen,
+                now: size,
+            });
+        }
+        self.unless_overwritten()
+    }
+
+    /// Notes the first file found shrunk: for good in memory, and in a mark beside the
+    /// database should the daemon be killed before it stops and sets the WAL aside (the next
+    /// one finds the mark and does it: see `prepare`).
+    fn mark_shrunk(&self, shrunk: Shrunk) {
+        if self.shrank.set(shrunk).is_ok()
             && let Err(why) = self.unless_overwritten()
         {
-            // Should the daemon be killed before it stops (and sets the WAL aside), the next
-            // one finds this and does it (see `prepare`).
             let mark = beside(&self.path, OVERWRITTEN_MARK);
             let _ = write_private(&mark, why.to_string().as_bytes());
         }
-        self.unless_overwritten()
     }
 
     /// [`StoreError::Overwritten`] once the file was seen to shrink: nothing read from it
     /// then is sound (its pages mixed with the WAL's), nor anything written.
     pub(super) fn unless_overwritten(&self) -> Result<()> {
         match self.shrank.get() {
-            Some(&(was, now)) => Err(StoreError::Overwritten {
-                path: self.path.clone(),
+            Some(&Shrunk { wal, was, now }) => Err(StoreError::Overwritten {
+                path: match wal {
+                    true => self.side_file("-wal"),
+                    false => self.path.clone(),
+                },
+                database: self.path.clone(),
                 was,
                 now,
             }),
@@ -249,6 +294,15 @@ impl DatabaseFile {
     pub(super) fn wal_size(&self) -> u64 {
         std::fs::metadata(self.side_file("-wal")).map_or(0, |m| m.len())
     }
+}
+
+/// Which file was found shrunk under the daemon (the WAL, or the database), from what size
+/// (at least) to what.
+#[derive(Clone, Copy)]
+struct Shrunk {
+    wal: bool,
+    was: u64,
+    now: u64,
 }
 
 /// Left beside a database found overwritten (see [`DatabaseFile::still_there`]) until its

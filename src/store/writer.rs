@@ -84,7 +84,7 @@ enum Removed {
     Index = 1,
     /// The database file, moved or removed: said again if it comes back and goes once more.
     Database = 2,
-    /// The database file, overwritten in place (see [`StoreError::Overwritten`]).
+    /// The database file or its WAL, written outside SQLite (see [`StoreError::Overwritten`]).
     Overwritten = 3,
 }
 
@@ -171,12 +171,12 @@ impl Writer {
     /// Once every connection is closed: sets an overwritten database's WAL aside, saying so.
     pub(super) fn set_aside_stale_wal(&self) {
         for (from, to) in self.shared.database.set_aside_side_files() {
-            tracing::warn!(from = %from.display(), to = %to.display(), "the overwritten database's side file set aside: the copy stays as copied");
+            tracing::warn!(from = %from.display(), to = %to.display(), "a side file that no longer fits the database file set aside: the database file opens as it is");
         }
     }
 
     pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
-        hold(&conn);
+        hold(&conn, &database);
         let (tx, rx) = channel::<Job>();
         let shared = Arc::new(Shared {
             conn: Mutex::new(Some(conn)),
@@ -295,7 +295,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                     checkpoint_when_idle(conn, &shared.database);
                 }
                 if there.is_ok() {
-                    hold(conn);
+                    hold(conn, &shared.database);
                 }
                 continue;
             }
@@ -349,8 +349,11 @@ fn commit_batch(
 ) -> bool {
     // Nothing runs on a file known overwritten (its reads are of a mix of pages), nor without
     // a transaction: every caller hears why.
-    let begun = database.unless_overwritten().and_then(|()| begin(conn));
+    let begun = database
+        .unless_overwritten()
+        .and_then(|()| begin(conn, database));
     if let Err(e) = begun {
+        refused(&e);
         for job in batch {
             job(None)(Err(e.clone()));
         }
@@ -374,7 +377,7 @@ fn commit_batch(
         complete(commit.clone());
     }
     if committed {
-        hold(conn);
+        hold(conn, database);
         database.note_size();
     }
     committed
@@ -390,7 +393,7 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
     }
     // Never wait for another process's lock here (a `sqlite3` user's): the next write or
     // search indexes them instead.
-    if without_waiting(conn, || begin(conn)).is_err() {
+    if without_waiting(conn, || begin(conn, database)).is_err() {
         return false;
     }
     let indexed = in_savepoint(conn, |c| {
@@ -459,6 +462,7 @@ fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile) {
         tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it");
     }
     database.note_size();
+    database.wal_rebaseline();
 }
 
 /// Runs `f` with the connection's busy timeout at zero: what the writer does on its own
@@ -472,9 +476,14 @@ fn without_waiting<T>(conn: &Connection, f: impl FnOnce() -> T) -> T {
 }
 
 /// Begins a write transaction, unless the connection holds one already (see [`hold`]).
-fn begin(conn: &Connection) -> Result<()> {
+/// Not held since the last commit, the write lock was free for another process, which may
+/// have checkpointed the WAL to nothing: its size is taken afresh.
+fn begin(conn: &Connection, database: &DatabaseFile) -> Result<()> {
     match conn.is_autocommit() {
-        true => run_statement(conn, "BEGIN IMMEDIATE"),
+        true => {
+            database.wal_rebaseline();
+            run_statement(conn, "BEGIN IMMEDIATE")
+        }
         false => Ok(()),
     }
 }
@@ -483,8 +492,16 @@ fn begin(conn: &Connection) -> Result<()> {
 /// transaction that writes nothing costs no I/O, and no other process can write the file
 /// meanwhile (see the module). Never waits: if a person's transaction holds the lock now,
 /// the next write waits for it instead, as a write always did.
-fn hold(conn: &Connection) {
-    let _ = without_waiting(conn, || begin(conn));
+///
+/// Taken right after a commit (or the writer's own checkpoint, which says so itself), the
+/// lock was free for microseconds only: the WAL's size stays the one to hold it to, unless
+/// another process has the lock now.
+fn hold(conn: &Connection, database: &DatabaseFile) {
+    if conn.is_autocommit()
+        && without_waiting(conn, || run_statement(conn, "BEGIN IMMEDIATE")).is_err()
+    {
+        database.wal_rebaseline();
+    }
 }
 
 /// Ends the held transaction (it wrote nothing), for what cannot run inside one: a

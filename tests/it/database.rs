@@ -530,6 +530,57 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
 }
 
+/// `: > compactd.db-wal` while the daemon waits for its agent's next step: the WAL looks like
+/// a log that can be emptied to free its space, and every write since the last checkpoint
+/// is in it alone. The next append was acknowledged into the emptied file, and at stop the
+/// database was no longer one (`file is not a database`: all 21 messages gone). Now the
+/// emptied WAL is noticed before the next write: nothing more is acknowledged, stopping sets
+/// it aside instead of folding its holes into the database, and the restarted daemon serves
+/// what the last checkpoint put in the file, sound, and takes writes again.
+#[tokio::test]
+async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let mut daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let db = daemon.db();
+    let mut checkpointed = 0;
+    for i in 0..4 {
+        checkpointed += step(&client, "s", i).await;
+    }
+    sqlite3(&db, "pragma wal_checkpoint").unwrap();
+    for i in 4..8 {
+        step(&client, "s", i).await;
+    }
+    // Indexed for search now, so the idle writer has nothing left to commit; then the agent
+    // waits for its model, longer than the writer's idle look comes (every second).
+    client.get("/session/s/search?q=cat").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    std::fs::File::create(wal(&db)).unwrap();
+    let noticed = crate::common::eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.ok()?;
+        (health["status"] == "refusing_writes").then_some(())
+    })
+    .await;
+    assert!(noticed.is_some(), "{}", daemon.log());
+    crate::common::assert_refusing_writes(&client, "-wal was written outside SQLite").await;
+    let refused = client.post("/session/s/message", &user("after")).await;
+    assert_eq!(crate::common::api_error(refused.unwrap_err()).0, 503);
+    assert!(daemon.terminate().success(), "{}", daemon.log());
+
+    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+    assert_eq!(counted(&db, "s"), checkpointed);
+    daemon.spawn();
+    let client = daemon.client();
+    assert_eq!(all_messages(&client, "s").await.len(), checkpointed);
+    let more = step(&client, "s", 99).await;
+    daemon.kill9();
+    assert_eq!(counted(&db, "s"), checkpointed + more);
+}
+
 /// `rm *.db-wal *.db-shm`, an old remedy for a locked database, run while the daemon works.
 /// SQLite kept writing to the removed WAL, which the file system frees at exit, and every
 /// acknowledged write since the last checkpoint (here all of them, the schema too) went with
