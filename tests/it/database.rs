@@ -411,6 +411,55 @@ async fn writes_by_hand_and_a_restore_over_the_live_database_are_refused() {
     assert_eq!(all_messages(&daemon.client(), "s").await.len(), acked);
 }
 
+/// A daemon whose session `s` took four steps, folded into the database file by an outside
+/// `pragma wal_checkpoint`; and how many messages those are.
+async fn four_steps_in_the_file() -> (TestDaemon, usize) {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let mut messages = 0;
+    for i in 0..4 {
+        messages += step(&client, "s", i).await;
+    }
+    sqlite3(&daemon.db(), "pragma wal_checkpoint").unwrap();
+    (daemon, messages)
+}
+
+/// Waits (at most 10 s) for `/health` to say writes are refused.
+async fn until_refusing(daemon: &TestDaemon) {
+    let client = daemon.client();
+    let noticed = crate::common::eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.ok()?;
+        (health["status"] == "refusing_writes").then_some(())
+    })
+    .await;
+    assert!(noticed.is_some(), "{}", daemon.log());
+}
+
+/// The WALs set aside beside the database.
+fn set_aside_wals(daemon: &TestDaemon) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(daemon.dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().contains(".db-wal.overwritten-"))
+        .collect()
+}
+
+/// Restarts the daemon: it serves session `s` with `messages` messages, takes one more step,
+/// and after kill -9 the system `sqlite3` finds them all in a sound file.
+async fn restarted_serves(daemon: &mut TestDaemon, messages: usize) {
+    daemon.spawn();
+    let client = daemon.client();
+    assert_eq!(all_messages(&client, "s").await.len(), messages);
+    let more = step(&client, "s", 999).await;
+    assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+    daemon.kill9();
+    assert_eq!(counted(&daemon.db(), "s"), messages + more);
+    assert_eq!(
+        sqlite3(&daemon.db(), "pragma integrity_check").unwrap(),
+        "ok"
+    );
+}
+
 /// `cp old.db compactd.db` over the live database, then a restart: a copy restored as any
 /// file would be. Locks do not stop `cp`: the file then held the copy's old pages under the
 /// WAL's newer ones, the next append was acknowledged into a file `PRAGMA integrity_check`
@@ -423,18 +472,13 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
         eprintln!("SKIP: sqlite3 is not installed");
         return;
     }
-    let mut daemon = TestDaemon::start("");
-    let client = daemon.client();
-    let db = daemon.db();
-    let mut copied = 0;
-    for i in 0..4 {
-        copied += step(&client, "s", i).await;
-    }
     // A person folds the WAL into the file and copies it; the session goes on past another
     // fold, and beyond it (so the WAL holds frames the file has not, and the copy is only a
     // little smaller than the file).
+    let (mut daemon, copied) = four_steps_in_the_file().await;
+    let client = daemon.client();
+    let db = daemon.db();
     let copy = daemon.dir.path().join("old.db");
-    sqlite3(&db, "pragma wal_checkpoint").unwrap();
     sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
     for i in 4..8 {
         step(&client, "s", i).await;
@@ -483,51 +527,32 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     // The copy as copied, nothing of the WAL folded into it; the WAL kept beside it.
     assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
     assert_eq!(counted(&db, "s"), copied);
-    let aside: Vec<_> = std::fs::read_dir(daemon.dir.path())
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.to_string_lossy().contains(".db-wal.overwritten-"))
-        .collect();
+    let aside = set_aside_wals(&daemon);
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert!(std::fs::metadata(&aside[0]).unwrap().len() > 0);
     assert!(!wal(&db).exists());
 
-    daemon.spawn();
-    let client = daemon.client();
-    assert_eq!(all_messages(&client, "s").await.len(), copied);
-    assert!(step(&client, "s", 99).await > 0);
-    assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+    restarted_serves(&mut daemon, copied).await;
 
     // Once more, the daemon killed before it stops (so before it sets the WAL aside): it is
     // noticed while idle, and the next daemon sets the WAL aside as it starts.
+    daemon.spawn();
+    let client = daemon.client();
     sqlite3(&db, "pragma wal_checkpoint").unwrap();
     for i in 100..103 {
         step(&client, "s", i).await;
     }
     std::fs::copy(&copy, &db).unwrap();
-    let noticed = crate::common::eventually(Duration::from_secs(10), || async {
-        let health = client.get("/health").await.ok()?;
-        (health["status"] == "refusing_writes").then_some(())
-    })
-    .await;
-    assert!(noticed.is_some(), "{}", daemon.log());
+    until_refusing(&daemon).await;
     daemon.kill9();
-    daemon.spawn();
-    let client = daemon.client();
-    assert_eq!(all_messages(&client, "s").await.len(), copied);
+    restarted_serves(&mut daemon, copied).await;
     assert!(daemon.log().contains("set aside now"), "{}", daemon.log());
-    let set_aside = std::fs::read_dir(daemon.dir.path())
-        .unwrap()
-        .filter(|entry| {
-            let name = entry.as_ref().unwrap().file_name();
-            name.to_string_lossy().contains(".db-wal.overwritten-")
-        })
-        .count();
-    assert_eq!(set_aside, 2, "each WAL kept under its own name");
-    let more = step(&client, "s", 200).await;
-    daemon.kill9();
-    assert_eq!(counted(&db, "s"), copied + more);
-    assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+    let set_aside = set_aside_wals(&daemon);
+    assert_eq!(
+        set_aside.len(),
+        2,
+        "each WAL kept under its own name: {set_aside:?}"
+    );
 }
 
 /// `: > compactd.db-wal` while the daemon waits for its agent's next step: the WAL looks like
@@ -543,14 +568,9 @@ async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept(
         eprintln!("SKIP: sqlite3 is not installed");
         return;
     }
-    let mut daemon = TestDaemon::start("");
+    let (mut daemon, checkpointed) = four_steps_in_the_file().await;
     let client = daemon.client();
     let db = daemon.db();
-    let mut checkpointed = 0;
-    for i in 0..4 {
-        checkpointed += step(&client, "s", i).await;
-    }
-    sqlite3(&db, "pragma wal_checkpoint").unwrap();
     for i in 4..8 {
         step(&client, "s", i).await;
     }
@@ -560,12 +580,7 @@ async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept(
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     std::fs::File::create(wal(&db)).unwrap();
-    let noticed = crate::common::eventually(Duration::from_secs(10), || async {
-        let health = client.get("/health").await.ok()?;
-        (health["status"] == "refusing_writes").then_some(())
-    })
-    .await;
-    assert!(noticed.is_some(), "{}", daemon.log());
+    until_refusing(&daemon).await;
     crate::common::assert_refusing_writes(&client, "-wal was written outside SQLite").await;
     let refused = client.post("/session/s/message", &user("after")).await;
     assert_eq!(crate::common::api_error(refused.unwrap_err()).0, 503);
@@ -573,12 +588,7 @@ async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept(
 
     assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
     assert_eq!(counted(&db, "s"), checkpointed);
-    daemon.spawn();
-    let client = daemon.client();
-    assert_eq!(all_messages(&client, "s").await.len(), checkpointed);
-    let more = step(&client, "s", 99).await;
-    daemon.kill9();
-    assert_eq!(counted(&db, "s"), checkpointed + more);
+    restarted_serves(&mut daemon, checkpointed).await;
 }
 
 /// `rm *.db-wal *.db-shm`, an old remedy for a locked database, run while the daemon works.
