@@ -87,9 +87,8 @@ impl DatabaseFile {
         }
         make_private(path)?;
         if beside(path, OVERWRITTEN_MARK).exists() {
-            for (from, to) in set_aside_side_files(path) {
-                tracing::warn!(from = %from.display(), to = %to.display(), "a daemon before this one found the database overwritten and was stopped before it set its side file aside: set aside now, the copy opens as copied");
-            }
+            tracing::warn!(database = %path.display(), "a daemon before this one found the database overwritten and was killed before it set the side files aside: set aside now");
+            set_aside_side_files(path);
         }
         Ok(DatabaseFile {
             path: path.to_path_buf(),
@@ -142,7 +141,7 @@ impl DatabaseFile {
     pub(super) fn still_there(&self) -> Result<()> {
         let size = match std::fs::metadata(&self.path) {
             Ok(m) if (m.dev(), m.ino()) == self.identity => m.len(),
-            _ => return Err(StoreError::Gone(self.path.clone())),
+            _ => return Err(self.gone()),
         };
         self.never_shrank(size)?;
         let now_ms = self.opened.elapsed().as_millis() as u64;
@@ -174,16 +173,29 @@ impl DatabaseFile {
                 }
             }
         }
-        // The WAL first: what it holds must be folded into the database.
-        for (gone, wal) in self.side_gone.iter().zip([true, false]) {
-            if let Some(path) = gone.get() {
-                return Err(StoreError::SideFileGone {
-                    path: path.clone(),
-                    wal,
-                });
-            }
+        match self.refused_for_good() {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
-        self.unless_overwritten()
+    }
+
+    /// Why writes are refused until a restart, if they are, as last seen (no new look): a
+    /// side file removed or replaced (the WAL first: what it holds must be folded into the
+    /// database), or the file or its WAL shrunk.
+    pub(super) fn refused_for_good(&self) -> Option<StoreError> {
+        let side_gone = self.side_gone.iter().zip([true, false]);
+        side_gone
+            .filter_map(|(gone, wal)| {
+                let path = gone.get()?.clone();
+                Some(StoreError::SideFileGone { path, wal })
+            })
+            .next()
+            .or_else(|| self.unless_overwritten().err())
+    }
+
+    /// The error of a database file removed or replaced under the daemon.
+    pub(super) fn gone(&self) -> StoreError {
+        StoreError::Gone(self.path.clone())
     }
 
     /// Whether the file or its WAL was seen to shrink (see [`still_there`](Self::still_there)):
@@ -276,12 +288,10 @@ impl DatabaseFile {
     /// [`still_there`](Self::still_there)) to `<name>.overwritten-<unix seconds>`, once every
     /// connection of ours is closed (no lock of ours left to drop): left in place, the WAL's
     /// frames would be folded into the copy by the next process to open it, which would find
-    /// it malformed. Renamed, nothing is deleted, and the copy opens as copied. Returns what
-    /// was renamed, and to what.
-    pub(super) fn set_aside_side_files(&self) -> Vec<(PathBuf, PathBuf)> {
-        match self.overwritten() {
-            true => set_aside_side_files(&self.path),
-            false => Vec::new(),
+    /// it malformed. Renamed, nothing is deleted, and the copy opens as copied.
+    pub(super) fn set_aside_side_files(&self) {
+        if self.overwritten() {
+            set_aside_side_files(&self.path);
         }
     }
 
@@ -317,10 +327,9 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Renames the `-wal` and `-shm` files beside `path` to `<name>.overwritten-<unix seconds>`
-/// (and `-1`, `-2`... should that name be taken), then removes the [`OVERWRITTEN_MARK`]; only
-/// with no connection of ours open. Returns what
-/// was renamed, and to what.
-fn set_aside_side_files(path: &Path) -> Vec<(PathBuf, PathBuf)> {
+/// (and `-1`, `-2`... should that name be taken), saying so, then removes the
+/// [`OVERWRITTEN_MARK`]; only with no connection of ours open.
+fn set_aside_side_files(path: &Path) {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -332,15 +341,13 @@ fn set_aside_side_files(path: &Path) -> Vec<(PathBuf, PathBuf)> {
     let n = (0..)
         .find(|&n| SIDE_FILES.iter().all(|suffix| !aside(suffix, n).exists()))
         .unwrap_or(0);
-    let moved = SIDE_FILES
-        .iter()
-        .filter_map(|suffix| {
-            let (from, to) = (beside(path, suffix), aside(suffix, n));
-            std::fs::rename(&from, &to).ok().map(|()| (from, to))
-        })
-        .collect();
+    for suffix in SIDE_FILES {
+        let (from, to) = (beside(path, suffix), aside(suffix, n));
+        if std::fs::rename(&from, &to).is_ok() {
+            tracing::warn!(from = %from.display(), to = %to.display(), "a side file that no longer fits the database file set aside: the database file opens as it is");
+        }
+    }
     let _ = std::fs::remove_file(beside(path, OVERWRITTEN_MARK));
-    moved
 }
 
 /// Writes a small file of ours, mode 0600.

@@ -70,9 +70,6 @@ struct Shared {
     /// Why writes are refused was said (and what a removed WAL held folded into the
     /// database, once being enough: no write commits after): see [`Removed`].
     refusal_said: [AtomicBool; 4],
-    /// Why writes are refused now, for `/health`: the last refusal's reason, until a write
-    /// commits again (only a database file that comes back where it was takes writes again).
-    refused_because: Mutex<Option<String>>,
 }
 
 /// The file whose removal under the daemon makes the writer refuse every write, each said
@@ -130,9 +127,6 @@ impl Shared {
         let Some(removed) = Removed::of(why) else {
             return;
         };
-        if let Ok(mut because) = self.refused_because.lock() {
-            *because = Some(why.to_string());
-        }
         if !self.refusal_said[removed as usize].swap(true, Ordering::AcqRel) {
             refuse_writes(conn, why);
         }
@@ -142,11 +136,8 @@ impl Shared {
     /// a refusal for its removal is over, and said again should it go once more.
     fn back(&self) {
         let gone = &self.refusal_said[Removed::Database as usize];
-        if gone.load(Ordering::Relaxed)
-            && gone.swap(false, Ordering::AcqRel)
-            && let Ok(mut because) = self.refused_because.lock()
-        {
-            *because = None;
+        if gone.load(Ordering::Relaxed) {
+            gone.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -165,14 +156,16 @@ impl Writer {
     /// Why writes are refused now (a file removed, replaced or overwritten under the daemon),
     /// if they are.
     pub(super) fn refused_because(&self) -> Option<String> {
-        self.shared.refused_because.lock().ok()?.clone()
+        let database = &self.shared.database;
+        let gone = self.shared.refusal_said[Removed::Database as usize].load(Ordering::Relaxed);
+        let why = database.refused_for_good();
+        why.or_else(|| gone.then(|| database.gone()))
+            .map(|why| why.to_string())
     }
 
     /// Once every connection is closed: sets an overwritten database's WAL aside, saying so.
     pub(super) fn set_aside_stale_wal(&self) {
-        for (from, to) in self.shared.database.set_aside_side_files() {
-            tracing::warn!(from = %from.display(), to = %to.display(), "a side file that no longer fits the database file set aside: the database file opens as it is");
-        }
+        self.shared.database.set_aside_side_files();
     }
 
     pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
@@ -184,7 +177,6 @@ impl Writer {
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
             refusal_said: Default::default(),
-            refused_because: Mutex::new(None),
         });
         let thread = std::thread::Builder::new()
             .name("compactd-writer".into())
