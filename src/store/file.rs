@@ -16,13 +16,13 @@
 //! path still names the file that was checked. The only other file it writes is a mark of its
 //! own beside a database found overwritten (see [`DatabaseFile::still_there`]).
 
+use super::stat::look;
 use super::{Result, StoreError};
 use rusqlite::OpenFlags;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 /// SQLite refuses to open the database through a symlink (the check by name could race).
 pub(super) const NO_SYMLINK: OpenFlags = OpenFlags::SQLITE_OPEN_NOFOLLOW;
@@ -36,23 +36,15 @@ pub(super) struct DatabaseFile {
     /// keeps both (the WAL truncated after checkpoints) while any connection is open, and
     /// the daemon keeps connections open until it stops.
     side_files: [OnceLock<(u64, u64)>; 2],
-    /// When the side files were last looked at (ms since `opened`), and which were found
-    /// gone (once gone, always gone; a removed index does not stop the WAL being looked at).
-    side_checked_ms: AtomicU64,
+    /// Which side files were found gone (once gone, always gone; a removed index does not
+    /// stop the WAL being looked at).
     side_gone: [OnceLock<PathBuf>; 2],
     /// The largest size the file was seen at, and the WAL's since the writer last let go of
     /// the write lock; which shrank, and how, once one did: see [`DatabaseFile::still_there`].
     size_seen: AtomicU64,
     wal_seen: AtomicU64,
     shrank: OnceLock<Shrunk>,
-    opened: Instant,
 }
-
-/// How often a commit looks at the side files: `stat`ing them on every commit cost a single
-/// client's append 60-90 µs at p50 on this VM (the database file's own `stat` costs nothing
-/// measurable). A write acknowledged in between went to a removed WAL that the next look
-/// folds into the database whole, so none is lost unless the daemon is killed in those ms.
-const SIDE_CHECK_EVERY_MS: u64 = 50;
 
 /// The files SQLite keeps beside a database in WAL mode, in the order of `side_files`.
 pub(super) const SIDE_FILES: [&str; 2] = ["-wal", "-shm"];
@@ -94,12 +86,10 @@ impl DatabaseFile {
             path: path.to_path_buf(),
             identity: (metadata.dev(), metadata.ino()),
             side_files: Default::default(),
-            side_checked_ms: AtomicU64::new(0),
             side_gone: Default::default(),
             size_seen: AtomicU64::new(metadata.len()),
             wal_seen: AtomicU64::new(0),
             shrank: OnceLock::new(),
-            opened: Instant::now(),
         })
     }
 
@@ -115,8 +105,8 @@ impl DatabaseFile {
     }
 
     /// Whether the path still names the file we write to (not deleted, not replaced), and
-    /// its `-wal` and `-shm` paths the files SQLite uses (looked at every
-    /// [`SIDE_CHECK_EVERY_MS`]). `stat`s by name: they open nothing.
+    /// its `-wal` and `-shm` paths the files SQLite uses. Looks by name, opening nothing, and
+    /// without asking for the files' times (see [`super::stat`]): every commit looks first.
     ///
     /// `rm *.db-wal *.db-shm`, an old remedy for a locked database, run under the daemon: a
     /// removed WAL stays open in SQLite, which goes on writing to it and would lose it, with
@@ -139,28 +129,23 @@ impl DatabaseFile {
     /// [`set_aside_side_files`](Self::set_aside_side_files). A copy as large as the file was
     /// is not seen.
     pub(super) fn still_there(&self) -> Result<()> {
-        let size = match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == self.identity => m.len(),
+        let size = match look(&self.path) {
+            Ok(seen) if seen.identity == self.identity => seen.size,
             _ => return Err(self.gone()),
         };
         self.never_shrank(size)?;
-        let now_ms = self.opened.elapsed().as_millis() as u64;
-        let last = self.side_checked_ms.load(Ordering::Relaxed);
         let [wal_gone, _] = &self.side_gone;
-        if wal_gone.get().is_none()
-            && (last == 0 || now_ms.saturating_sub(last) >= SIDE_CHECK_EVERY_MS)
-        {
-            self.side_checked_ms.store(now_ms.max(1), Ordering::Relaxed);
+        if wal_gone.get().is_none() {
             for ((suffix, known), gone) in
                 SIDE_FILES.iter().zip(&self.side_files).zip(&self.side_gone)
             {
                 let path = self.side_file(suffix);
-                let metadata = std::fs::metadata(&path);
-                let now = metadata.as_ref().map(|m| (m.dev(), m.ino()));
+                let seen = look(&path);
+                let now = seen.as_ref().map(|seen| seen.identity);
                 match (known.get(), now) {
                     (Some(known), Ok(now)) if *known == now => {
-                        if let (&"-wal", Ok(m)) = (suffix, &metadata) {
-                            self.wal_never_shrank(m.len());
+                        if let (&"-wal", Ok(seen)) = (suffix, &seen) {
+                            self.wal_never_shrank(seen.size);
                         }
                     }
                     (Some(_), _) => {
@@ -226,10 +211,10 @@ impl DatabaseFile {
     /// inside a commit once the WAL is long, and the writer's when idle): a copy is told by
     /// its size against the largest seen, so that must be the latest. A `stat` by name.
     pub(super) fn note_size(&self) {
-        if let Ok(m) = std::fs::metadata(&self.path)
-            && (m.dev(), m.ino()) == self.identity
+        if let Ok(seen) = look(&self.path)
+            && seen.identity == self.identity
         {
-            let _ = self.never_shrank(m.len());
+            let _ = self.never_shrank(seen.size);
         }
     }
 
@@ -278,8 +263,8 @@ impl DatabaseFile {
     /// store's first write), so that a later look can tell them removed or replaced.
     pub(super) fn note_side_files(&self) {
         for (suffix, known) in SIDE_FILES.iter().zip(&self.side_files) {
-            if let Ok(m) = std::fs::metadata(self.side_file(suffix)) {
-                let _ = known.set((m.dev(), m.ino()));
+            if let Ok(seen) = look(&self.side_file(suffix)) {
+                let _ = known.set(seen.identity);
             }
         }
     }
@@ -302,7 +287,7 @@ impl DatabaseFile {
 
     /// The WAL's size in bytes (0 when there is none), by `stat`.
     pub(super) fn wal_size(&self) -> u64 {
-        std::fs::metadata(self.side_file("-wal")).map_or(0, |m| m.len())
+        look(&self.side_file("-wal")).map_or(0, |seen| seen.size)
     }
 }
 

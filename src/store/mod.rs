@@ -30,6 +30,7 @@ mod reading;
 mod rows;
 mod search;
 mod sessions;
+mod stat;
 mod waiting;
 mod writer;
 

@@ -564,6 +564,24 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
 /// what the last checkpoint put in the file, sound, and takes writes again.
 #[tokio::test]
 async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept() {
+    a_wal_emptied_is_noticed(Emptied::WhileTheAgentWaits).await;
+}
+
+/// The same, emptied right before the agent's next append, with nothing between: the write
+/// looks at the WAL before it commits. When the look came every 50 ms at most, this append
+/// was acknowledged into the emptied file, its frames past a hole that made the WAL look
+/// whole again.
+#[tokio::test]
+async fn a_wal_emptied_right_before_a_write_refuses_that_write() {
+    a_wal_emptied_is_noticed(Emptied::RightBeforeTheNextWrite).await;
+}
+
+enum Emptied {
+    WhileTheAgentWaits,
+    RightBeforeTheNextWrite,
+}
+
+async fn a_wal_emptied_is_noticed(when: Emptied) {
     if !have("sqlite3") {
         eprintln!("SKIP: sqlite3 is not installed");
         return;
@@ -574,16 +592,22 @@ async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept(
     for i in 4..8 {
         step(&client, "s", i).await;
     }
-    // Indexed for search now, so the idle writer has nothing left to commit; then the agent
-    // waits for its model, longer than the writer's idle look comes (every second).
-    client.get("/session/s/search?q=cat").await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    std::fs::File::create(wal(&db)).unwrap();
-    until_refusing(&daemon).await;
-    crate::common::assert_refusing_writes(&client, "-wal was written outside SQLite").await;
+    match when {
+        Emptied::WhileTheAgentWaits => {
+            // Indexed for search now, so the idle writer has nothing left to commit; then
+            // the agent waits for its model, longer than the writer's idle look comes (every
+            // second).
+            client.get("/session/s/search?q=cat").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            std::fs::File::create(wal(&db)).unwrap();
+            until_refusing(&daemon).await;
+        }
+        Emptied::RightBeforeTheNextWrite => std::fs::File::create(wal(&db)).map(drop).unwrap(),
+    }
     let refused = client.post("/session/s/message", &user("after")).await;
-    assert_eq!(crate::common::api_error(refused.unwrap_err()).0, 503);
+    let (status, message) = crate::common::api_error(refused.unwrap_err());
+    assert_eq!(status, 503, "{message}");
+    crate::common::assert_refusing_writes(&client, "-wal was written outside SQLite").await;
     assert!(daemon.terminate().success(), "{}", daemon.log());
 
     assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
@@ -596,9 +620,9 @@ async fn a_wal_emptied_between_steps_is_noticed_and_the_checkpointed_state_kept(
 /// acknowledged write since the last checkpoint (here all of them, the schema too) went with
 /// it; with the index removed, another process builds one of its own and may checkpoint while
 /// the daemon writes. Now a removed WAL's frames are folded into the database file at once
-/// (at a write within 50 ms, or within the writer's idle second), writes are refused with
-/// `storage_gone` rather than acknowledged into a file nobody will find, and a restart takes
-/// writes again.
+/// (at the next write, which looks before it commits, or within the writer's idle second),
+/// writes are refused with `storage_gone` rather than acknowledged into a file nobody will
+/// find, and a restart takes writes again.
 #[tokio::test]
 async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
     if !have("sqlite3") {
@@ -626,20 +650,9 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
         }
         std::fs::remove_file(format!("{}{removed}", db.display())).unwrap();
         if while_writing {
-            // Writes go on until the daemon looks (every 50 ms): each acknowledged one must
-            // survive too.
-            let mut refused = None;
-            for i in 0..10_000 {
-                let more = user(&format!("more {i}"));
-                match client.post("/session/w/message", &more).await {
-                    Ok(_) => acked += 1,
-                    Err(e) => {
-                        refused = Some(e);
-                        break;
-                    }
-                }
-            }
-            let (status, message) = crate::common::api_error(refused.expect("never refused"));
+            // The very next write is refused: none is acknowledged into a removed file.
+            let refused = client.post("/session/w/message", &user("more")).await;
+            let (status, message) = crate::common::api_error(refused.unwrap_err());
             assert_eq!(status, 503, "{case}");
             assert!(
                 message.contains(removed) && message.contains("restart"),
