@@ -147,7 +147,8 @@ pub struct OverflowReport {
     /// The model API's error answer as it came, its JSON or its text: the prompt's tokens and
     /// the window are read from it (Anthropic's `prompt is too long`, OpenAI's
     /// `context_length_exceeded` and compatible servers', llama.cpp's
-    /// `exceed_context_size_error`, Gemini's input token count). Another error is refused.
+    /// `exceed_context_size_error`, Gemini's input token count, Mistral's
+    /// `too large for model with M maximum context length`). Another error is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
     /// The prompt's tokens as the model counted them (1 to 1,000,000,000), when its error

@@ -14,8 +14,9 @@
 //! requested about N tokens (P of text input, C in the output)"), llama.cpp's
 //! `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`, Anthropic's "input length
 //! and `max_tokens` exceed context limit: N + R > M" (the prompt left the completion asked
-//! for no room), and Gemini's "The input token count (N) exceeds the maximum number of tokens
-//! allowed (M)." (its answer sometimes a list of one error). A refusal that names the
+//! for no room), Gemini's "The input token count (N) exceeds the maximum number of tokens
+//! allowed (M)." (its answer sometimes a list of one error), and Mistral's `400` "Prompt
+//! contains N tokens, too large for model with M maximum context length". A refusal that names the
 //! completion the client asked room for says so too: it is kept free from then on.
 //!
 //! Pure: no I/O.
@@ -77,9 +78,15 @@ pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {
         )
         .expect("a valid regex")
     });
+    // Mistral's platform, which counts speculative-decoding drafts in some versions.
+    static MISTRAL: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"prompt contains (\d+) tokens(?: and \d+ draft tokens)?, too large for model with (\d+) maximum context length")
+            .expect("a valid regex")
+    });
     if let Some(c) = ANTHROPIC
         .captures(&lowered)
         .or_else(|| GEMINI.captures(&lowered))
+        .or_else(|| MISTRAL.captures(&lowered))
     {
         return Some(Overflow {
             tokens: figure(&c[1]),
@@ -176,6 +183,23 @@ mod tests {
         let body = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "prompt is too long: 219898 tokens > 200000 maximum"}, "request_id": "req_1"});
         assert_eq!(read(400, body), refused(Some(219_898), Some(200_000), None));
+    }
+
+    #[test]
+    fn mistral_says_how_long_the_prompt_was_and_the_window() {
+        let message =
+            "Prompt contains 66385 tokens, too large for model with 32768 maximum context length";
+        let error = json!({"object": "error", "message": message,
+            "type": "invalid_request_error", "param": null, "code": null});
+        for body in [error.clone(), json!({"error": error})] {
+            assert_eq!(read(400, body), refused(Some(66_385), Some(32_768), None));
+        }
+        let drafts = json!({"object": "error", "type": "invalid_request_error",
+            "message": "Prompt contains 40024 tokens and 0 draft tokens, too large for model with 32768 maximum context length"});
+        assert_eq!(read(400, drafts), refused(Some(40_024), Some(32_768), None));
+        let other = json!({"object": "error", "type": "invalid_request_error",
+            "message": "Prompt contains 12 tokens, but the model is not available"});
+        assert_eq!(read(400, other), None, "not a refusal as too long");
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn read_report(report: &OverflowReport) -> Result<Overflow, ServiceError> {
         },
         Some(error) => overflow(400, &error_answer(error)).ok_or_else(|| {
             ServiceError::BadRequest(
-                "`error` is not a refusal of a prompt as longer than the model's window that compactd reads (Anthropic's `prompt is too long`, OpenAI's `context_length_exceeded`, llama.cpp's `exceed_context_size_error`, Gemini's `input token count (N) exceeds the maximum`), or it says the completion asked for takes over three quarters of the window (no compaction makes room beside it: ask for less); give `tokens` and `context_limit` as the model counted them instead, or neither".into(),
+                "`error` is not a refusal of a prompt as longer than the model's window that compactd reads (Anthropic's `prompt is too long`, OpenAI's `context_length_exceeded`, llama.cpp's `exceed_context_size_error`, Gemini's `input token count (N) exceeds the maximum`, Mistral's `too large for model with M maximum context length`), or it says the completion asked for takes over three quarters of the window (no compaction makes room beside it: ask for less); give `tokens` and `context_limit` as the model counted them instead, or neither".into(),
             )
         })?,
     };

@@ -121,8 +121,14 @@ async fn a_call_the_upstream_refuses_as_too_long_is_compacted_and_sent_once_more
 /// so the conversation goes on compacted under it, refused once and never again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_the_upstream_names_becomes_the_sessions_limit() {
-    // OpenAI's form; vLLM's older one (the error object at the answer's root); Gemini's list.
-    for model_name in ["local-model", "vllm-local", "gemini-2.5-flash"] {
+    // OpenAI's form; vLLM's older one (the error object at the answer's root); Gemini's list;
+    // Mistral's sentence.
+    for model_name in [
+        "local-model",
+        "vllm-local",
+        "gemini-2.5-flash",
+        "mistral-local",
+    ] {
         named_window_learned(model_name).await;
     }
 }

@@ -40,7 +40,8 @@ pub enum Reply {
     /// N tokens > M maximum" on `/v1/messages`, and there a prompt that leaves `max_tokens` no
     /// room its "input length and `max_tokens` exceed context limit"; OpenAI's
     /// `context_length_exceeded` elsewhere, or
-    /// for a model named `gemini…` Gemini's, for `vllm…` vLLM's older root-level form);
+    /// for a model named `gemini…` Gemini's, for `mistral…` Mistral's, for `vllm…` vLLM's
+    /// older root-level form);
     /// others are answered "noted", their usage the count.
     Tokenized {
         window: usize,
@@ -289,6 +290,10 @@ fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usi
             _ if model.starts_with("gemini") => json!([{"error": {"code": 400,
                 "message": format!("The input token count ({tokens}) exceeds the maximum number of tokens allowed ({window})."),
                 "status": "INVALID_ARGUMENT"}}]),
+            // Mistral's platform: its own sentence, the error object the answer.
+            _ if model.starts_with("mistral") => json!({"object": "error",
+                "message": format!("Prompt contains {tokens} tokens, too large for model with {window} maximum context length"),
+                "type": "invalid_request_error", "param": null, "code": null}),
             // vLLM before its errors were nested: the error object is the answer.
             _ if model.starts_with("vllm") => json!({"object": "error",
                 "message": format!("This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, 16 in the completion). Please reduce the length of the messages or completion.", tokens + 16),
