@@ -16,8 +16,8 @@
 //! and `max_tokens` exceed context limit: N + R > M" (the prompt left the completion asked
 //! for no room), Gemini's "The input token count (N) exceeds the maximum number of tokens
 //! allowed (M)." (its answer sometimes a list of one error), and Mistral's `400` "Prompt
-//! contains N tokens, too large for model with M maximum context length". A refusal that names the
-//! completion the client asked room for says so too: it is kept free from then on.
+//! contains N tokens, too large for model with M maximum context length". A refusal that
+//! names the completion the client asked room for says so too: it is kept free from then on.
 //!
 //! Pure: no I/O.
 
