@@ -13,10 +13,12 @@ use utoipa::ToSchema;
 /// `GET /v1/health`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Health {
-    /// `ok`, or `refusing_writes` while the database file (or its WAL or index) is removed,
-    /// replaced or overwritten under the daemon: `writes_refused` says which and what to do.
+    /// `ok`; `refusing_writes` while the database file (or its WAL or index) is removed,
+    /// replaced or overwritten under the daemon, until a restart; `storage_full` while the
+    /// disk holding the database is full, until there is room. `writes_refused` says which
+    /// and what to do.
     pub status: String,
-    /// Why every write is refused now (503 `storage_gone`), if it is.
+    /// Why every write is refused now (503 `storage_gone` or 507 `storage_full`), if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes_refused: Option<String>,
     pub version: String,

@@ -87,8 +87,9 @@ impl From<ServiceError> for ApiError {
                 return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Busy, message)
                     .retry_after(1);
             }
+            // The store says a full disk, and a file gone, once (not once per refused write).
             ServiceError::Store(StoreError::Full) => {
-                tracing::error!(%message, "store error");
+                tracing::debug!(%message, "store error");
                 return ApiError::new(
                     StatusCode::INSUFFICIENT_STORAGE,
                     ErrorCode::StorageFull,
@@ -101,7 +102,7 @@ impl From<ServiceError> for ApiError {
                 | StoreError::SideFileGone { .. }
                 | StoreError::Overwritten { .. },
             ) => {
-                tracing::error!(%message, "store error");
+                tracing::debug!(%message, "store error");
                 (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StorageGone)
             }
             ServiceError::Store(

@@ -17,10 +17,10 @@ use crate::protocol::{ErrorCode, SessionId};
 use crate::provider::bounded_json::BoundedJson;
 use crate::provider::overflow::{MAX_ERROR_BYTES, Overflow, overflow};
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
-use crate::service::Service;
 use crate::service::memory::Charge;
 use crate::service::proxy::{Caller, Identity, ProxyTurn};
-use crate::store::ContextVersion;
+use crate::service::{Service, ServiceError};
+use crate::store::{ContextVersion, StoreError};
 use crate::summarize::http::{MARK, VIA_HEADER};
 use axum::Extension;
 use axum::body::{Body, Bytes};
@@ -320,9 +320,16 @@ async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Res
     // parsed request is kept for that until the answer's status: the body's charge holds it.
     let mut attempt = 0;
     loop {
-        let turn = service
+        let turn = match service
             .proxy_turn(&caller, call.identity()?, &request)
-            .await?;
+            .await
+        {
+            Ok(turn) => turn,
+            Err(ServiceError::Store(why)) if why.refuses_writes() => {
+                return unrecorded(call, service, path, &caller, (request, body), &why).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let wire = call.wire;
         let (bytes, turn, kept) = SLOTS
             .run(call.bytes, move || {
@@ -334,11 +341,68 @@ async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Res
         let bytes = bytes.map_err(internal)?;
         let watch = attempt == 0;
         match send(call, service, path, bytes, &turn, watch).await? {
-            (_, Some(overflow)) if watch => service.proxy_overflow(&turn, overflow).await?,
+            (response, Some(overflow)) if watch => {
+                match service.proxy_overflow(&turn, overflow).await {
+                    Ok(()) => {}
+                    // Nothing can be compacted now: the refusal goes to the client as it came.
+                    Err(ServiceError::Store(why)) if why.refuses_writes() => return Ok(response),
+                    Err(e) => return Err(e.into()),
+                }
+            }
             (response, _) => return Ok(response),
         }
         attempt += 1;
     }
+}
+
+/// A call sent upstream while the store takes no writes (its disk full, a file removed or
+/// overwritten under the daemon): the context the session has stored (read, not written) and
+/// the call's messages after it, or the client's own conversation when there is nothing to
+/// read; the answer is not recorded. An agent sends its whole conversation with every call, so
+/// once writes go on, its next call stores what this one could not: nothing is lost, and the
+/// agent does not stop for compactd's disk. `x-compactd-unrecorded` names why.
+async fn unrecorded(
+    call: &Call,
+    service: &Arc<Service>,
+    path: &str,
+    caller: &Caller,
+    (conversation, body): (WireRequest, Value),
+    why: &StoreError,
+) -> Result<Response, ApiError> {
+    let preview = service
+        .proxy_preview(caller, call.identity()?, &conversation)
+        .await
+        .unwrap_or_default();
+    let wire = call.wire;
+    let (bytes, preview) = SLOTS
+        .run(call.bytes, move || {
+            let bytes = {
+                let (mut outgoing, rest) = match &preview {
+                    Some(preview) => (
+                        outgoing(wire, &preview.turn, &conversation),
+                        preview.matched,
+                    ),
+                    None => (Vec::new(), 0),
+                };
+                outgoing.extend(conversation.natives[rest..].iter().map(Outgoing::Native));
+                wire.render(&body, &outgoing)
+            };
+            (bytes, preview)
+        })
+        .await?;
+    let bytes = bytes.map_err(internal)?;
+    let upstream = request(call, service, Method::POST, path, Some(bytes)).await?;
+    let mut response = answer_head(&upstream).status(upstream.status().as_u16());
+    if let Some(preview) = &preview {
+        response = compactd_headers(response, &preview.turn);
+    }
+    let code = match why {
+        StoreError::Full => ErrorCode::StorageFull,
+        _ => ErrorCode::StorageGone,
+    };
+    response = response.header("x-compactd-unrecorded", code.as_str());
+    let body = Body::from_stream(upstream.bytes_stream());
+    response.body(body).map_err(internal)
 }
 
 /// The call's conversation read from its body (off the workers if the body is large), and the

@@ -34,13 +34,14 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
         .path
         .as_deref()
         .is_some_and(|p| std::path::Path::new(p).exists());
-    let writes_refused = service.store().writes_refused();
+    let refused = service.store().writes_refused();
     ok(Health {
-        status: match writes_refused {
-            Some(_) => "refusing_writes".into(),
+        status: match &refused {
+            Some(r) if r.until_restart => "refusing_writes".into(),
+            Some(_) => "storage_full".into(),
             None => "ok".into(),
         },
-        writes_refused,
+        writes_refused: refused.map(|r| r.why),
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: service.uptime_s(),
         pid: std::process::id(),

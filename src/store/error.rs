@@ -77,6 +77,18 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Every write is refused for now (a full disk; a file removed, replaced or overwritten
+    /// under the daemon), whatever it is.
+    pub fn refuses_writes(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Full
+                | StoreError::Gone(_)
+                | StoreError::SideFileGone { .. }
+                | StoreError::Overwritten { .. }
+        )
+    }
+
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
         StoreError::Io {
             path: path.into(),

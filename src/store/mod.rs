@@ -21,6 +21,7 @@ mod conversations;
 mod counters;
 mod error;
 mod file;
+mod full_disk;
 mod maskings;
 mod messages;
 mod migrate;
@@ -63,6 +64,15 @@ pub(crate) const MAX_READERS: usize = 8;
 pub(super) const BUSY_WAIT: Duration = Duration::from_secs(2);
 /// The writer's page cache, in KiB: the pages of the sessions it appends to stay in memory.
 const WRITER_CACHE_KIB: u32 = 16 * 1024;
+/// Why every write is refused now.
+#[derive(Debug, Clone)]
+pub struct WritesRefused {
+    pub why: String,
+    /// Refused until compactd is restarted (a file removed, replaced or overwritten under
+    /// it); otherwise until there is room on the disk again, when writes go on by themselves.
+    pub until_restart: bool,
+}
+
 /// After a checkpoint, SQLite truncates the WAL file to at most this size.
 pub(crate) const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
@@ -156,9 +166,9 @@ impl Store {
         })
     }
 
-    /// Why writes are refused now (the database file, its WAL or its index removed,
-    /// replaced or overwritten under the daemon), if they are.
-    pub fn writes_refused(&self) -> Option<String> {
+    /// Why writes are refused now, if they are: the database file, its WAL or its index
+    /// removed, replaced or overwritten under the daemon, or the disk full.
+    pub fn writes_refused(&self) -> Option<WritesRefused> {
         self.writer.refused_because()
     }
 

@@ -12,6 +12,7 @@
 //! in WAL mode a writer never blocks them.
 
 use super::file::DatabaseFile;
+use super::full_disk::FullDisk;
 use super::waiting::{self, InFlight};
 use super::{Result, StoreError};
 use rusqlite::Connection;
@@ -53,6 +54,7 @@ pub(super) struct Writer {
     thread: Mutex<Option<JoinHandle<()>>>,
     in_flight: InFlight,
     shared: Arc<Shared>,
+    full_disk: FullDisk,
 }
 
 /// What the writer thread shares with a caller that writes on its own thread (see
@@ -153,14 +155,24 @@ impl Writer {
         self.shared.database.unless_overwritten()
     }
 
-    /// Why writes are refused now (a file removed, replaced or overwritten under the daemon),
-    /// if they are.
-    pub(super) fn refused_because(&self) -> Option<String> {
+    /// Why writes are refused now, if they are: a file removed, replaced or overwritten under
+    /// the daemon (until a restart), or a full disk (until there is room).
+    pub(super) fn refused_because(&self) -> Option<super::WritesRefused> {
         let database = &self.shared.database;
         let gone = self.shared.refusal_said[Removed::Database as usize].load(Ordering::Relaxed);
         let why = database.refused_for_good();
-        why.or_else(|| gone.then(|| database.gone()))
-            .map(|why| why.to_string())
+        let until_restart =
+            why.or_else(|| gone.then(|| database.gone()))
+                .map(|why| super::WritesRefused {
+                    why: why.to_string(),
+                    until_restart: true,
+                });
+        until_restart.or_else(|| {
+            self.full_disk.refusing().map(|why| super::WritesRefused {
+                why,
+                until_restart: false,
+            })
+        })
     }
 
     /// Once every connection is closed: sets an overwritten database's WAL aside, saying so.
@@ -170,6 +182,8 @@ impl Writer {
 
     pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
         hold(&conn, &database);
+        // The WAL is what grows first, beside the database.
+        let full_disk = FullDisk::new(&database.side_file("-wal"));
         let (tx, rx) = channel::<Job>();
         let shared = Arc::new(Shared {
             conn: Mutex::new(Some(conn)),
@@ -190,6 +204,7 @@ impl Writer {
             thread: Mutex::new(Some(thread)),
             in_flight: InFlight::default(),
             shared,
+            full_disk,
         })
     }
 
@@ -219,7 +234,9 @@ impl Writer {
         if let Some(job) = self.commit_here(job, entered.alone) {
             sender.send(job).map_err(|_| StoreError::Closed)?;
         }
-        answer.await.map_err(|_| StoreError::Closed)?
+        let outcome = answer.await.map_err(|_| StoreError::Closed)?;
+        self.full_disk.note(&outcome);
+        outcome
     }
 
     /// Commits `job` on this thread if it is `alone`, the runtime lets a task block, and the

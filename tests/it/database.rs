@@ -704,3 +704,62 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
         );
     }
 }
+
+/// An agent through the proxy does not stop when the daemon refuses writes (its WAL removed
+/// under it): its calls go upstream from what the session has stored plus the call's newer
+/// messages, unrecorded and marked so, and the refusal is said once in the log, not per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
+    use crate::common::mock_model::{MockModel, Reply};
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: 1_000_000,
+            chars_per_token: 4,
+        },
+    );
+    let daemon = TestDaemon::builder()
+        .config(&format!(
+            "[proxy]\nopenai_upstream = \"{}/v1\"\n",
+            mock.base
+        ))
+        .start();
+    let client = daemon.client();
+    let mut history = vec![user("Fix the build.")];
+    for i in 0..8 {
+        if i == 4 {
+            std::fs::remove_file(wal(&daemon.db())).unwrap();
+        }
+        history.push(user(&format!("step {i}")));
+        let body = json!({"model": "gpt-test", "messages": history});
+        let (status, headers, answer) =
+            crate::proxy::call(&client, crate::proxy::KEY, Some("agent"), &body).await;
+        assert_eq!(
+            status,
+            200,
+            "step {i}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        let unrecorded = headers.get("x-compactd-unrecorded");
+        match i < 4 {
+            true => assert!(unrecorded.is_none(), "step {i}"),
+            false => assert_eq!(unrecorded.unwrap(), "storage_gone", "step {i}"),
+        }
+        let sent = mock.requests().last().unwrap().body["messages"].clone();
+        assert_eq!(sent.as_array().unwrap().len(), history.len(), "step {i}");
+        assert_eq!(sent[history.len() - 1]["content"], format!("step {i}"));
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        history.push(answer["choices"][0]["message"].clone());
+    }
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "refusing_writes", "{health}");
+    let log = daemon.log();
+    assert_eq!(log.matches("refusing writes").count(), 1, "{log}");
+    assert!(!log.contains("store error"), "{log}");
+    // What was acknowledged before is in the file: 4 calls, each its new message and answer.
+    assert_eq!(counted(&daemon.db(), "agent"), 1 + 4 * 2);
+}

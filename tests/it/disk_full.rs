@@ -2,7 +2,11 @@
 //! mounted for the test, so only where the test runs as root) holds the database or the copy.
 //! Ground truth is what the system's `sqlite3` finds in the file.
 
+use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user};
+use crate::proxy::{KEY, call};
+use compactd::client::Client;
+use serde_json::json;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -74,22 +78,17 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
     let mut daemon = TestDaemon::builder().db(&db).start();
     let client = daemon.client();
 
-    let mut acknowledged = 0;
-    let refusal = loop {
-        assert!(acknowledged < 10_000, "3 MiB never filled");
-        match client
-            .post("/session/s/message", &message(acknowledged))
-            .await
-        {
-            Ok(answer) => {
-                acknowledged += 1;
-                assert_eq!(answer["last_seq"], acknowledged, "{answer}");
-            }
-            Err(e) => break api_error(e),
-        }
-    };
+    let (acknowledged, refusal) = fill(&client, "s").await;
     assert_eq!(refusal.0, 507, "{refusal:?}");
     assert!(refusal.1.contains("disk"), "{refusal:?}");
+    // `/health` (and so `compactd status`) says why writes are refused, and for how long.
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "storage_full", "{health}");
+    let why = health["writes_refused"].as_str().unwrap();
+    assert!(
+        why.contains("disk holding the database is full") && why.contains("once there is room"),
+        "{why}"
+    );
     // Past the session's 80 messages: it compacted on the way (or tried to, and said why).
     assert!(
         acknowledged > 80,
@@ -139,6 +138,9 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
         .await
         .unwrap();
     assert_eq!(answer["last_seq"], acknowledged + 1, "{answer}");
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert!(health.get("writes_refused").is_none(), "{health}");
     let stored = sqlite3(
         &db,
         "select count(*), count(distinct seq), min(seq), max(seq) from messages where session_id = 's'",
@@ -154,7 +156,136 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
     .unwrap();
     let sent: Vec<String> = (0..n).map(|i| format!("step {i}")).collect();
     assert_eq!(texts, sent.join(","));
-    assert!(daemon.log().contains("full"), "{}", daemon.log());
+    // Said once when the disk filled (before and after the restart), not once per refusal.
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("the disk holding the database is full").count(),
+        2,
+        "{log}"
+    );
+    assert!(!log.contains("store error"), "{log}");
+}
+
+/// Appends to session `id` until the disk is full: how many were acknowledged, and the
+/// refusal (status, message).
+async fn fill(client: &Client, id: &str) -> (usize, (u16, String)) {
+    let mut acknowledged = 0;
+    loop {
+        assert!(acknowledged < 10_000, "the disk never filled");
+        match client
+            .post(&format!("/session/{id}/message"), &message(acknowledged))
+            .await
+        {
+            Ok(answer) => {
+                acknowledged += 1;
+                assert_eq!(answer["last_seq"], acknowledged, "{answer}");
+            }
+            Err(e) => return (acknowledged, api_error(e)),
+        }
+    }
+}
+
+/// An agent through the proxy while the disk is full goes on: each call reaches the model with
+/// the session's stored context (its summary and tail) and the messages the store could not
+/// take, and its answer comes back, marked `x-compactd-unrecorded: storage_full`. Once there
+/// is room, the agent's next call (which carries its whole conversation, as every call does)
+/// stores everything: the system `sqlite3` finds every message of the conversation, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_never_stops_a_proxied_agent_and_room_again_stores_all_it_said() {
+    if !have("sqlite3") {
+        eprintln!("skipped: no sqlite3 on PATH");
+        return;
+    }
+    let Some(disk) = SmallDisk::mount("3m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: 1_000_000,
+            chars_per_token: 4,
+        },
+    );
+    let db = disk.mount.join("compactd.db");
+    let daemon = TestDaemon::builder()
+        .db(&db)
+        .config(&format!(
+            "[compaction]\nmax_messages = 12\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+            mock.base
+        ))
+        .start();
+    let client = daemon.client();
+    let mut history = vec![
+        json!({"role": "system", "content": "You are a careful agent."}),
+        user("Fix the build, step by step."),
+    ];
+    // One step of the agent: its whole conversation to the model, the answer kept.
+    async fn step(
+        client: &Client,
+        history: &mut Vec<serde_json::Value>,
+        i: usize,
+    ) -> hyper::HeaderMap {
+        history.push(message(i));
+        let body = json!({"model": "gpt-test", "messages": history});
+        let (status, headers, answer) = call(client, KEY, Some("agent"), &body).await;
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(status, 200, "step {i}: {answer}");
+        history.push(answer["choices"][0]["message"].clone());
+        headers
+    }
+    for i in 0..20 {
+        let headers = step(&client, &mut history, i).await;
+        assert!(headers.get("x-compactd-unrecorded").is_none(), "step {i}");
+    }
+    let (_, refusal) = fill(&client, "filler").await;
+    assert_eq!(refusal.0, 507, "{refusal:?}");
+
+    for i in 20..26 {
+        let headers = step(&client, &mut history, i).await;
+        assert_eq!(headers["x-compactd-unrecorded"], "storage_full", "step {i}");
+        assert_eq!(headers["x-compactd-session"], "agent", "step {i}");
+        // What the model got: the session's summary and tail, then every step since the
+        // disk filled, the newest last.
+        let sent = mock.requests().last().unwrap().body["messages"].clone();
+        let sent = sent.as_array().unwrap();
+        assert!(
+            sent.len() < history.len() - 1,
+            "step {i}: {} messages, not compacted",
+            sent.len()
+        );
+        let texts: Vec<&str> = sent.iter().filter_map(|m| m["content"].as_str()).collect();
+        assert!(
+            texts.iter().any(|t| t.contains("## 1. Primary Request")),
+            "step {i}: no summary"
+        );
+        for since in 20..=i {
+            let said = format!("step {since}:");
+            assert!(
+                texts.iter().any(|t| t.starts_with(&said)),
+                "step {i}: {said} not sent"
+            );
+        }
+        assert!(texts[texts.len() - 1].starts_with(&format!("step {i}:")));
+    }
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["status"], "storage_full", "{health}");
+
+    disk.grow("32m");
+    let headers = step(&client, &mut history, 26).await;
+    assert!(headers.get("x-compactd-unrecorded").is_none());
+    // Every message of the conversation is stored once, in order, and the last answer after it.
+    let stored = sqlite3(
+        &db,
+        "select count(*), group_concat(substr(coalesce(json_extract(parts, '$[0].text'), ''), 1, 8), '|') from (select parts from messages where session_id = 'agent' order by seq)",
+    )
+    .unwrap();
+    let expected: Vec<String> = history
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().chars().take(8).collect())
+        .collect();
+    assert_eq!(stored, format!("{}|{}", history.len(), expected.join("|")));
+    assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
 }
 
 /// A backup onto a disk that fills: `compactd backup` fails, names the copy's disk (not the
