@@ -112,6 +112,8 @@ pub struct Service {
     /// The message count, limit and completion at which an automatic compaction of a session
     /// found nothing to compact: none is tried again until a message is appended.
     fruitless: per_session::PerSession<(u64, usize, usize)>,
+    /// Sessions whose model server's usage report was said not to be believed.
+    doubted: per_session::PerSession<()>,
 }
 
 impl Service {
@@ -143,6 +145,7 @@ impl Service {
             memory: memory::Memory::default(),
             session_rate: rate::SessionRate::default(),
             served: per_session::PerSession::default(),
+            doubted: per_session::PerSession::default(),
             fruitless: per_session::PerSession::default(),
         })
     }
@@ -418,8 +421,37 @@ impl Service {
         if let Some(masking) = &outcome.masking {
             self.announce_masking(id, masking);
         }
+        if request.input_tokens.is_some() {
+            self.doubt_report(&outcome.session);
+        }
         let compaction = self.compact_if_due(&outcome.session, request.wait).await;
         Ok(AppendResponse::new(outcome, compaction))
+    }
+
+    /// Says, once per session and run, that the model server's usage report for it is not
+    /// believed: it counts far fewer tokens (under a third) than compactd estimates the context
+    /// at, and every real tokenizer counts at least as many. A server that cuts a prompt to a
+    /// window of its own says nothing of it (Ollama past its `num_ctx` drops the oldest
+    /// messages, system messages kept), and the agent loses its history while compactd, told a
+    /// larger window, never compacts in time; the log is where a user finds why.
+    fn doubt_report(&self, session: &crate::store::SessionRow) {
+        let Some(reported) = session.reported_tokens else {
+            return;
+        };
+        let (estimated, source) = session.context_tokens();
+        if source != crate::store::TokenSource::Estimated
+            || self.doubted.last(session.id.as_str()).is_some()
+        {
+            return;
+        }
+        self.doubted.record(session.id.as_str(), ());
+        tracing::warn!(
+            session = %session.id,
+            reported,
+            estimated,
+            context_limit = session.context_limit,
+            "the model server counted far fewer tokens than this context holds, so compactd counts by its own estimate; a server that cuts prompts to a window of its own (Ollama past its num_ctx) does so silently: if it does, give the session that window (x-compactd-context-limit, [proxy.models], or its context_limit)"
+        );
     }
 
     /// How the config (with the session's overrides) pins an append's messages and bounds

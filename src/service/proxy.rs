@@ -187,6 +187,7 @@ impl Service {
             )
             .await?;
         if let Some(session) = session {
+            self.doubt_report(&session);
             self.after_append(&session, false).await;
         }
         Ok(())

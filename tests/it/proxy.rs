@@ -371,6 +371,18 @@ async fn an_upstream_reporting_implausible_usage_does_not_switch_compaction_off(
     let state = client.get(&format!("/session/{session}")).await.unwrap();
     assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
     assert_eq!(state["token_source"], "estimated", "{state}");
+    // The log says so, once (a server cutting prompts to a window of its own looks the same).
+    let log = daemon.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("counted far fewer tokens"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains(&session) && said[0].contains("num_ctx"),
+        "{}",
+        said[0]
+    );
 }
 
 /// An upstream whose usage figures are absurd (past any window, or summing past what a
