@@ -3,54 +3,13 @@
 //! Ground truth is what the system's `sqlite3` finds in the file.
 
 use crate::common::mock_model::{MockModel, Reply};
-use crate::common::{TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user};
+use crate::common::{
+    SmallDisk, TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user,
+};
 use crate::proxy::{KEY, call};
 use compactd::client::Client;
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::Command;
-
-/// A tmpfs of `size` mounted on a temp directory, unmounted when dropped.
-struct SmallDisk {
-    mount: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    /// None where mounting is not allowed (not root, or a container without the right).
-    fn mount(size: &str) -> Option<SmallDisk> {
-        let dir = tempfile::TempDir::new().unwrap();
-        let mount = dir.path().to_path_buf();
-        let mounted = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(&mount)
-            .output()
-            .is_ok_and(|out| out.status.success());
-        mounted.then_some(SmallDisk { mount, _dir: dir })
-    }
-
-    /// Frees space, as an operator does by growing or cleaning the disk.
-    fn grow(&self, size: &str) {
-        let grown = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.mount)
-            .status()
-            .unwrap();
-        assert!(grown.success(), "cannot remount {}", self.mount.display());
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-    }
-}
 
 /// A message of about 1 KB: the disk fills after a few hundred.
 fn message(i: usize) -> serde_json::Value {

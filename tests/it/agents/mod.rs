@@ -284,6 +284,76 @@ fn claude_code_with_a_thinking_model_runs_the_task_through_compactd() {
     );
 }
 
+/// Claude Code through compactd while the disk under compactd's database fills in the middle
+/// of its task: the agent finishes the task all the same and the model API refuses nothing
+/// (the calls after the disk filled went upstream unrecorded, from the stored context plus
+/// the newer messages), what was stored before stays, and the log says the full disk once.
+#[test]
+fn claude_code_finishes_its_task_through_compactd_when_the_disk_fills() {
+    if installed(Agent::ClaudeCode).is_none() {
+        return;
+    }
+    let Some(disk) = crate::common::SmallDisk::mount("16m") else {
+        eprintln!("SKIP: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let api = ModelApi::start(Task::default());
+    let port = free_port();
+    let config = format!(
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{base}/v1\"\nanthropic_upstream = \"{base}\"\n",
+        base = api.base,
+    );
+    let daemon = crate::common::TestDaemon::builder()
+        .db(disk.mount.join("compactd.db"))
+        .config(&config)
+        .start();
+    // Room for the first few steps only.
+    let _filler = disk.fill_leaving(128 * 1024);
+    let dir = tempfile::TempDir::new().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let setup = Setup {
+        agent: Agent::ClaudeCode,
+        base: &base,
+        model: "claude-opus-5-5",
+        dir: dir.path(),
+        prompt: PROMPT,
+        key: "sk-test-full-disk",
+        max_output: Some(AGENTS_MAX_OUTPUT),
+    };
+    let result = run(&setup, Duration::from_secs(400));
+    let log = daemon.log();
+    assert!(result.ok(), "{}\ndaemon log:\n{log}", result.log());
+    assert!(
+        result
+            .answer
+            .contains("All 20 steps done; the last output ended with STEP-20-END"),
+        "{}",
+        result.log()
+    );
+    assert!(api.refused().is_empty(), "{:?}", api.refused());
+    assert_eq!(
+        log.matches("the disk holding the database is full: writes are refused")
+            .count(),
+        1,
+        "{log}"
+    );
+    // What the model got last (the whole conversation) against what the session stored.
+    let sessions = sessions(&daemon);
+    let main: Vec<_> = sessions.iter().filter(|s| s.1 == "proxy").collect();
+    assert_eq!(main.len(), 1, "{sessions:?}");
+    let last = api
+        .seen()
+        .into_iter()
+        .rfind(|s| s.path.ends_with("/messages") && s.body["model"] == "claude-opus-5-5")
+        .unwrap();
+    let sent = last.body["messages"].as_array().unwrap().len() as u64;
+    eprintln!("stored {} of the {sent} messages sent last", main[0].3);
+    assert!(
+        main[0].3 >= 1 && main[0].3 < sent,
+        "{sessions:?}, {sent} sent"
+    );
+}
+
 /// Claude Code asking its own default completion, 32,000 tokens of a 100,000-token window
 /// (compactd's own reserve is 20,000): compactd keeps it free beside every prompt, and the
 /// Messages API never refuses a prompt for leaving it no room.

@@ -431,3 +431,58 @@ pub fn gated_summarizer(dir: &Path, body: &str) -> (PathBuf, PathBuf, String) {
     );
     (started, gate, command)
 }
+
+/// A tmpfs of `size` mounted on a temp directory, unmounted when dropped.
+pub struct SmallDisk {
+    pub mount: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// None where mounting is not allowed (not root, or a container without the right).
+    pub fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mount = dir.path().to_path_buf();
+        let mounted = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(&mount)
+            .output()
+            .is_ok_and(|out| out.status.success());
+        mounted.then_some(SmallDisk { mount, _dir: dir })
+    }
+
+    /// Frees space, as an operator does by growing or cleaning the disk.
+    pub fn grow(&self, size: &str) {
+        let grown = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.mount)
+            .status()
+            .unwrap();
+        assert!(grown.success(), "cannot remount {}", self.mount.display());
+    }
+
+    /// Fills the disk with a file of zeros, all but `free` bytes of it; returns the file.
+    pub fn fill_leaving(&self, free: u64) -> PathBuf {
+        use std::io::Write;
+        let path = self.mount.join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        let _ = file.flush();
+        let written = file.metadata().unwrap().len();
+        file.set_len(written.saturating_sub(free)).unwrap();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+    }
+}
