@@ -1,7 +1,7 @@
 //! The CLI commands that talk to a running daemon, through the typed client. Human-readable
 //! by default; `--json` prints the daemon's answer as is, for scripts.
 
-use super::render::{Output, duration, full, or_dash, preview, table};
+use super::render::{Output, duration, full, or_dash, preview, size, table};
 use crate::client::Client;
 use crate::compaction::config::completion_share;
 use crate::message::{BatchError, Message, Role, parse_message_batch};
@@ -43,9 +43,17 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             (None, true) => "in force".into(),
             (None, false) => "no file: built-in defaults".into(),
         };
+        let taken = match h.disk.free_bytes {
+            Some(free) => format!(
+                "{}; {} free on its disk",
+                size(h.disk.database_bytes),
+                size(free)
+            ),
+            None => size(h.disk.database_bytes),
+        };
         let database = match &h.writes_refused {
-            Some(why) => format!("{} (WRITES REFUSED: {why})", h.database),
-            None => h.database.clone(),
+            Some(why) => format!("{} ({taken}; WRITES REFUSED: {why})", h.database),
+            None => format!("{} ({taken})", h.database),
         };
         format!(
             "compactd {} running on {} (pid {}, up {})\ndatabase:   {database}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsummaries:  {} running (at most {}), {} waiting\nsessions:   {}\n",

@@ -35,6 +35,9 @@ pub struct Health {
     /// What requests and compactions hold in memory now, against their budgets.
     #[serde(default)]
     pub memory: MemoryStatus,
+    /// What the database takes on its disk, and what is left there.
+    #[serde(default)]
+    pub disk: DiskStatus,
     /// Compactions calling the summarizer now, and waiting for a slot to
     /// (`[summarizer] max_concurrent`).
     #[serde(default)]
@@ -48,6 +51,17 @@ pub struct SummarizerCalls {
     pub running: usize,
     pub waiting: usize,
     pub max_concurrent: usize,
+}
+
+/// The database file and its WAL (bytes), and the space left on their file system for the
+/// daemon's user (nothing is ever deleted, so the database only grows; when the disk fills,
+/// writes are refused until there is room). `free_bytes` is absent where the file system does
+/// not say.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct DiskStatus {
+    pub database_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
 }
 
 /// The daemon's memory budgets and what is charged to them now (bytes): bodies being read,

@@ -54,6 +54,13 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
             listen: settings.config.proxy.listen.clone(),
         },
         memory: service.memory().status(),
+        disk: {
+            let (database_bytes, free_bytes) = service.store().disk_usage();
+            crate::protocol::DiskStatus {
+                database_bytes,
+                free_bytes,
+            }
+        },
         summarizer_calls: settings.summarizer_slots.status(),
     })
 }

@@ -280,6 +280,11 @@ impl DatabaseFile {
         }
     }
 
+    /// The database file.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The `-wal` or `-shm` file beside the database.
     pub(super) fn side_file(&self, suffix: &str) -> PathBuf {
         beside(&self.path, suffix)

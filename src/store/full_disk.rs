@@ -41,6 +41,11 @@ impl FullDisk {
         }
     }
 
+    /// The directory whose file system the database is on.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Takes note of a write's outcome: a refusal for want of room starts or extends a spell,
     /// a committed write ends one if the file system has room again.
     pub(super) fn note<T>(&self, outcome: &Result<T, StoreError>) {
@@ -98,23 +103,25 @@ impl FullDisk {
 /// Whether the file system holding `dir` has [`ROOM`] free for an unprivileged user (or a
 /// tenth of its size, if that is less); a file system that cannot say is taken to have it.
 fn has_room(dir: &Path) -> bool {
+    free_space(dir).is_none_or(|(free, size)| free >= ROOM.min(size / 10))
+}
+
+/// The bytes free for an unprivileged user on the file system holding `dir`, and its size;
+/// `None` if it cannot say.
+pub(super) fn free_space(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return true;
-    };
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut fs = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
     // SAFETY: `path` is a NUL-terminated string and `fs` a buffer statvfs fills.
     if unsafe { libc::statvfs(path.as_ptr(), fs.as_mut_ptr()) } != 0 {
-        return true;
+        return None;
     }
     // SAFETY: statvfs returned 0, so it filled `fs`.
     let fs = unsafe { fs.assume_init() };
     // The fields are 32-bit on some targets.
     #[allow(clippy::unnecessary_cast)]
     let (unit, available, blocks) = (fs.f_frsize as u64, fs.f_bavail as u64, fs.f_blocks as u64);
-    let free = available.saturating_mul(unit);
-    let size = blocks.saturating_mul(unit);
-    free >= ROOM.min(size / 10)
+    Some((available.saturating_mul(unit), blocks.saturating_mul(unit)))
 }
 
 #[cfg(test)]

@@ -172,6 +172,12 @@ impl Store {
         self.writer.refused_because()
     }
 
+    /// The database file and its WAL (bytes), and the space free on their file system (for
+    /// the daemon's user), if it says.
+    pub fn disk_usage(&self) -> (u64, Option<u64>) {
+        self.writer.disk_usage()
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.readers.path

@@ -175,6 +175,16 @@ impl Writer {
         })
     }
 
+    /// The database file and its WAL (bytes), and the space free on their file system.
+    pub(super) fn disk_usage(&self) -> (u64, Option<u64>) {
+        let database = &self.shared.database;
+        let used = super::stat::look(database.path())
+            .map_or(0, |seen| seen.size)
+            .saturating_add(database.wal_size());
+        let free = super::full_disk::free_space(self.full_disk.dir()).map(|(free, _)| free);
+        (used, free)
+    }
+
     /// Once every connection is closed: sets an overwritten database's WAL aside, saying so.
     pub(super) fn set_aside_stale_wal(&self) {
         self.shared.database.set_aside_side_files();

@@ -519,7 +519,7 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
-        status.contains("(WRITES REFUSED: ") && status.contains("overwritten"),
+        status.contains("; WRITES REFUSED: ") && status.contains("overwritten"),
         "{status}"
     );
     assert!(daemon.terminate().success(), "{}", daemon.log());

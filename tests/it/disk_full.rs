@@ -48,6 +48,15 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
         why.contains("disk holding the database is full") && why.contains("once there is room"),
         "{why}"
     );
+    // What the database takes, and the little left beside it (under a tenth of 3 MiB).
+    assert!(
+        health["disk"]["database_bytes"].as_u64().unwrap() > 1 << 20,
+        "{health}"
+    );
+    assert!(
+        health["disk"]["free_bytes"].as_u64().unwrap() < 300 << 10,
+        "{health}"
+    );
     // Past the session's 80 messages: it compacted on the way (or tried to, and said why).
     assert!(
         acknowledged > 80,

@@ -62,9 +62,25 @@ fn every_cli_command_against_a_real_daemon() {
         status.contains("memory:     requests 0.0 of 128.0 MiB, compactions 0.0 of 64.0 MiB\nsummaries:  0 running (at most 4), 0 waiting"),
         "{status}"
     );
+    // What the database takes on its disk, and what is left there.
+    assert!(
+        status.contains(" MiB free on its disk)\n") || status.contains(" GiB free on its disk)\n"),
+        "{status}"
+    );
     let status: Value = serde_json::from_str(&ok(&s, &["--json", "status"])).unwrap();
     assert_eq!(status["status"], "ok");
     assert_eq!(status["memory"]["request_budget_bytes"], 128 << 20);
+    let on_disk: u64 = ["", "-wal"]
+        .iter()
+        .map(|suffix| {
+            std::fs::metadata(format!("{}{suffix}", daemon.db().display())).map_or(0, |m| m.len())
+        })
+        .sum();
+    assert_eq!(status["disk"]["database_bytes"], on_disk, "{status}");
+    assert!(
+        status["disk"]["free_bytes"].as_u64().unwrap() > 0,
+        "{status}"
+    );
 
     assert!(
         ok(
