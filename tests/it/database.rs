@@ -710,18 +710,12 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
 /// messages, unrecorded and marked so, and the refusal is said once in the log, not per call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
-    use crate::common::mock_model::{MockModel, Reply};
+    use crate::common::mock_model::MockModel;
     if !have("sqlite3") {
         eprintln!("SKIP: sqlite3 is not installed");
         return;
     }
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: 1_000_000,
-            chars_per_token: 4,
-        },
-    );
+    let mock = MockModel::roomy();
     let daemon = TestDaemon::builder()
         .config(&format!(
             "[proxy]\nopenai_upstream = \"{}/v1\"\n",

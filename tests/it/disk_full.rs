@@ -2,7 +2,7 @@
 //! mounted for the test, so only where the test runs as root) holds the database or the copy.
 //! Ground truth is what the system's `sqlite3` finds in the file.
 
-use crate::common::mock_model::{MockModel, Reply};
+use crate::common::mock_model::MockModel;
 use crate::common::{
     SmallDisk, TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user,
 };
@@ -10,6 +10,20 @@ use crate::proxy::{KEY, call};
 use compactd::client::Client;
 use serde_json::json;
 use std::process::Command;
+
+/// A 3 MiB disk, where the system `sqlite3` is there to check the file after; `None`, saying
+/// why, where either is not.
+fn small_disk_and_sqlite3() -> Option<SmallDisk> {
+    if !have("sqlite3") {
+        eprintln!("skipped: no sqlite3 on PATH");
+        return None;
+    }
+    let disk = SmallDisk::mount("3m");
+    if disk.is_none() {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+    }
+    disk
+}
 
 /// A message of about 1 KB: the disk fills after a few hundred.
 fn message(i: usize) -> serde_json::Value {
@@ -25,12 +39,7 @@ fn message(i: usize) -> serde_json::Value {
 /// message is in the file (the system `sqlite3` counts them), in order, none twice.
 #[tokio::test]
 async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
-    if !have("sqlite3") {
-        eprintln!("skipped: no sqlite3 on PATH");
-        return;
-    }
-    let Some(disk) = SmallDisk::mount("3m") else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+    let Some(disk) = small_disk_and_sqlite3() else {
         return;
     };
     let db = disk.mount.join("compactd.db");
@@ -160,21 +169,10 @@ async fn fill(client: &Client, id: &str) -> (usize, (u16, String)) {
 /// stores everything: the system `sqlite3` finds every message of the conversation, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_never_stops_a_proxied_agent_and_room_again_stores_all_it_said() {
-    if !have("sqlite3") {
-        eprintln!("skipped: no sqlite3 on PATH");
-        return;
-    }
-    let Some(disk) = SmallDisk::mount("3m") else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+    let Some(disk) = small_disk_and_sqlite3() else {
         return;
     };
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: 1_000_000,
-            chars_per_token: 4,
-        },
-    );
+    let mock = MockModel::roomy();
     let db = disk.mount.join("compactd.db");
     let daemon = TestDaemon::builder()
         .db(&db)

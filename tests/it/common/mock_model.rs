@@ -124,6 +124,17 @@ pub fn nine_sections(body: &str) -> String {
 
 impl MockModel {
     /// Starts the mock; `script` answers the first requests in order, `otherwise` the rest.
+    /// A model with a window no test fills, answering every call "noted" with its usage.
+    pub fn roomy() -> MockModel {
+        MockModel::start(
+            vec![],
+            Reply::Tokenized {
+                window: 1_000_000,
+                chars_per_token: 4,
+            },
+        )
+    }
+
     pub fn start(script: Vec<Reply>, otherwise: Reply) -> MockModel {
         let state = Arc::new(MockState::default());
         *state.script.lock().unwrap() = script.into();
