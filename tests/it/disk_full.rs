@@ -136,7 +136,8 @@ async fn a_full_disk_refuses_appends_loses_nothing_acknowledged_and_recovers() {
     // Said once when the disk filled (before and after the restart), not once per refusal.
     let log = daemon.log();
     assert_eq!(
-        log.matches("the disk holding the database is full").count(),
+        log.matches("the disk holding the database is full: writes are refused")
+            .count(),
         2,
         "{log}"
     );
