@@ -691,12 +691,20 @@ impl Recording {
             Captured::Abandoned => None,
         };
         let Some(reply) = reply else { return };
-        if let Err(e) = self
+        match self
             .service
             .proxy_reply(&self.id, self.after_seq, self.sent, reply)
             .await
         {
-            tracing::warn!(session = %self.id, error = %e, "could not record a proxied answer");
+            Ok(()) => {}
+            // The store says a full disk or a file gone once; the client's next call, which
+            // carries this answer, records it once writes go on.
+            Err(ServiceError::Store(e)) if e.refuses_writes() => {
+                tracing::debug!(session = %self.id, error = %e, "proxied answer not recorded");
+            }
+            Err(e) => {
+                tracing::warn!(session = %self.id, error = %e, "could not record a proxied answer")
+            }
         }
     }
 }

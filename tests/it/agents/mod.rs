@@ -337,6 +337,8 @@ fn claude_code_finishes_its_task_through_compactd_when_the_disk_fills() {
         1,
         "{log}"
     );
+    // Nor an answer not recorded, once per call.
+    assert!(!log.contains("could not record"), "{log}");
     // What the model got last (the whole conversation) against what the session stored.
     let sessions = sessions(&daemon);
     let main: Vec<_> = sessions.iter().filter(|s| s.1 == "proxy").collect();
