@@ -35,7 +35,12 @@ struct Spell {
 impl FullDisk {
     pub(super) fn new(database: &Path) -> FullDisk {
         FullDisk {
-            dir: database.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            // `c.db`'s parent is the empty path, which statvfs does not take.
+            dir: database
+                .parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
             on: AtomicBool::new(false),
             spell: Mutex::new(None),
         }
@@ -130,6 +135,9 @@ mod tests {
 
     #[test]
     fn a_spell_starts_at_the_first_refusal_counts_the_rest_and_ends_at_a_commit() {
+        // A relative path's directory is the current one.
+        assert_eq!(FullDisk::new(Path::new("c.db")).dir(), Path::new("."));
+        assert!(free_space(FullDisk::new(Path::new("c.db")).dir()).is_some());
         // A temp directory's file system has room: a committed write ends a spell.
         let dir = tempfile::TempDir::new().unwrap();
         let disk = FullDisk::new(&dir.path().join("compactd.db"));
