@@ -705,49 +705,67 @@ async fn a_wal_or_index_removed_under_the_daemon_loses_no_acknowledged_write() {
     }
 }
 
-/// An agent through the proxy does not stop when the daemon refuses writes (its WAL removed
-/// under it): its calls go upstream from what the session has stored plus the call's newer
-/// messages, unrecorded and marked so, and the refusal is said once in the log, not per call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
-    use crate::common::mock_model::MockModel;
-    if !have("sqlite3") {
-        eprintln!("SKIP: sqlite3 is not installed");
-        return;
-    }
-    let mock = MockModel::roomy();
+/// A daemon proxying to a model that never refuses for length, and a conversation begun.
+fn proxying_daemon() -> (TestDaemon, crate::common::mock_model::MockModel, Vec<Value>) {
+    let mock = crate::common::mock_model::MockModel::roomy();
     let daemon = TestDaemon::builder()
         .config(&format!(
             "[proxy]\nopenai_upstream = \"{}/v1\"\n",
             mock.base
         ))
         .start();
+    (daemon, mock, vec![user("Fix the build.")])
+}
+
+/// One step of an agent through the proxy (session `agent`): its whole conversation to the
+/// model, which must answer and must have seen every message, the newest last; the answer is
+/// kept. Returns `x-compactd-unrecorded`, if the answer carried it.
+async fn agent_step(
+    client: &Client,
+    mock: &crate::common::mock_model::MockModel,
+    history: &mut Vec<Value>,
+    i: usize,
+) -> Option<String> {
+    // A page's worth of output each: the database file grows as the session does.
+    history.push(user(&format!(
+        "step {i}: {}",
+        "the build log; ".repeat(300)
+    )));
+    let body = json!({"model": "gpt-test", "messages": history});
+    let (status, headers, answer) =
+        crate::proxy::call(client, crate::proxy::KEY, Some("agent"), &body).await;
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(status, 200, "step {i}: {answer}");
+    let sent = mock.requests().last().unwrap().body["messages"].clone();
+    assert_eq!(sent.as_array().unwrap().len(), history.len(), "step {i}");
+    let newest = sent[history.len() - 1]["content"].as_str().unwrap();
+    assert!(newest.starts_with(&format!("step {i}:")), "step {i}");
+    history.push(answer["choices"][0]["message"].clone());
+    headers
+        .get("x-compactd-unrecorded")
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+/// An agent through the proxy does not stop when the daemon refuses writes (its WAL removed
+/// under it): its calls go upstream from what the session has stored plus the call's newer
+/// messages, unrecorded and marked so, and the refusal is said once in the log, not per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let (daemon, mock, mut history) = proxying_daemon();
     let client = daemon.client();
-    let mut history = vec![user("Fix the build.")];
     for i in 0..8 {
         if i == 4 {
             std::fs::remove_file(wal(&daemon.db())).unwrap();
         }
-        history.push(user(&format!("step {i}")));
-        let body = json!({"model": "gpt-test", "messages": history});
-        let (status, headers, answer) =
-            crate::proxy::call(&client, crate::proxy::KEY, Some("agent"), &body).await;
-        assert_eq!(
-            status,
-            200,
-            "step {i}: {}",
-            String::from_utf8_lossy(&answer)
-        );
-        let unrecorded = headers.get("x-compactd-unrecorded");
+        let unrecorded = agent_step(&client, &mock, &mut history, i).await;
         match i < 4 {
-            true => assert!(unrecorded.is_none(), "step {i}"),
-            false => assert_eq!(unrecorded.unwrap(), "storage_gone", "step {i}"),
+            true => assert_eq!(unrecorded, None, "step {i}"),
+            false => assert_eq!(unrecorded.as_deref(), Some("storage_gone"), "step {i}"),
         }
-        let sent = mock.requests().last().unwrap().body["messages"].clone();
-        assert_eq!(sent.as_array().unwrap().len(), history.len(), "step {i}");
-        assert_eq!(sent[history.len() - 1]["content"], format!("step {i}"));
-        let answer: Value = serde_json::from_slice(&answer).unwrap();
-        history.push(answer["choices"][0]["message"].clone());
     }
     let health = client.get("/health").await.unwrap();
     assert_eq!(health["status"], "refusing_writes", "{health}");
@@ -756,4 +774,36 @@ async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
     assert!(!log.contains("store error"), "{log}");
     // What was acknowledged before is in the file: 4 calls, each its new message and answer.
     assert_eq!(counted(&daemon.db(), "agent"), 1 + 4 * 2);
+}
+
+/// A copy put over the live database, where reads are refused too (a context read from the
+/// mix of old pages and the WAL's could be unsound): an agent's call goes upstream as the
+/// agent sent it, unrecorded, and the agent goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxied_agent_goes_on_as_it_sent_when_the_database_was_overwritten() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let (daemon, mock, mut history) = proxying_daemon();
+    let client = daemon.client();
+    let db = daemon.db();
+    let copy = daemon.dir.path().join("old.db");
+    for i in 0..12 {
+        match i {
+            4 => sqlite3(&db, &format!(".backup '{}'", copy.display())).map(drop),
+            8 => sqlite3(&db, "pragma wal_checkpoint").map(drop),
+            10 => std::fs::copy(&copy, &db)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+        .unwrap();
+        let unrecorded = agent_step(&client, &mock, &mut history, i).await;
+        match i < 10 {
+            true => assert_eq!(unrecorded, None, "step {i}"),
+            false => assert_eq!(unrecorded.as_deref(), Some("storage_gone"), "step {i}"),
+        }
+    }
+    crate::common::assert_refusing_writes(&client, "overwritten").await;
 }
