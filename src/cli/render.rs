@@ -76,7 +76,6 @@ pub fn duration(secs: u64) -> String {
     }
 }
 
-/// Left-aligned columns.
 /// Bytes for a person: MiB with one decimal, GiB past 1 GiB.
 pub fn size(bytes: u64) -> String {
     const MIB: f64 = (1u64 << 20) as f64;
@@ -86,6 +85,7 @@ pub fn size(bytes: u64) -> String {
     }
 }
 
+/// Left-aligned columns.
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)

@@ -192,8 +192,7 @@ impl Writer {
 
     pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
         hold(&conn, &database);
-        // The WAL is what grows first, beside the database.
-        let full_disk = FullDisk::new(&database.side_file("-wal"));
+        let full_disk = FullDisk::new(database.path());
         let (tx, rx) = channel::<Job>();
         let shared = Arc::new(Shared {
             conn: Mutex::new(Some(conn)),
