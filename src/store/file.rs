@@ -16,6 +16,7 @@
 //! path still names the file that was checked. The only other file it writes is a mark of its
 //! own beside a database found overwritten (see [`DatabaseFile::still_there`]).
 
+use super::mark::OlderCopy;
 use super::stat::look;
 use super::{Result, StoreError};
 use rusqlite::OpenFlags;
@@ -40,10 +41,11 @@ pub(super) struct DatabaseFile {
     /// stop the WAL being looked at).
     side_gone: [OnceLock<PathBuf>; 2],
     /// The largest size the file was seen at, and the WAL's since the writer last let go of
-    /// the write lock; which shrank, and how, once one did: see [`DatabaseFile::still_there`].
+    /// the write lock; how the file was found overwritten, once it was: see
+    /// [`DatabaseFile::still_there`] and [`DatabaseFile::found_older`].
     size_seen: AtomicU64,
     wal_seen: AtomicU64,
-    shrank: OnceLock<Shrunk>,
+    overwritten: OnceLock<Overwrite>,
 }
 
 /// The files SQLite keeps beside a database in WAL mode, in the order of `side_files`.
@@ -89,7 +91,7 @@ impl DatabaseFile {
             side_gone: Default::default(),
             size_seen: AtomicU64::new(metadata.len()),
             wal_seen: AtomicU64::new(0),
-            shrank: OnceLock::new(),
+            overwritten: OnceLock::new(),
         })
     }
 
@@ -127,7 +129,7 @@ impl DatabaseFile {
     /// longer fit (tried: the next append acknowledged, `PRAGMA integrity_check` failing,
     /// 1,106 of 1,301 messages readable). See [`StoreError::Overwritten`] and
     /// [`set_aside_side_files`](Self::set_aside_side_files). A copy as large as the file was
-    /// is not seen.
+    /// is told by its mark instead ([`found_older`](Self::found_older)).
     pub(super) fn still_there(&self) -> Result<()> {
         let size = match look(&self.path) {
             Ok(seen) if seen.identity == self.identity => seen.size,
@@ -186,7 +188,13 @@ impl DatabaseFile {
     /// Whether the file or its WAL was seen to shrink (see [`still_there`](Self::still_there)):
     /// once one has, it stays so, whatever size it has later.
     pub(super) fn overwritten(&self) -> bool {
-        self.shrank.get().is_some()
+        self.overwritten.get().is_some()
+    }
+
+    /// The file was found holding an older state than it held before (see [`super::mark`]):
+    /// overwritten, as a file that shrank.
+    pub(super) fn found_older(&self, older: OlderCopy) {
+        self.mark_overwritten(Overwrite::Older(older));
     }
 
     /// Forgets the WAL's size: the writer let go of the write lock (to checkpoint, or another
@@ -199,7 +207,7 @@ impl DatabaseFile {
     fn wal_never_shrank(&self, size: u64) {
         let seen = self.wal_seen.fetch_max(size, Ordering::Relaxed);
         if size < seen.min(super::WAL_SIZE_LIMIT) {
-            self.mark_shrunk(Shrunk {
+            self.mark_overwritten(Overwrite::Shrunk {
                 wal: true,
                 was: seen,
                 now: size,
@@ -221,7 +229,7 @@ impl DatabaseFile {
     fn never_shrank(&self, size: u64) -> Result<()> {
         let seen = self.size_seen.fetch_max(size, Ordering::Relaxed);
         if size < seen {
-            self.mark_shrunk(Shrunk {
+            self.mark_overwritten(Overwrite::Shrunk {
                 wal: false,
                 was: seen,
                 now: size,
@@ -230,11 +238,11 @@ impl DatabaseFile {
         self.unless_overwritten()
     }
 
-    /// Notes the first file found shrunk: for good in memory, and in a mark beside the
+    /// Notes the first overwrite found: for good in memory, and in a mark beside the
     /// database should the daemon be killed before it stops and sets the WAL aside (the next
     /// one finds the mark and does it: see `prepare`).
-    fn mark_shrunk(&self, shrunk: Shrunk) {
-        if self.shrank.set(shrunk).is_ok()
+    fn mark_overwritten(&self, how: Overwrite) {
+        if self.overwritten.set(how).is_ok()
             && let Err(why) = self.unless_overwritten()
         {
             let mark = beside(&self.path, OVERWRITTEN_MARK);
@@ -242,21 +250,35 @@ impl DatabaseFile {
         }
     }
 
-    /// [`StoreError::Overwritten`] once the file was seen to shrink: nothing read from it
+    /// [`StoreError::Overwritten`] once the file was found overwritten: nothing read from it
     /// then is sound (its pages mixed with the WAL's), nor anything written.
     pub(super) fn unless_overwritten(&self) -> Result<()> {
-        match self.shrank.get() {
-            Some(&Shrunk { wal, was, now }) => Err(StoreError::Overwritten {
-                path: match wal {
-                    true => self.side_file("-wal"),
-                    false => self.path.clone(),
+        let Some(&how) = self.overwritten.get() else {
+            return Ok(());
+        };
+        let (path, how) = match how {
+            Overwrite::Shrunk { wal, was, now } => (
+                if wal {
+                    self.side_file("-wal")
+                } else {
+                    self.path.clone()
                 },
-                database: self.path.clone(),
-                was,
-                now,
-            }),
-            None => Ok(()),
-        }
+                format!(
+                    "it shrank to {now} bytes from {was} or more: a copy put over it, or emptied?"
+                ),
+            ),
+            Overwrite::Older(OlderCopy { was, now }) => (
+                self.path.clone(),
+                format!(
+                    "it holds an older state than it did, its mark (SQLite's application_id) down to {now} from {was}: an older copy put over it?"
+                ),
+            ),
+        };
+        Err(StoreError::Overwritten {
+            path,
+            database: self.path.clone(),
+            how,
+        })
     }
 
     /// Notes which files the `-wal` and `-shm` paths name, once SQLite made them (after the
@@ -296,13 +318,13 @@ impl DatabaseFile {
     }
 }
 
-/// Which file was found shrunk under the daemon (the WAL, or the database), from what size
-/// (at least) to what.
+/// How a file was found written outside SQLite under the daemon.
 #[derive(Clone, Copy)]
-struct Shrunk {
-    wal: bool,
-    was: u64,
-    now: u64,
+enum Overwrite {
+    /// The WAL or the database file shrank, from what size (at least) to what.
+    Shrunk { wal: bool, was: u64, now: u64 },
+    /// The database file holds an older state than it held before (see [`super::mark`]).
+    Older(OlderCopy),
 }
 
 /// Left beside a database found overwritten (see [`DatabaseFile::still_there`]) until its

@@ -22,6 +22,7 @@ mod counters;
 mod error;
 mod file;
 mod full_disk;
+mod mark;
 mod maskings;
 mod messages;
 mod migrate;

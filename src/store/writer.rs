@@ -13,6 +13,7 @@
 
 use super::file::DatabaseFile;
 use super::full_disk::FullDisk;
+use super::mark::FileMark;
 use super::waiting::{self, InFlight};
 use super::{Result, StoreError};
 use rusqlite::Connection;
@@ -40,8 +41,9 @@ const INDEX_AFTER: Duration = Duration::from_millis(20);
 /// A busy writer asks how many messages wait for the search index once per this many
 /// batches: the question is a statement of its own, 5-10% of a one-append batch's work.
 const INDEX_CHECK_EVERY: u32 = 32;
-/// A WAL smaller than this is left alone when idle: twice what SQLite's automatic
-/// checkpoint lets it reach (1,000 pages of 4 KiB, plus the batch that passed them). After
+/// A WAL smaller than this is left alone when idle: twice what the checkpoint after a
+/// commit lets it reach (1,000 pages of 4 KiB, plus the batch that passed them and the one
+/// after, which raises the file's mark first: see [`super::mark`]). After
 /// each checkpoint SQLite writes the WAL over again from its start, and a commit over bytes
 /// the file already has costs an fsync of its data only, where one that grows the file syncs
 /// its size as well (Python's `sqlite3`, 400 single-row transactions here: p50 213-238 µs
@@ -64,6 +66,8 @@ struct Shared {
     /// comes later finds none and hears [`StoreError::Closed`].
     conn: Mutex<Option<Connection>>,
     database: DatabaseFile,
+    /// The database file's mark, raised and checked around commits (see [`super::mark`]).
+    mark: Arc<FileMark>,
     /// Batches committed, by the thread and by callers: every [`INDEX_CHECK_EVERY`]th checks
     /// the search index's lag.
     batches: AtomicU32,
@@ -107,7 +111,7 @@ impl Shared {
             Some(conn) => {
                 let committed = commit_batch(
                     conn,
-                    &self.database,
+                    (&self.database, &self.mark),
                     batch,
                     batches.is_multiple_of(INDEX_CHECK_EVERY),
                     |why| self.refuse(conn, why),
@@ -190,13 +194,23 @@ impl Writer {
         self.shared.database.set_aside_side_files();
     }
 
-    pub(super) fn start(conn: Connection, database: DatabaseFile) -> Result<Writer> {
+    pub(super) fn start(mut conn: Connection, database: DatabaseFile) -> Result<Writer> {
+        let mark = FileMark::new(&conn);
+        // In place of SQLite's own checkpoint after a commit: the mark is raised before it.
+        conn.wal_hook(Some({
+            let mark = mark.clone();
+            move |wal: &mut rusqlite::hooks::Wal, pages| {
+                mark.after_commit(wal, pages);
+                Ok(())
+            }
+        }))?;
         hold(&conn, &database);
         let full_disk = FullDisk::new(database.path());
         let (tx, rx) = channel::<Job>();
         let shared = Arc::new(Shared {
             conn: Mutex::new(Some(conn)),
             database,
+            mark,
             batches: AtomicU32::new(0),
             wrote: AtomicBool::new(false),
             refusal_said: Default::default(),
@@ -297,7 +311,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                 // A WAL removed while no write came: its frames are folded at once, not at
                 // the next write (a kill -9 meanwhile would lose them). An overwritten file
                 // gets no upkeep: a checkpoint would write the WAL's pages into the copy.
-                let there = shared.database.still_there();
+                let there = unchanged(conn, &shared.database, &shared.mark);
                 match &there {
                     Ok(()) => shared.back(),
                     Err(why) => shared.refuse(conn, why),
@@ -308,9 +322,9 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                     continue;
                 }
                 if index_pending {
-                    index_pending = index_when_idle(conn, &shared.database);
+                    index_pending = index_when_idle(conn, (&shared.database, &shared.mark));
                 } else {
-                    checkpoint_when_idle(conn, &shared.database);
+                    checkpoint_when_idle(conn, &shared.database, &shared.mark);
                 }
                 if there.is_ok() {
                     hold(conn, &shared.database);
@@ -335,7 +349,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
     // never into a file overwritten under the daemon, whose pages the WAL's no longer fit.
     if let Some(conn) = lock().take() {
         release(&conn);
-        let _ = shared.database.still_there();
+        let _ = unchanged(&conn, &shared.database, &shared.mark);
         if shared.database.overwritten() {
             keep_wal_at_close(&conn);
         } else {
@@ -360,7 +374,7 @@ pub(super) fn keep_wal_at_close(conn: &Connection) {
 /// whether the batch committed.
 fn commit_batch(
     conn: &Connection,
-    database: &DatabaseFile,
+    (database, mark): (&DatabaseFile, &FileMark),
     batch: Vec<Job>,
     check_index: bool,
     refused: impl FnOnce(&StoreError),
@@ -383,9 +397,9 @@ fn commit_batch(
         index_in_savepoint(conn);
     }
     // Never acknowledge a write to a file nobody will find again.
-    let commit = database
-        .still_there()
-        .and_then(|()| run_statement(conn, "COMMIT"));
+    mark.raise_if_due(conn);
+    let commit = unchanged(conn, database, mark).and_then(|()| run_statement(conn, "COMMIT"));
+    mark.committed(commit.is_ok());
     if let Err(e) = &commit {
         let _ = conn.execute_batch("ROLLBACK");
         refused(e);
@@ -405,7 +419,7 @@ fn commit_batch(
 /// returns whether to try again at the next idle moment (more wait). A failure leaves them
 /// for the next write or search (nothing is lost: the messages are stored; only their index
 /// entries wait).
-fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
+fn index_when_idle(conn: &Connection, (database, mark): (&DatabaseFile, &FileMark)) -> bool {
     if super::search::unindexed(conn).is_ok_and(|n| n == 0) {
         return false;
     }
@@ -417,9 +431,9 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile) -> bool {
     let indexed = in_savepoint(conn, |c| {
         super::search::index_pending(c, super::search::INDEX_STEP)
     });
-    let committed = database
-        .still_there()
-        .and_then(|()| run_statement(conn, "COMMIT"));
+    mark.raise_if_due(conn);
+    let committed = unchanged(conn, database, mark).and_then(|()| run_statement(conn, "COMMIT"));
+    mark.committed(committed.is_ok());
     if committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
         return false;
@@ -468,19 +482,36 @@ fn rescue_unlinked_wal(conn: &Connection, gone: &StoreError) {
 /// Folds a large WAL back into the database and truncates it, without waiting: if a reader
 /// (a `sqlite3` user holding a snapshot, say) still needs the WAL, it tries again later. The
 /// WAL grows while such a reader holds on, and shrinks within [`IDLE`] of it letting go.
-fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile) {
+fn checkpoint_when_idle(conn: &Connection, database: &DatabaseFile, mark: &FileMark) {
     if database.wal_size() < WAL_WORTH_TRUNCATING {
         return;
     }
-    // A checkpoint cannot run inside a transaction.
+    // The mark raised first, so the file holds it once checkpointed (in its own transaction:
+    // a checkpoint cannot run inside one).
+    let raised = mark.raise_alone(conn);
     release(conn);
-    if let Err(e) = without_waiting(conn, || {
-        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
-    }) {
-        tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it");
+    let folded: rusqlite::Result<(i64, i64, i64)> = without_waiting(conn, || {
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+    });
+    match folded {
+        Ok((0, log, done)) if log == done && raised => mark.checkpointed(),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "WAL checkpoint deferred: a reader still uses it"),
     }
     database.note_size();
     database.wal_rebaseline();
+}
+
+/// The database file is where it was, no smaller than seen, and holds no older state than
+/// seen (its mark: see [`super::mark`]); [`StoreError::Overwritten`] or why not otherwise.
+fn unchanged(conn: &Connection, database: &DatabaseFile, mark: &FileMark) -> Result<()> {
+    database.still_there()?;
+    if let Err(older) = mark.check(conn) {
+        database.found_older(older);
+    }
+    database.unless_overwritten()
 }
 
 /// Runs `f` with the connection's busy timeout at zero: what the writer does on its own
@@ -649,6 +680,44 @@ mod tests {
             matches!(refused, Err(StoreError::Overwritten { .. })),
             "{refused:?}"
         );
+        store.close();
+    }
+
+    /// The same, the copy written over the file in place (`dd conv=notrunc`, or a copy as
+    /// large as the file): its size never changes, and its mark is what tells it older.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_copy_written_in_place_over_a_checkpointed_file_is_noticed() {
+        use std::io::Write;
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.db");
+        let store = Store::open(&path, Synchronous::Full).unwrap();
+        store
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x BLOB)")?))
+            .await
+            .unwrap();
+        store.close();
+        let copy = std::fs::read(&path).unwrap();
+
+        let store = Store::open(&path, Synchronous::Full).unwrap();
+        let insert = |bytes: usize| {
+            store.write(move |c| Ok(c.execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])?))
+        };
+        insert(6 << 20).await.unwrap();
+        insert(1).await.unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size > 6 << 20, "checkpointed");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&copy)
+            .unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+        let refused = insert(1).await;
+        let Err(StoreError::Overwritten { how, .. }) = refused else {
+            panic!("{refused:?}");
+        };
+        assert!(how.contains("older state"), "{how}");
         store.close();
     }
 

@@ -555,6 +555,99 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     );
 }
 
+/// The database file's mark, SQLite's `application_id` in its header, as the file holds it.
+fn mark_in_file(db: &Path) -> u32 {
+    let bytes = std::fs::read(db).unwrap();
+    u32::from_be_bytes(bytes[68..72].try_into().unwrap())
+}
+
+/// Writes `copy` over `db` in place, as `dd conv=notrunc` would: the file keeps its size.
+fn copy_in_place(copy: &Path, db: &Path) {
+    use std::io::Write;
+    let before = std::fs::metadata(db).unwrap().len();
+    let old = std::fs::read(copy).unwrap();
+    assert!(
+        old.len() as u64 <= before,
+        "the copy is no larger than the file"
+    );
+    let mut file = std::fs::OpenOptions::new().write(true).open(db).unwrap();
+    file.write_all(&old).unwrap();
+    assert_eq!(
+        std::fs::metadata(db).unwrap().len(),
+        before,
+        "as large as it was"
+    );
+}
+
+/// A backup put back over the live database in place (as large as the file, so its size
+/// tells nothing), after a checkpoint put newer steps in the file and the WAL was started
+/// over: those steps are in neither the copy nor the WAL any more. Before, the next append was
+/// acknowledged into that mix. Now the file's mark, raised before every checkpoint of the
+/// daemon's and once a second for anyone's, is found older than it was: nothing more is
+/// acknowledged or read, and the restarted daemon serves the copy as copied. Twice: after the
+/// daemon's own checkpoint (its WAL past 1,000 pages) and more steps, and right after a
+/// person's `pragma wal_checkpoint` a second after the backup (the file, holding the whole
+/// WAL, must hold the mark committed last).
+#[tokio::test]
+async fn a_copy_as_large_as_the_live_database_is_noticed_by_its_mark() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let (mut daemon, _) = four_steps_in_the_file().await;
+    let db = daemon.db();
+    let copy = daemon.dir.path().join("old.db");
+    for by_whom in ["the daemon", "a person"] {
+        let client = daemon.client();
+        sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
+        let copied = counted(&copy, "s");
+        let mut i = 1_000 * copied;
+        if by_whom == "the daemon" {
+            // Steps until the daemon's own checkpoint put a newer mark in the file.
+            let backed_up = mark_in_file(&copy);
+            while mark_in_file(&db) <= backed_up {
+                assert!(
+                    i < 1_000 * copied + 2_000,
+                    "no checkpoint after 2,000 steps"
+                );
+                i += 1;
+                step(&client, "s", i).await;
+            }
+            // The WAL started over: the steps the checkpoint put in the file are only there.
+            for _ in 0..3 {
+                i += 1;
+                step(&client, "s", i).await;
+            }
+        } else {
+            // The mark is raised by the first commit a second after the last raise; the
+            // copy is put in place right after the person's checkpoint, before any commit
+            // (the next would start the WAL over).
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            step(&client, "s", i).await;
+            sqlite3(&db, "pragma wal_checkpoint").unwrap();
+        }
+        copy_in_place(&copy, &db);
+
+        let refused = client
+            .post("/session/s/message", &user("after the copy"))
+            .await;
+        let (status, message) = crate::common::api_error(refused.unwrap_err());
+        assert_eq!(status, 503, "{by_whom}: {message}");
+        assert!(message.contains("older state"), "{by_whom}: {message}");
+        assert_eq!(
+            crate::common::api_error(client.get("/session/s/context").await.unwrap_err()).0,
+            503
+        );
+        crate::common::assert_refusing_writes(&client, "older state").await;
+        assert!(daemon.terminate().success(), "{}", daemon.log());
+        assert_eq!(sqlite3(&db, "pragma integrity_check").unwrap(), "ok");
+        assert_eq!(counted(&db, "s"), copied, "{by_whom}: the copy as copied");
+        restarted_serves(&mut daemon, copied).await;
+        daemon.spawn();
+    }
+    assert_eq!(set_aside_wals(&daemon).len(), 2);
+}
+
 /// `: > compactd.db-wal` while the daemon waits for its agent's next step: the WAL looks like
 /// a log that can be emptied to free its space, and every write since the last checkpoint
 /// is in it alone. The next append was acknowledged into the emptied file, and at stop the

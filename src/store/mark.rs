@@ -1,0 +1,287 @@
+//! The database file's mark: which state of it the file on disk holds, so that an older copy
+//! put over it in place is told from it, whatever its size.
+//!
+//! `cp backup.db compactd.db` under the running daemon keeps the file's inode; a copy smaller
+//! than the file is told by its size (see [`super::file`]), one as large is not. It loses the
+//! writes a checkpoint put in the file after the copy was taken, once the WAL that also held
+//! them has been started over: the file's pages then come from the copy, the WAL's newer ones
+//! no longer fit them, and every append acknowledged after goes into that mix.
+//!
+//! So the writer raises a number in the file's header, SQLite's `application_id` (offset 68
+//! of page 1, which nothing else of SQLite uses), in the commit after which it checkpoints,
+//! before its idle checkpoint, and in the first commit a second or more after the last
+//! raise. Checkpoints copy pages into the file in commit order, so the file's number only
+//! grows, whoever checkpoints. The writer reads the file's own bytes (not the WAL's view)
+//! through SQLite's handle of it before and after every commit and at every idle look: a
+//! number smaller than one seen before is a copy from an earlier state put over the file.
+//! A copy taken after the last raise that reached the file is as new by this measure and not
+//! told; a checkpoint by another process (`PRAGMA wal_checkpoint` in `sqlite3`) carries the
+//! raise of the second before it.
+//!
+//! The file is read through SQLite's own open file (`SQLITE_FCNTL_FILE_POINTER`, then the
+//! VFS's `xRead`): no descriptor of ours is opened, so none is closed, and no lock of
+//! SQLite's is dropped (see [`super::file`]).
+
+use rusqlite::hooks::Wal;
+use rusqlite::wal::CheckpointMode;
+use rusqlite::{Connection, ffi};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Where SQLite keeps `application_id` in page 1.
+const OFFSET: i64 = 68;
+/// The WAL's length (pages) past which the writer checkpoints after a commit, as SQLite's own
+/// automatic checkpoint does.
+const CHECKPOINT_PAGES: i32 = 1_000;
+/// A commit at least this long after the last raise raises the mark again: a checkpoint by
+/// another process then finds in the WAL a mark at most this old.
+const RAISE_EVERY: Duration = Duration::from_secs(1);
+
+/// The mark's state, shared by the writer and the WAL hook that checkpoints after a commit.
+pub(super) struct FileMark {
+    /// The mark the next raise writes.
+    next: AtomicU64,
+    /// When the last raise committed, if one did.
+    raised_at: Mutex<Option<Instant>>,
+    /// The WAL is long enough to checkpoint: the next commit raises the mark first.
+    checkpoint_due: AtomicBool,
+    /// The commit under way raises the mark (set before `COMMIT`, read by the WAL hook).
+    raising: AtomicBool,
+    /// The largest mark found in the file, or known put there by a checkpoint of ours.
+    seen: AtomicU64,
+    /// The mark as last committed (what the database holds, the WAL's page 1 over the file's).
+    committed: AtomicU64,
+}
+
+/// A mark in the file smaller than one seen before: an older copy of the file put over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct OlderCopy {
+    pub was: u64,
+    pub now: u64,
+}
+
+impl FileMark {
+    /// The mark of the database `conn` has open: the next raise continues from its current one.
+    pub(super) fn new(conn: &Connection) -> Arc<FileMark> {
+        let current: i64 = conn
+            .pragma_query_value(None, "application_id", |r| r.get(0))
+            .unwrap_or(0);
+        let current = u64::from(current as i32 as u32);
+        let seen = MainFile::of(conn).and_then(|f| f.mark()).unwrap_or(0);
+        Arc::new(FileMark {
+            next: AtomicU64::new(current.max(seen) + 1),
+            committed: AtomicU64::new(current),
+            raised_at: Mutex::new(None),
+            checkpoint_due: AtomicBool::new(false),
+            raising: AtomicBool::new(false),
+            seen: AtomicU64::new(seen),
+        })
+    }
+
+    /// Inside the write transaction about to commit: raises the mark if a checkpoint follows
+    /// this commit or the last raise is [`RAISE_EVERY`] old. A failure (a full disk, say)
+    /// leaves the mark as it was; the commit goes on.
+    pub(super) fn raise_if_due(&self, conn: &Connection) {
+        let last = *self
+            .raised_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let due = self.checkpoint_due.load(Ordering::Relaxed)
+            || last.is_none_or(|at| at.elapsed() >= RAISE_EVERY);
+        if due && self.raise(conn) {
+            self.raising.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the next mark in the open transaction; whether it did.
+    fn raise(&self, conn: &Connection) -> bool {
+        let next = self.next.load(Ordering::Relaxed) as u32 as i32;
+        conn.execute_batch(&format!("PRAGMA application_id = {next}"))
+            .is_ok()
+    }
+
+    /// After the commit ended, `ok` if it committed: a raise in it is counted.
+    pub(super) fn committed(&self, ok: bool) {
+        if self.raising.swap(false, Ordering::Relaxed) && ok {
+            let raised = self.next.fetch_add(1, Ordering::Relaxed);
+            self.committed.store(raised, Ordering::Relaxed);
+            *self
+                .raised_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+    }
+
+    /// Raises the mark in the write transaction `conn` holds (or one of its own), committed:
+    /// the writer's idle checkpoint follows. Whether it committed.
+    pub(super) fn raise_alone(&self, conn: &Connection) -> bool {
+        if conn.is_autocommit() && conn.execute_batch("BEGIN IMMEDIATE").is_err() {
+            return false;
+        }
+        if !self.raise(conn) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return false;
+        }
+        self.raising.store(true, Ordering::Relaxed);
+        let ok = conn.execute_batch("COMMIT").is_ok();
+        if !ok {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        self.committed(ok);
+        ok
+    }
+
+    /// A checkpoint copied the whole WAL into the file after [`raise_alone`](Self::raise_alone)
+    /// committed: the file holds that mark now.
+    pub(super) fn checkpointed(&self) {
+        let put = self.next.load(Ordering::Relaxed) - 1;
+        self.seen.fetch_max(put, Ordering::Relaxed);
+    }
+
+    /// Run by SQLite after each commit with the WAL's length, in place of its own automatic
+    /// checkpoint: past [`CHECKPOINT_PAGES`], a commit that raised the mark is checkpointed
+    /// (passively, as SQLite would); one that did not asks the next commit to raise it.
+    pub(super) fn after_commit(&self, wal: &mut Wal, pages: i32) {
+        if pages < CHECKPOINT_PAGES {
+            return;
+        }
+        if !self.raising.load(Ordering::Relaxed) {
+            self.checkpoint_due.store(true, Ordering::Relaxed);
+            return;
+        }
+        self.checkpoint_due.store(false, Ordering::Relaxed);
+        if let Ok((log, done)) = wal.checkpoint_v2(CheckpointMode::PASSIVE)
+            && log == done
+        {
+            // `next` still names the mark this commit wrote: `committed` counts it after.
+            self.seen
+                .fetch_max(self.next.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    /// Reads the file's mark: an [`OlderCopy`] if it is smaller than one seen before, or,
+    /// with the whole WAL in the file, other than the mark committed last (the file then
+    /// holds the whole database as committed). Read twice to be sure: another process's
+    /// checkpoint may be writing page 1 just then.
+    pub(super) fn check(&self, conn: &Connection) -> Result<(), OlderCopy> {
+        let Some(file) = MainFile::of(conn) else {
+            return Ok(());
+        };
+        let older = || {
+            let folded = file.wal_folded() == Some(true);
+            let now = file.mark()?;
+            let seen = self.seen.fetch_max(now, Ordering::Relaxed);
+            let committed = self.committed.load(Ordering::Relaxed);
+            match (now < seen, folded && now != committed) {
+                (true, _) => Some(OlderCopy { was: seen, now }),
+                (false, true) => Some(OlderCopy {
+                    was: committed,
+                    now,
+                }),
+                _ => None,
+            }
+        };
+        if older().is_none() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        older().map_or(Ok(()), Err)
+    }
+}
+
+/// SQLite's open main database file of `conn` (`SQLITE_FCNTL_FILE_POINTER`), valid while the
+/// connection is open and borrowed.
+struct MainFile<'c> {
+    file: *mut ffi::sqlite3_file,
+    methods: &'c ffi::sqlite3_io_methods,
+    _conn: &'c Connection,
+}
+
+impl MainFile<'_> {
+    fn of(conn: &Connection) -> Option<MainFile<'_>> {
+        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: the handle is this open connection's; FILE_POINTER writes one pointer to
+        // the main database's `sqlite3_file`, which lives as long as the connection, borrowed
+        // by the returned value.
+        let rc = unsafe {
+            ffi::sqlite3_file_control(
+                conn.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_FILE_POINTER,
+                (&raw mut file).cast(),
+            )
+        };
+        if rc != ffi::SQLITE_OK || file.is_null() {
+            return None;
+        }
+        // SAFETY: an open file's methods are the VFS's static table (null once closed).
+        let methods = unsafe { (*file).pMethods.as_ref()? };
+        Some(MainFile {
+            file,
+            methods,
+            _conn: conn,
+        })
+    }
+
+    /// The mark in the database file itself (not the WAL's newer page 1); `None` if it
+    /// cannot be read (a file shorter than a header).
+    fn mark(&self) -> Option<u64> {
+        let read = self.methods.xRead?;
+        let mut bytes = [0u8; 4];
+        // SAFETY: `xRead` of the open file reads `bytes.len()` bytes into `bytes` at the
+        // offset, like `pread`.
+        let rc = unsafe { read(self.file, bytes.as_mut_ptr().cast(), 4, OFFSET) };
+        (rc == ffi::SQLITE_OK).then(|| u64::from(u32::from_be_bytes(bytes)))
+    }
+
+    /// Whether every frame of the WAL is in the database file (a checkpoint copied them all,
+    /// or there are none): then the file holds the whole database as committed. Read from
+    /// the wal-index SQLite has mapped (its documented layout: the last valid frame at byte
+    /// 16 of the header, the frames checkpointed at byte 96, native order); `None` if it is
+    /// not mapped.
+    fn wal_folded(&self) -> Option<bool> {
+        if self.methods.iVersion < 2 {
+            return None;
+        }
+        let map = self.methods.xShmMap?;
+        let mut region: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: region 0 of the connection's wal-index, already mapped while it has a
+        // transaction open (`bExtend` 0: never created here); the pointer stays valid while
+        // the connection is open. The two words are read as SQLite's own readers do, volatile.
+        unsafe {
+            let rc = map(self.file, 0, 32_768, 0, &raw mut region);
+            if rc != ffi::SQLITE_OK || region.is_null() {
+                return None;
+            }
+            let words = region.cast::<u32>();
+            let last_frame = words.add(4).read_volatile();
+            let backfilled = words.add(24).read_volatile();
+            Some(backfilled >= last_frame)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mark read from the file is the checkpointed one, not the WAL's newer page 1.
+    #[test]
+    fn the_mark_is_read_from_the_file_not_the_wal() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let conn = Connection::open(dir.path().join("t.db")).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x);")
+            .unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+        let file = || MainFile::of(&conn).unwrap();
+        assert_eq!(file().mark(), Some(0));
+        conn.execute_batch("PRAGMA application_id = 7").unwrap();
+        assert_eq!(file().mark(), Some(0), "in the WAL only");
+        assert_eq!(file().wal_folded(), Some(false));
+        conn.execute_batch("PRAGMA wal_checkpoint").unwrap();
+        assert_eq!(file().mark(), Some(7));
+        assert_eq!(file().wal_folded(), Some(true));
+    }
+}
