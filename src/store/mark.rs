@@ -9,14 +9,18 @@
 //!
 //! So the writer raises a number in the file's header, SQLite's `application_id` (offset 68
 //! of page 1, which nothing else of SQLite uses), in the commit after which it checkpoints,
-//! before its idle checkpoint, and in the first commit a second or more after the last
-//! raise. Checkpoints copy pages into the file in commit order, so the file's number only
-//! grows, whoever checkpoints. The writer reads the file's own bytes (not the WAL's view)
-//! through SQLite's handle of it before and after every commit and at every idle look: a
-//! number smaller than one seen before is a copy from an earlier state put over the file.
-//! A copy taken after the last raise that reached the file is as new by this measure and not
-//! told; a checkpoint by another process (`PRAGMA wal_checkpoint` in `sqlite3`) carries the
-//! raise of the second before it.
+//! before its idle checkpoint, and in any commit 100 ms or more after the last raise (an
+//! agent's every step; one commit in some hundreds of a tight loop). Checkpoints copy pages
+//! into the file in commit order, so the file's number only grows, whoever checkpoints. Before
+//! every commit and at every idle look the writer reads the file's own four bytes (not the
+//! WAL's view): a number smaller than one seen before is an older copy put over the file. And
+//! when the wal-index says every frame of the WAL is in the file (a checkpoint, by anyone,
+//! copied them all: the next commit starts the WAL over), the file holds the whole database as
+//! committed, so its number must be the one committed last.
+//!
+//! Not told: a copy taken after the last raise that reached the file. Of a backup taken
+//! within 100 ms before another process's checkpoint, the commits between the two are lost
+//! once that copy is put back and the WAL started over.
 //!
 //! The file is read through SQLite's own open file (`SQLITE_FCNTL_FILE_POINTER`, then the
 //! VFS's `xRead`): no descriptor of ours is opened, so none is closed, and no lock of
@@ -35,8 +39,10 @@ const OFFSET: i64 = 68;
 /// automatic checkpoint does.
 const CHECKPOINT_PAGES: i32 = 1_000;
 /// A commit at least this long after the last raise raises the mark again: a checkpoint by
-/// another process then finds in the WAL a mark at most this old.
-const RAISE_EVERY: Duration = Duration::from_secs(1);
+/// another process then finds in the WAL a mark at most this old. An agent's steps come
+/// further apart, so each raises it (page 1 is one more page in their commit); a tight loop
+/// raises it once in some hundreds of commits.
+const RAISE_EVERY: Duration = Duration::from_millis(100);
 
 /// The mark's state, shared by the writer and the WAL hook that checkpoints after a commit.
 pub(super) struct FileMark {

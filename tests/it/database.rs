@@ -583,10 +583,10 @@ fn copy_in_place(copy: &Path, db: &Path) {
 /// tells nothing), after a checkpoint put newer steps in the file and the WAL was started
 /// over: those steps are in neither the copy nor the WAL any more. Before, the next append was
 /// acknowledged into that mix. Now the file's mark, raised before every checkpoint of the
-/// daemon's and once a second for anyone's, is found older than it was: nothing more is
+/// daemon's and every 100 ms for anyone's, is found older than it was: nothing more is
 /// acknowledged or read, and the restarted daemon serves the copy as copied. Twice: after the
 /// daemon's own checkpoint (its WAL past 1,000 pages) and more steps, and right after a
-/// person's `pragma wal_checkpoint` a second after the backup (the file, holding the whole
+/// person's `pragma wal_checkpoint` a moment after the backup (the file, holding the whole
 /// WAL, must hold the mark committed last).
 #[tokio::test]
 async fn a_copy_as_large_as_the_live_database_is_noticed_by_its_mark() {
@@ -619,10 +619,10 @@ async fn a_copy_as_large_as_the_live_database_is_noticed_by_its_mark() {
                 step(&client, "s", i).await;
             }
         } else {
-            // The mark is raised by the first commit a second after the last raise; the
+            // The mark is raised by a commit 100 ms or more after the last raise; the
             // copy is put in place right after the person's checkpoint, before any commit
             // (the next would start the WAL over).
-            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
             step(&client, "s", i).await;
             sqlite3(&db, "pragma wal_checkpoint").unwrap();
         }
