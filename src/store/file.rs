@@ -13,7 +13,7 @@
 //! the one that creates a new, empty file, closed before any connection exists (no lock can be
 //! held on a file that did not exist). SQLite then opens the path itself, refusing a symlink
 //! (`SQLITE_OPEN_NOFOLLOW`), and [`DatabaseFile::confirm_opened`] checks by `stat` that the
-//! path still names the file that was checked. The only other file it writes is a mark of its
+//! path still names the file that was checked. The only other file it writes is a note of its
 //! own beside a database found overwritten (see [`DatabaseFile::still_there`]).
 
 use super::mark::OlderCopy;
@@ -80,7 +80,7 @@ impl DatabaseFile {
             )));
         }
         make_private(path)?;
-        if beside(path, OVERWRITTEN_MARK).exists() {
+        if beside(path, OVERWRITTEN_NOTE).exists() {
             tracing::warn!(database = %path.display(), "a daemon before this one found the database overwritten and was killed before it set the side files aside: set aside now");
             set_aside_side_files(path);
         }
@@ -185,8 +185,9 @@ impl DatabaseFile {
         StoreError::Gone(self.path.clone())
     }
 
-    /// Whether the file or its WAL was seen to shrink (see [`still_there`](Self::still_there)):
-    /// once one has, it stays so, whatever size it has later.
+    /// Whether the file or its WAL was seen to shrink (see [`still_there`](Self::still_there)),
+    /// or the file older by its mark ([`found_older`](Self::found_older)): once it was, it
+    /// stays so, whatever it holds later.
     pub(super) fn overwritten(&self) -> bool {
         self.overwritten.get().is_some()
     }
@@ -238,15 +239,15 @@ impl DatabaseFile {
         self.unless_overwritten()
     }
 
-    /// Notes the first overwrite found: for good in memory, and in a mark beside the
+    /// Notes the first overwrite found: for good in memory, and in a note beside the
     /// database should the daemon be killed before it stops and sets the WAL aside (the next
-    /// one finds the mark and does it: see `prepare`).
+    /// one finds the note and does it: see `prepare`).
     fn mark_overwritten(&self, how: Overwrite) {
         if self.overwritten.set(how).is_ok()
             && let Err(why) = self.unless_overwritten()
         {
-            let mark = beside(&self.path, OVERWRITTEN_MARK);
-            let _ = write_private(&mark, why.to_string().as_bytes());
+            let note = beside(&self.path, OVERWRITTEN_NOTE);
+            let _ = write_private(&note, why.to_string().as_bytes());
         }
     }
 
@@ -329,7 +330,7 @@ enum Overwrite {
 
 /// Left beside a database found overwritten (see [`DatabaseFile::still_there`]) until its
 /// side files are set aside, saying why.
-const OVERWRITTEN_MARK: &str = ".overwritten";
+const OVERWRITTEN_NOTE: &str = ".overwritten";
 
 /// `path` with `suffix` appended to its file name.
 fn beside(path: &Path, suffix: &str) -> PathBuf {
@@ -340,7 +341,7 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
 
 /// Renames the `-wal` and `-shm` files beside `path` to `<name>.overwritten-<unix seconds>`
 /// (and `-1`, `-2`... should that name be taken), saying so, then removes the
-/// [`OVERWRITTEN_MARK`]; only with no connection of ours open.
+/// [`OVERWRITTEN_NOTE`]; only with no connection of ours open.
 fn set_aside_side_files(path: &Path) {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -359,7 +360,7 @@ fn set_aside_side_files(path: &Path) {
             tracing::warn!(from = %from.display(), to = %to.display(), "a side file that no longer fits the database file set aside: the database file opens as it is");
         }
     }
-    let _ = std::fs::remove_file(beside(path, OVERWRITTEN_MARK));
+    let _ = std::fs::remove_file(beside(path, OVERWRITTEN_NOTE));
 }
 
 /// Writes a small file of ours, mode 0600.

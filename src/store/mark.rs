@@ -70,11 +70,11 @@ pub(super) struct OlderCopy {
 impl FileMark {
     /// The mark of the database `conn` has open: the next raise continues from its current one.
     pub(super) fn new(conn: &Connection) -> Arc<FileMark> {
-        let current: i64 = conn
-            .pragma_query_value(None, "application_id", |r| r.get(0))
-            .unwrap_or(0);
-        let current = u64::from(current as i32 as u32);
         let seen = MainFile::of(conn).and_then(|f| f.mark()).unwrap_or(0);
+        // Unread, it is taken to be the file's (never a reason to find the file older).
+        let current = conn
+            .pragma_query_value(None, "application_id", |r| r.get::<_, i64>(0))
+            .map_or(seen, |id| u64::from(id as i32 as u32));
         Arc::new(FileMark {
             next: AtomicU64::new(current.max(seen) + 1),
             committed: AtomicU64::new(current),

@@ -111,7 +111,8 @@ impl Shared {
             Some(conn) => {
                 let committed = commit_batch(
                     conn,
-                    (&self.database, &self.mark),
+                    &self.database,
+                    &self.mark,
                     batch,
                     batches.is_multiple_of(INDEX_CHECK_EVERY),
                     |why| self.refuse(conn, why),
@@ -322,7 +323,7 @@ fn run(shared: &Shared, jobs: Receiver<Job>) {
                     continue;
                 }
                 if index_pending {
-                    index_pending = index_when_idle(conn, (&shared.database, &shared.mark));
+                    index_pending = index_when_idle(conn, &shared.database, &shared.mark);
                 } else {
                     checkpoint_when_idle(conn, &shared.database, &shared.mark);
                 }
@@ -374,7 +375,8 @@ pub(super) fn keep_wal_at_close(conn: &Connection) {
 /// whether the batch committed.
 fn commit_batch(
     conn: &Connection,
-    (database, mark): (&DatabaseFile, &FileMark),
+    database: &DatabaseFile,
+    mark: &FileMark,
     batch: Vec<Job>,
     check_index: bool,
     refused: impl FnOnce(&StoreError),
@@ -419,7 +421,7 @@ fn commit_batch(
 /// returns whether to try again at the next idle moment (more wait). A failure leaves them
 /// for the next write or search (nothing is lost: the messages are stored; only their index
 /// entries wait).
-fn index_when_idle(conn: &Connection, (database, mark): (&DatabaseFile, &FileMark)) -> bool {
+fn index_when_idle(conn: &Connection, database: &DatabaseFile, mark: &FileMark) -> bool {
     if super::search::unindexed(conn).is_ok_and(|n| n == 0) {
         return false;
     }

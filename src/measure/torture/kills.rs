@@ -4,9 +4,10 @@
 //! results in one batch), half of the appends with an Idempotency-Key. At a random moment the
 //! daemon is killed; appends that were in flight are retried with their key after the restart
 //! (those without a key are left alone: they may or may not have been stored, but at most
-//! once). Meanwhile short-lived `sqlite3` processes read the database, and one long-lived
-//! `sqlite3` session stays open throughout; after every kill the system `sqlite3` checks the
-//! file. Then every session is read back and checked against what the clients were told.
+//! once). Meanwhile short-lived `sqlite3` processes read the database (every other one
+//! checkpointing its WAL), and one long-lived `sqlite3` session stays open throughout; after
+//! every kill the system `sqlite3` checks the file. Then every session is read back and
+//! checked against what the clients were told.
 
 use super::readers;
 use crate::client::{Client, Connection};
