@@ -46,7 +46,9 @@ const RAISE_EVERY: Duration = Duration::from_millis(100);
 
 /// The mark's state, shared by the writer and the WAL hook that checkpoints after a commit.
 pub(super) struct FileMark {
-    /// The mark the next raise writes.
+    /// The mark the next raise writes. SQLite keeps 32 bits of it: raised ten times a second
+    /// by time and as often again by checkpoints in a tight loop, it would wrap (and be taken
+    /// for an older copy) after some seven years of writing without a pause.
     next: AtomicU64,
     /// When the last raise committed, if one did.
     raised_at: Mutex<Option<Instant>>,
