@@ -83,6 +83,9 @@ impl DatabaseFile {
         if beside(path, OVERWRITTEN_NOTE).exists() {
             tracing::warn!(database = %path.display(), "a daemon before this one found the database overwritten and was killed before it set the side files aside: set aside now");
             set_aside_side_files(path);
+        } else if let Some(OlderCopy { was, now }) = super::mark::copied_under_wal(path) {
+            tracing::warn!(database = %path.display(), mark = now, wal_began_at = was, "the database file holds an older state than its WAL was written over (a copy put in place after compactd was killed, the WAL left beside it): the WAL is set aside, not folded into the copy");
+            set_aside_side_files(path);
         }
         Ok(DatabaseFile {
             path: path.to_path_buf(),

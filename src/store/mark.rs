@@ -1,26 +1,31 @@
 //! The database file's mark: which state of it the file on disk holds, so that an older copy
-//! put over it in place is told from it, whatever its size.
+//! put over it is told from it, whatever its size.
 //!
 //! `cp backup.db compactd.db` under the running daemon keeps the file's inode; a copy smaller
-//! than the file is told by its size (see [`super::file`]), one as large is not. It loses the
-//! writes a checkpoint put in the file after the copy was taken, once the WAL that also held
-//! them has been started over: the file's pages then come from the copy, the WAL's newer ones
-//! no longer fit them, and every append acknowledged after goes into that mix.
+//! than the file is told by its size (see [`super::file`]), one as large is not. Once a
+//! checkpoint (anyone's) has copied WAL frames into the file, SQLite reads those pages from the
+//! file alone, never from the WAL again: a copy older than what was checkpointed takes them,
+//! every append acknowledged after goes into a mix, and reads fail `database disk image is
+//! malformed`.
 //!
 //! So the writer raises a number in the file's header, SQLite's `application_id` (offset 68
-//! of page 1, which nothing else of SQLite uses), in the commit after which it checkpoints,
-//! before its idle checkpoint, and in any commit 100 ms or more after the last raise (an
-//! agent's every step; one commit in some hundreds of a tight loop). Checkpoints copy pages
-//! into the file in commit order, so the file's number only grows, whoever checkpoints. Before
-//! every commit and at every idle look the writer reads the file's own four bytes (not the
-//! WAL's view): a number smaller than one seen before is an older copy put over the file. And
-//! when the wal-index says every frame of the WAL is in the file (a checkpoint, by anyone,
-//! copied them all: the next commit starts the WAL over), the file holds the whole database as
-//! committed, so its number must be the one committed last.
+//! of page 1, which nothing else of SQLite uses): in the commit after which it checkpoints,
+//! before its idle checkpoint, in a commit that finds the whole WAL in the file (it likely
+//! starts the WAL over), and in any commit 100 ms or more after the last raise (an agent's
+//! every step; one commit in some hundreds of a tight loop). Checkpoints copy pages into the
+//! file in commit order, so the file's number only grows, whoever checkpoints. Before every
+//! commit and at every idle look the writer reads the file's own four bytes (not the WAL's
+//! view): a number smaller than one seen before is an older copy put over the file. And when
+//! the wal-index says every frame of the WAL is in the file, the file holds the whole database
+//! as committed, so its number must be the one committed last. Not told: a copy taken after
+//! the last raise that reached the file (a backup, then appends and another process's
+//! checkpoint within 100 ms), and one put in place after another process's partial
+//! checkpoint with no look of the writer between the two.
 //!
-//! Not told: a copy taken after the last raise that reached the file. Of a backup taken
-//! within 100 ms before another process's checkpoint, the commits between the two are lost
-//! once that copy is put back and the WAL started over.
+//! A daemon killed, then a copy put in place with the WAL left beside it, is told as the next
+//! daemon starts ([`copied_under_wal`]): SQLite replays the whole WAL over the file then, so
+//! the file must be no older than it was when the WAL began, which the WAL's first page 1
+//! says (its mark, or one more).
 //!
 //! The file is read through SQLite's own open file (`SQLITE_FCNTL_FILE_POINTER`, then the
 //! VFS's `xRead`): no descriptor of ours is opened, so none is closed, and no lock of
@@ -29,6 +34,8 @@
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 use rusqlite::{Connection, ffi};
+use std::io::Read;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -54,6 +61,9 @@ pub(super) struct FileMark {
     raised_at: Mutex<Option<Instant>>,
     /// The WAL is long enough to checkpoint: the next commit raises the mark first.
     checkpoint_due: AtomicBool,
+    /// The whole WAL is in the file: the next commit likely starts it over, and raises the
+    /// mark in its first frames (what a daemon starting after a kill reads).
+    restart_due: AtomicBool,
     /// The commit under way raises the mark (set before `COMMIT`, read by the WAL hook).
     raising: AtomicBool,
     /// The largest mark found in the file, or known put there by a checkpoint of ours.
@@ -82,13 +92,15 @@ impl FileMark {
             committed: AtomicU64::new(current),
             raised_at: Mutex::new(None),
             checkpoint_due: AtomicBool::new(false),
+            restart_due: AtomicBool::new(false),
             raising: AtomicBool::new(false),
             seen: AtomicU64::new(seen),
         })
     }
 
-    /// Inside the write transaction about to commit: raises the mark if a checkpoint follows
-    /// this commit or the last raise is [`RAISE_EVERY`] old. A failure (a full disk, say)
+    /// Inside the write transaction about to commit, after [`check`](Self::check): raises
+    /// the mark if a checkpoint follows this commit, the WAL likely starts over with it, or
+    /// the last raise is [`RAISE_EVERY`] old. A failure (a full disk, say)
     /// leaves the mark as it was; the commit goes on.
     pub(super) fn raise_if_due(&self, conn: &Connection) {
         let last = *self
@@ -96,6 +108,7 @@ impl FileMark {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let due = self.checkpoint_due.load(Ordering::Relaxed)
+            || self.restart_due.swap(false, Ordering::Relaxed)
             || last.is_none_or(|at| at.elapsed() >= RAISE_EVERY);
         if due && self.raise(conn) {
             self.raising.store(true, Ordering::Relaxed);
@@ -178,6 +191,7 @@ impl FileMark {
         };
         let older = || {
             let folded = file.wal_folded() == Some(true);
+            self.restart_due.store(folded, Ordering::Relaxed);
             let now = file.mark()?;
             let seen = self.seen.fetch_max(now, Ordering::Relaxed);
             let committed = self.committed.load(Ordering::Relaxed);
@@ -196,6 +210,63 @@ impl FileMark {
         std::thread::sleep(Duration::from_millis(5));
         older().map_or(Ok(()), Err)
     }
+}
+
+/// At start, before the store opens the database: the file's mark and the mark its WAL was
+/// started over with, if the file's is the older (the mark a WAL's first raise wrote, less
+/// one, is what the file held when the WAL began: see [`FileMark::raise_if_due`]). A file
+/// older than that is a copy put in place after the daemon was killed, its WAL left beside it:
+/// SQLite would fold the WAL's pages into the copy, whose own no longer fit them. The file is
+/// read through a connection of its own (SQLite closes its descriptor safely), the WAL with a
+/// descriptor of ours (SQLite locks no byte of it).
+pub(super) fn copied_under_wal(database: &Path) -> Option<OlderCopy> {
+    let mut side = database.as_os_str().to_os_string();
+    side.push("-wal");
+    let base = wal_base(Path::new(&side))?;
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | super::file::NO_SYMLINK;
+    let conn = Connection::open_with_flags(database, flags).ok()?;
+    let now = MainFile::of(&conn)?.mark()?;
+    (now + 1 < base).then(|| OlderCopy {
+        was: base.saturating_sub(1),
+        now,
+    })
+}
+
+/// The mark of the first page 1 in the WAL's valid frames (those with the header's salts), if
+/// there is one among its first [`WAL_FRAMES_READ`].
+fn wal_base(wal: &Path) -> Option<u64> {
+    let mut file = std::io::BufReader::new(std::fs::File::open(wal).ok()?);
+    let mut header = [0u8; 32];
+    file.read_exact(&mut header).ok()?;
+    if !matches!(be32(&header), 0x377f_0682 | 0x377f_0683) {
+        return None;
+    }
+    let page_size = match be32(&header[8..]) {
+        1 => 65_536,
+        size => i64::from(size),
+    };
+    let salts = &header[16..24];
+    let mut frame = [0u8; 24];
+    for _ in 0..WAL_FRAMES_READ {
+        file.read_exact(&mut frame).ok()?;
+        if &frame[8..16] != salts {
+            return None;
+        }
+        if be32(&frame) == 1 {
+            let mut page = [0u8; 72];
+            file.read_exact(&mut page).ok()?;
+            return Some(u64::from(be32(&page[68..])));
+        }
+        file.seek_relative(page_size).ok()?;
+    }
+    None
+}
+
+/// How far into a WAL [`wal_base`] looks for page 1: its first raise is in its first commit.
+const WAL_FRAMES_READ: usize = 10_000;
+
+fn be32(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
 }
 
 /// SQLite's open main database file of `conn` (`SQLITE_FCNTL_FILE_POINTER`), valid while the

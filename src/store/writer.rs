@@ -399,8 +399,10 @@ fn commit_batch(
         index_in_savepoint(conn);
     }
     // Never acknowledge a write to a file nobody will find again.
-    mark.raise_if_due(conn);
-    let commit = unchanged(conn, database, mark).and_then(|()| run_statement(conn, "COMMIT"));
+    let commit = unchanged(conn, database, mark).and_then(|()| {
+        mark.raise_if_due(conn);
+        run_statement(conn, "COMMIT")
+    });
     mark.committed(commit.is_ok());
     if let Err(e) = &commit {
         let _ = conn.execute_batch("ROLLBACK");
@@ -433,8 +435,10 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile, mark: &FileMark) 
     let indexed = in_savepoint(conn, |c| {
         super::search::index_pending(c, super::search::INDEX_STEP)
     });
-    mark.raise_if_due(conn);
-    let committed = unchanged(conn, database, mark).and_then(|()| run_statement(conn, "COMMIT"));
+    let committed = unchanged(conn, database, mark).and_then(|()| {
+        mark.raise_if_due(conn);
+        run_statement(conn, "COMMIT")
+    });
     mark.committed(committed.is_ok());
     if committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
