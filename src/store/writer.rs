@@ -655,76 +655,48 @@ mod tests {
         assert_eq!(rows, 2, "what was acknowledged is in the file");
     }
 
-    /// A file overwritten by a copy of itself from before a checkpoint that SQLite ran inside
-    /// a commit (the WAL past its 1,000 pages) is noticed: the size the checkpoint gave the
-    /// file is noted (after that commit, or at the writer's next idle look if it comes
-    /// first), a copy is held to it, and no write commits after.
+    /// A file overwritten by a copy of itself from before a checkpoint that ran inside a
+    /// commit (the WAL past its 1,000 pages) is noticed, and no write commits after: a copy
+    /// that truncates the file by the size the checkpoint gave it (noted after that commit,
+    /// or at the writer's next idle look if it comes first); one written over it in place
+    /// (`dd conv=notrunc`, or a copy as large as the file), whose size never changes, by its
+    /// mark (see `store::mark`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_copy_from_before_a_checkpoint_in_a_commit_is_noticed() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("t.db");
-        let store = Store::open(&path, Synchronous::Full).unwrap();
-        store
-            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x BLOB)")?))
-            .await
-            .unwrap();
-        store.close();
-        let copy = std::fs::read(&path).unwrap();
+        for in_place in [false, true] {
+            let dir = tempfile::TempDir::new().unwrap();
+            let path = dir.path().join("t.db");
+            let store = Store::open(&path, Synchronous::Full).unwrap();
+            store
+                .write(|c| Ok(c.execute_batch("CREATE TABLE t (x BLOB)")?))
+                .await
+                .unwrap();
+            store.close();
+            let copy = std::fs::read(&path).unwrap();
 
-        let store = Store::open(&path, Synchronous::Full).unwrap();
-        let insert = |bytes: usize| {
-            store.write(move |c| Ok(c.execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])?))
-        };
-        insert(6 << 20).await.unwrap();
-        assert!(
-            std::fs::metadata(&path).unwrap().len() > 6 << 20,
-            "checkpointed"
-        );
-        std::fs::write(&path, &copy).unwrap();
-        let refused = insert(1).await;
-        assert!(
-            matches!(refused, Err(StoreError::Overwritten { .. })),
-            "{refused:?}"
-        );
-        store.close();
-    }
-
-    /// The same, the copy written over the file in place (`dd conv=notrunc`, or a copy as
-    /// large as the file): its size never changes, and its mark is what tells it older.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_copy_written_in_place_over_a_checkpointed_file_is_noticed() {
-        use std::io::Write;
-        let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("t.db");
-        let store = Store::open(&path, Synchronous::Full).unwrap();
-        store
-            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x BLOB)")?))
-            .await
-            .unwrap();
-        store.close();
-        let copy = std::fs::read(&path).unwrap();
-
-        let store = Store::open(&path, Synchronous::Full).unwrap();
-        let insert = |bytes: usize| {
-            store.write(move |c| Ok(c.execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])?))
-        };
-        insert(6 << 20).await.unwrap();
-        insert(1).await.unwrap();
-        let size = std::fs::metadata(&path).unwrap().len();
-        assert!(size > 6 << 20, "checkpointed");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .write_all(&copy)
-            .unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
-        let refused = insert(1).await;
-        let Err(StoreError::Overwritten { how, .. }) = refused else {
-            panic!("{refused:?}");
-        };
-        assert!(how.contains("older state"), "{how}");
-        store.close();
+            let store = Store::open(&path, Synchronous::Full).unwrap();
+            let insert = |bytes: usize| {
+                store.write(move |c| Ok(c.execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])?))
+            };
+            insert(6 << 20).await.unwrap();
+            insert(1).await.unwrap();
+            let size = std::fs::metadata(&path).unwrap().len();
+            assert!(size > 6 << 20, "checkpointed");
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(!in_place)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut file, &copy).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().len() == size, in_place);
+            let refused = insert(1).await;
+            let Err(StoreError::Overwritten { how, .. }) = refused else {
+                panic!("{refused:?}");
+            };
+            let told = if in_place { "older state" } else { "shrank" };
+            assert!(how.contains(told), "{how}");
+            store.close();
+        }
     }
 
     /// While the daemon serves, no other process takes the write lock: the connection holds
