@@ -49,10 +49,9 @@ pub enum StoreError {
     SideFileGone { path: PathBuf, wal: bool },
     /// The database file or its WAL shrank under the running daemon, or the file was found
     /// holding an older state than before: something wrote it outside SQLite (a copy over
-    /// the database, the WAL emptied), so the two no longer fit
-    /// together. Nothing is read or written (a context read from the mix could be unsound),
-    /// and the WAL is set aside, not folded into the database file, when the daemon stops
-    /// (see [`super::file::DatabaseFile`]).
+    /// the database, the WAL emptied), so the two no longer fit together. Nothing is read or
+    /// written (a context read from the mix could be unsound), and the WAL is set aside, not
+    /// folded into the database file, when the daemon stops (see [`super::file::DatabaseFile`]).
     #[error(
         "{} was written outside SQLite while compactd ran ({how}): the database and its WAL no longer fit together, so nothing more is read or written. Restart compactd: stopping, it sets the WAL aside (as {}-wal.overwritten-<time>) and the database file opens as it is", path.display(), database.display()
     )]

@@ -399,13 +399,8 @@ fn commit_batch(
         index_in_savepoint(conn);
     }
     // Never acknowledge a write to a file nobody will find again.
-    let commit = unchanged(conn, database, mark).and_then(|()| {
-        mark.raise_if_due(conn);
-        run_statement(conn, "COMMIT")
-    });
-    mark.committed(commit.is_ok());
+    let commit = commit_if_unchanged(conn, database, mark);
     if let Err(e) = &commit {
-        let _ = conn.execute_batch("ROLLBACK");
         refused(e);
     }
     let committed = commit.is_ok();
@@ -435,13 +430,7 @@ fn index_when_idle(conn: &Connection, database: &DatabaseFile, mark: &FileMark) 
     let indexed = in_savepoint(conn, |c| {
         super::search::index_pending(c, super::search::INDEX_STEP)
     });
-    let committed = unchanged(conn, database, mark).and_then(|()| {
-        mark.raise_if_due(conn);
-        run_statement(conn, "COMMIT")
-    });
-    mark.committed(committed.is_ok());
-    if committed.is_err() {
-        let _ = conn.execute_batch("ROLLBACK");
+    if commit_if_unchanged(conn, database, mark).is_err() {
         return false;
     }
     database.note_size();
@@ -518,6 +507,20 @@ fn unchanged(conn: &Connection, database: &DatabaseFile, mark: &FileMark) -> Res
         database.found_older(older);
     }
     database.unless_overwritten()
+}
+
+/// Commits the open write transaction if the database file is [`unchanged`], raising its
+/// mark in it when due; rolls it back otherwise.
+fn commit_if_unchanged(conn: &Connection, database: &DatabaseFile, mark: &FileMark) -> Result<()> {
+    let commit = unchanged(conn, database, mark).and_then(|()| {
+        mark.raise_if_due(conn);
+        run_statement(conn, "COMMIT")
+    });
+    mark.committed(commit.is_ok());
+    if commit.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    commit
 }
 
 /// Runs `f` with the connection's busy timeout at zero: what the writer does on its own
