@@ -20,7 +20,12 @@
 //! as committed, so its number must be the one committed last. Not told: a copy taken after
 //! the last raise that reached the file (a backup, then appends and another process's
 //! checkpoint within 100 ms), and one put in place after another process's partial
-//! checkpoint with no look of the writer between the two.
+//! checkpoint with no look of the writer between the two. The mark cannot tell the latter:
+//! a checkpoint that stops short of the WAL's end (another reader holds an older snapshot)
+//! copies each page's newest frame only if it is within the stop, so page 1, written again
+//! by a later commit, stays as it was while pages it lies beside are copied. Reading the
+//! wal-index's checkpointed count as "the raises before it are in the file" refused a long
+//! reader's growing WAL as a copy (tried, in `hardening`'s long-reader test).
 //!
 //! A daemon killed, then a copy put in place with the WAL left beside it, is told as the next
 //! daemon starts ([`copied_under_wal`]): SQLite replays the whole WAL over the file then, so

@@ -634,7 +634,10 @@ async fn a_copy_as_large_as_the_live_database_is_noticed_by_its_mark() {
         let refused = client
             .post("/session/s/message", &user("after the copy"))
             .await;
-        let (status, message) = crate::common::api_error(refused.unwrap_err());
+        let Err(refused) = refused else {
+            panic!("{by_whom}: acknowledged into the copy: {refused:?}");
+        };
+        let (status, message) = crate::common::api_error(refused);
         assert_eq!(status, 503, "{by_whom}: {message}");
         assert!(message.contains("older state"), "{by_whom}: {message}");
         assert_eq!(
