@@ -12,11 +12,15 @@
 //! keeps its head and its tail, with a marker between that says how much was cut and which
 //! seq holds the whole message. The stored message stays whole. Each message of the step gets
 //! its share of the step budget ([`CompactionConfig::step_budget`](super::CompactionConfig::step_budget)),
-//! so the whole step fits it.
+//! so the whole step fits it. A tool call is shortened only when its message cannot fit
+//! otherwise (a file of 20,000 tokens written at a 16,000-token window): the longest string
+//! among its arguments keeps its head and tail, the call its id, its name and valid JSON.
 
 use super::estimate::{LazyEstimator, part_chars};
 use super::origin::Origin;
+use super::prompt::render_args;
 use crate::message::{Message, Part, Role};
+use serde_json::Value;
 
 /// Where the current step starts in `messages`: at the newest assistant message (the agent's
 /// last turn; every result and user message after it belongs to the step), or, with no
@@ -87,9 +91,11 @@ fn byte_at(text: &str, n: usize) -> usize {
 
 /// The parts of message `seq` shortened so the message takes at most `max_tokens`, or `None`
 /// when it fits already. What is shortened: tool outputs and text (a user's instruction, or
-/// an answer so long that it alone would not fit: a model server can send megabytes); tool
-/// calls and reasoning are kept as they are. The room left is shared
-/// fairly: outputs smaller than an even share stay whole and leave the rest to the larger ones.
+/// an answer so long that it alone would not fit: a model server can send megabytes); a tool
+/// call's longest argument only if the message does not fit without it (a call of the step
+/// alone over the window would put every context over it until the next step); reasoning is
+/// kept as it is. The room left is shared fairly: outputs smaller than an even share stay
+/// whole and leave the rest to the larger ones.
 pub fn shorten_message(
     message: &Message,
     at: Origin,
@@ -99,18 +105,48 @@ pub fn shorten_message(
     if estimator.message(message) <= max_tokens {
         return None;
     }
-    let shortenable = |part: &Part| matches!(part, Part::ToolResult { .. } | Part::Text { .. });
+    let outputs = shorten_parts(message, at, max_tokens, estimator, false);
+    let fits = |parts: &[Part]| {
+        let shortened = Message {
+            role: message.role,
+            parts: parts.to_vec(),
+        };
+        estimator.message(&shortened) <= max_tokens
+    };
+    let has_call = message
+        .parts
+        .iter()
+        .any(|p| matches!(p, Part::ToolCall { .. }));
+    if fits(&outputs) || !has_call {
+        return Some(outputs);
+    }
+    Some(shorten_parts(message, at, max_tokens, estimator, true))
+}
+
+/// The message's parts shortened toward `max_tokens` (outputs and text; with `arguments`,
+/// each tool call's longest argument too), as far as they go.
+fn shorten_parts(
+    message: &Message,
+    at: Origin,
+    max_tokens: usize,
+    estimator: &LazyEstimator,
+    arguments: bool,
+) -> Vec<Part> {
     let sizes: Vec<Option<usize>> = message
         .parts
         .iter()
-        .map(|p| shortenable(p).then(|| part_text(p).chars().count()))
+        .map(|p| match p {
+            Part::ToolResult { .. } | Part::Text { .. } => Some(part_text(p).chars().count()),
+            Part::ToolCall { args, .. } if arguments => longest_argument(args).map(|a| a.shown),
+            _ => None,
+        })
         .collect();
+    // What stays of each part besides its shortenable text (a call's name and other arguments).
     let fixed_chars: usize = message
         .parts
         .iter()
         .zip(&sizes)
-        .filter(|(_, size)| size.is_none())
-        .map(|(p, _)| part_chars(p))
+        .map(|(p, size)| part_chars(p).saturating_sub(size.unwrap_or(0)))
         .sum();
     let max_chars = (max_tokens as f64 / estimator.tokens_per_char) as usize;
     // The markers' own length comes out of the room; shrink until the estimate fits.
@@ -123,10 +159,76 @@ pub fn shorten_message(
             parts,
         };
         if estimator.message(&shortened) <= max_tokens || room == 0 {
-            return Some(shortened.parts);
+            return shortened.parts;
         }
         room = room.saturating_sub(room / 10 + 1);
     }
+}
+
+/// The longest string in a call's arguments, with its JSON pointer (`""` when the arguments
+/// are that string).
+fn longest_string(args: &Value) -> Option<(String, &str)> {
+    let inner: Vec<(String, &str)> = match args {
+        Value::String(text) => return Some((String::new(), text)),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| longest_string(v).map(|(p, s)| (format!("/{i}{p}"), s)))
+            .collect(),
+        Value::Object(fields) => fields
+            .iter()
+            .filter_map(|(key, v)| {
+                let key = key.replace('~', "~0").replace('/', "~1");
+                longest_string(v).map(|(p, s)| (format!("/{key}{p}"), s))
+            })
+            .collect(),
+        _ => return None,
+    };
+    inner.into_iter().max_by_key(|(_, s)| s.len())
+}
+
+/// A call's longest argument: where it is, and its characters as they are and as the
+/// context shows them (escaped, when it lies inside a nested value).
+struct LongestArgument {
+    pointer: String,
+    chars: usize,
+    shown: usize,
+}
+
+fn longest_argument(args: &Value) -> Option<LongestArgument> {
+    let (pointer, text) = longest_string(args)?;
+    let chars = text.chars().count();
+    let mut without = args.clone();
+    *without.pointer_mut(&pointer)? = Value::String(String::new());
+    let shown = render_args(args)
+        .chars()
+        .count()
+        .saturating_sub(render_args(&without).chars().count());
+    Some(LongestArgument {
+        pointer,
+        chars,
+        shown,
+    })
+}
+
+/// `args` with its longest string shown in about `share` characters, head and tail (see
+/// [`head_and_tail`]).
+fn shortened_args(args: &Value, share: usize, at: Origin) -> Value {
+    let mut args = args.clone();
+    let Some(longest) = longest_argument(&args) else {
+        return args;
+    };
+    let keep = share * longest.chars / longest.shown.max(1);
+    let short = args
+        .pointer(&longest.pointer)
+        .and_then(Value::as_str)
+        .and_then(|text| head_and_tail(text, keep, at));
+    if let Some(short) = short
+        && let Some(slot) = args.pointer_mut(&longest.pointer)
+    {
+        *slot = Value::String(short);
+    }
+    args
 }
 
 /// Characters each shortened part's marker may take, at most (its numbers included).
@@ -184,6 +286,11 @@ fn apply_shares(
                 },
                 Part::Text { text } => Part::Text {
                     text: head_and_tail(text, share, at).unwrap_or_else(|| text.clone()),
+                },
+                Part::ToolCall { id, name, args } => Part::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    args: shortened_args(args, share, at),
                 },
                 other => other.clone(),
             }
@@ -351,6 +458,77 @@ mod tests {
         assert!(text.starts_with("head ") && text.ends_with("tail "));
         assert!(text.contains("seq 1"), "the marker names the seq: {text}");
         assert!(text.len() < 2_000);
-        assert_eq!(parts[1], m.parts[1], "a tool call is never cut");
+        assert_eq!(
+            parts[1], m.parts[1],
+            "a call is kept whole when the text makes room"
+        );
+    }
+
+    /// A call alone larger than its room (a file written whole at a small window) keeps its
+    /// id, its name and its other arguments; its longest argument keeps its head and tail.
+    #[test]
+    fn a_call_alone_over_its_room_has_its_longest_argument_shortened() {
+        let e = LazyEstimator::default();
+        let content: String = (0..4_000).map(|i| format!("line {i}\n")).collect();
+        let args = json!({"file_path": "src/big.rs", "edits": [{"old": "a", "new": content}]});
+        let m = Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::Text {
+                    text: "Writing it.".into(),
+                },
+                Part::ToolCall {
+                    id: "w1".into(),
+                    name: "Write".into(),
+                    args: args.clone(),
+                },
+            ],
+        };
+        assert!(e.message(&m) > 10_000);
+        let parts = shorten_message(&m, at(7), 2_000, &e).unwrap();
+        let shortened = Message {
+            role: Role::Assistant,
+            parts: parts.clone(),
+        };
+        assert!(e.message(&shortened) <= 2_000, "{}", e.message(&shortened));
+        assert!(e.message(&shortened) > 1_500, "uses its room");
+        assert_eq!(parts[0], m.parts[0], "the small text stays whole");
+        let Part::ToolCall {
+            id,
+            name,
+            args: cut,
+        } = &parts[1]
+        else {
+            panic!()
+        };
+        assert_eq!((id.as_str(), name.as_str()), ("w1", "Write"));
+        assert_eq!(cut["file_path"], "src/big.rs");
+        assert_eq!(cut["edits"][0]["old"], "a");
+        let new = cut["edits"][0]["new"].as_str().unwrap();
+        assert!(
+            new.starts_with("line 0\n") && new.ends_with("line 3999\n"),
+            "{new}"
+        );
+        assert!(new.contains("the whole message is seq 7"), "{new}");
+        // Arguments that are one string stay one string.
+        let m = Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: "r".into(),
+                name: "raw".into(),
+                args: Value::String("x".repeat(40_000)),
+            }],
+        };
+        let parts = shorten_message(&m, at(8), 1_000, &e).unwrap();
+        let Part::ToolCall { args, .. } = &parts[0] else {
+            panic!()
+        };
+        assert!(args.as_str().unwrap().contains("seq 8"));
+        assert!(
+            e.message(&Message {
+                role: Role::Assistant,
+                parts
+            }) <= 1_000
+        );
     }
 }

@@ -11,7 +11,7 @@
 //! masks or shortens them, and the summary stands for the rest. Nothing is forged: reasoning
 //! the context no longer holds lives only in the summary.
 
-use crate::message::Message;
+use crate::message::{Message, Part};
 use serde_json::Value;
 
 /// A request body the proxy cannot read as its API's conversation (what is wrong, and
@@ -161,6 +161,15 @@ impl<T: serde::Serialize> serde::Serialize for WithField<'_, T> {
         map.serialize_entry(self.field, self.value)?;
         map.end()
     }
+}
+
+/// The arguments the context shows for call `id` of `shown` (shortened when the call alone
+/// was too large for its room: see `compaction::step`).
+pub(crate) fn shown_args<'a>(shown: &'a Message, id: &str) -> Option<&'a Value> {
+    shown.parts.iter().find_map(|p| match p {
+        Part::ToolCall { id: call, args, .. } if call == id => Some(args),
+        _ => None,
+    })
 }
 
 /// One message of what goes upstream.

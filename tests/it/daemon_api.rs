@@ -1123,8 +1123,9 @@ fn a_sigterm_right_after_ready_shuts_down_cleanly() {
     }
 }
 
-/// A step alone over the trigger (a tool call writing a file larger than the room left) has
-/// nothing before it to summarize: the attempt fails once, and asking for the context again
+/// A step alone over the trigger (a model's reasoning longer than the room left: reasoning
+/// goes back as the model wrote it, never shortened) has nothing before it to summarize: the
+/// attempt fails once, and asking for the context again
 /// does not try again, so the breaker stays shut and the step is compacted as soon as the
 /// agent moves on. Before, every `GET /context` was another failed attempt; three opened the
 /// breaker, and the context grew unchecked for the rest of the turn.
@@ -1145,9 +1146,10 @@ async fn a_step_with_nothing_before_it_is_tried_once_and_compacted_when_the_agen
         .post("/session/w/message", &json!({"messages": before}))
         .await
         .unwrap();
-    let file = "w".repeat(34_000); // 8,500 tokens: over the 8,000 trigger by itself
-    let call = json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "c1",
-        "name": "write", "args": {"path": "table.txt", "content": file}}]});
+    let thought = "w".repeat(34_000); // 8,500 tokens: over the 8,000 trigger by itself
+    let call = json!({"role": "assistant", "parts": [{"type": "reasoning", "text": thought},
+        {"type": "tool_call", "id": "c1", "name": "write",
+         "args": {"path": "table.txt", "content": "the table"}}]});
     // Compacts what came before the step; the step itself stays over the trigger.
     let answer = client
         .post(

@@ -382,3 +382,54 @@ async fn a_refusal_naming_no_window_teaches_the_count_that_was_refused() {
         "ten calls and the one sent again"
     );
 }
+
+/// Claude Code writes a file larger than the model's window and sends its next call: the
+/// call with the whole file as its input is the current step, which no compaction may
+/// summarize, so before, nothing could make the request fit and the model's refusal reached
+/// the agent. The context now shows the call's longest argument head and tail (the file's
+/// path, the call's id and name as they were): the refusal teaches the window, and the call
+/// goes again under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_larger_than_the_window_goes_up_shortened_and_is_answered() {
+    let mock = model(16_000, 2);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let file: String = (0..4_000)
+        .map(|i| format!("line {i} of the new module\n"))
+        .collect();
+    let messages = json!([
+        {"role": "user", "content": "Write the new module in full."},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Writing it."},
+            {"type": "tool_use", "id": "toolu_w", "name": "Write",
+             "input": {"file_path": "/src/new_module.py", "content": file}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_w", "content": "File written."}]}
+    ]);
+    let body = json!({"model": "claude-test", "max_tokens": 1024, "messages": messages});
+    let (status, _, answer) = anthropic_call(&client, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let requests = mock.requests();
+    let sent = &requests.last().unwrap().body;
+    assert!(counted(sent, 2) <= 16_000, "{}", counted(sent, 2));
+    results_follow_their_calls(sent["messages"].as_array().unwrap());
+    let call = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|b| b["type"] == "tool_use")
+        .expect("the call goes up");
+    assert_eq!(call["id"], "toolu_w");
+    assert_eq!(call["name"], "Write");
+    assert_eq!(call["input"]["file_path"], "/src/new_module.py");
+    let content = call["input"]["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("line 0 of the new module\n"),
+        "{content}"
+    );
+    assert!(content.ends_with("line 3999 of the new module\n"));
+    assert!(content.contains("characters cut here"), "{content}");
+    let text = sent["messages"].to_string();
+    assert!(text.contains("File written."), "the result goes up whole");
+}

@@ -358,6 +358,39 @@ fn an_agent_that_reports_usage_never_sends_its_model_more_than_the_window() {
     }
 }
 
+/// A step whose tool call alone is larger than the room the window leaves it (f67ab274 writes
+/// a file of 5,587 estimated tokens) had nothing to compact before it: at 16,000 tokens for a
+/// model counting 2 and 2.5 times the estimate, one and two contexts reached the model over
+/// its window (16,050 and 19,300 counted) and two compactions each failed. The call's longest
+/// argument is now shortened in the context (its head and tail, the call whole otherwise),
+/// and no context of any Claude Code session passes the window.
+#[test]
+fn a_tool_call_alone_over_its_room_is_shortened_and_no_context_passes_the_window() {
+    let Some(shared) = shared_transcripts() else {
+        eprintln!("SKIP: ../shared/transcripts is not here");
+        return;
+    };
+    let files: Vec<String> = shared
+        .iter()
+        .map(|f| f.display().to_string())
+        .filter(|f| f.contains("claude-code/"))
+        .collect();
+    assert!(files.iter().any(|f| f.contains("f67ab274")));
+    for ratio in [2.0, 2.5] {
+        for r in replayed_counting(&files, 16_000, ratio, true) {
+            let name = r["transcript"].as_str().unwrap_or("?");
+            assert_eq!(r["counted_over_limit"], 0, "{name} at {ratio}: {r}");
+            assert!(
+                r["peak_counted_tokens"].as_u64().unwrap() <= 16_000,
+                "{name} at {ratio}"
+            );
+            assert_eq!(r["failed_compactions"], 0, "{name} at {ratio}");
+            assert_eq!(r["orphaned_tool_results"], 0, "{name} at {ratio}");
+            assert_eq!(r["hidden_result_steps"], json!([]), "{name} at {ratio}");
+        }
+    }
+}
+
 /// The rate a model counts at outlives the report that measured it: the context after a
 /// compaction, which no report has measured yet, is counted at it, and the summary, the tail
 /// and the step are planned in estimated tokens against the window over that rate. At 16,000

@@ -102,7 +102,7 @@ fn text_block(text: String) -> Value {
 
 /// A call's arguments as the object `input` must be: a JSON string is parsed, anything else
 /// that is not an object is wrapped.
-fn input(args: &Value) -> Value {
+pub(super) fn input(args: &Value) -> Value {
     match args {
         Value::Object(_) => args.clone(),
         Value::Null => json!({}),

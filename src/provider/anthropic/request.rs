@@ -5,7 +5,8 @@
 
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{
-    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, text_of,
+    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
+    text_of,
 };
 use serde_json::{Value, json};
 use std::borrow::Cow;
@@ -87,7 +88,8 @@ pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> 
 }
 
 /// The client's message with each tool result's content, and a user message's text, as the
-/// context shows them; every other block (images, cache marks) stays.
+/// context shows them, and each call's input where the context shortened it; every other
+/// block (images, cache marks) stays.
 fn patched(native: &Value, shown: &Message) -> Value {
     let mut out = native.clone();
     let text: String = shown.joined_text();
@@ -113,6 +115,14 @@ fn patched(native: &Value, shown: &Message) -> Value {
                             _ => None,
                         }) {
                             block["content"] = Value::String(output.clone());
+                        }
+                    }
+                    Some("tool_use") => {
+                        let id = block["id"].as_str().unwrap_or_default();
+                        if let Some(args) = shown_args(shown, id)
+                            && *args != block["input"]
+                        {
+                            block["input"] = super::context::input(args);
                         }
                     }
                     Some("text") if !same_text => {
@@ -205,5 +215,40 @@ mod tests {
         assert_eq!(blocks[0]["cache_control"]["type"], "ephemeral");
         assert_eq!(blocks[1]["type"], "image");
         assert_eq!(out["messages"][0]["content"][0]["signature"], "sig-1");
+    }
+
+    /// `message` with call `id`'s arguments as the context shows them once shortened.
+    fn with_args(message: &Message, id: &str, shown: Value) -> Message {
+        let mut message = message.clone();
+        for part in &mut message.parts {
+            if let Part::ToolCall { id: call, args, .. } = part
+                && call == id
+            {
+                *args = shown.clone();
+            }
+        }
+        message
+    }
+
+    /// A call the context shortened (its input alone too large for the window) goes upstream
+    /// shortened; the thinking and the other blocks as the client sent them.
+    #[test]
+    fn a_shortened_call_goes_up_with_its_shortened_input() {
+        let body = body();
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
+        let cut = json!({"command": "ls [… cut …]"});
+        let outgoing = vec![Outgoing::Patched {
+            native: &request.natives[2],
+            shown: with_args(&request.messages[2], "t1", cut.clone()),
+        }];
+        let out = crate::provider::wire::Wire::Anthropic.render_value(&sent, &outgoing);
+        let blocks = &out["messages"][0]["content"];
+        assert_eq!(blocks[2]["input"], cut);
+        assert_eq!(
+            blocks[0], body["messages"][2]["content"][0],
+            "thinking as sent"
+        );
+        assert_eq!(blocks[1], body["messages"][2]["content"][1]);
     }
 }

@@ -51,7 +51,7 @@ pub fn messages(conversation: &[Message]) -> Vec<Value> {
 
 /// A call's arguments as the JSON string the API wants; a string is taken as already
 /// serialized, missing arguments are `{}`.
-fn arguments(args: &Value) -> String {
+pub(super) fn arguments(args: &Value) -> String {
     match args {
         Value::String(s) => s.clone(),
         Value::Null => "{}".into(),

@@ -3,8 +3,10 @@
 
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{
-    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, text_of,
+    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
+    text_of,
 };
+use crate::transcript::parse_arguments;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -59,7 +61,8 @@ pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> 
 }
 
 /// The client's message with the output (a tool message) or text (a user message) the
-/// context shows in place of its own.
+/// context shows in place of its own, and each call's arguments where the context shortened
+/// them.
 fn patched(native: &Value, shown: &Message) -> Value {
     let mut out = native.clone();
     let text = match shown.parts.first() {
@@ -68,6 +71,15 @@ fn patched(native: &Value, shown: &Message) -> Value {
     };
     if text_of(&native["content"]) != text {
         out["content"] = Value::String(text);
+    }
+    let calls = out.get_mut("tool_calls").and_then(Value::as_array_mut);
+    for call in calls.into_iter().flatten() {
+        let id = call["id"].as_str().unwrap_or_default();
+        if let Some(args) = shown_args(shown, id)
+            && parse_arguments(&call["function"]["arguments"]) != *args
+        {
+            call["function"]["arguments"] = Value::String(super::context::arguments(args));
+        }
     }
     out
 }
@@ -113,5 +125,44 @@ mod tests {
             out["messages"][2],
             json!({"role": "tool", "tool_call_id": "c1", "content": "[output of bash masked]"})
         );
+    }
+
+    /// `message` with call `id`'s arguments as the context shows them once shortened.
+    fn with_args(message: &Message, id: &str, shown: Value) -> Message {
+        let mut message = message.clone();
+        for part in &mut message.parts {
+            if let Part::ToolCall { id: call, args, .. } = part
+                && call == id
+            {
+                *args = shown.clone();
+            }
+        }
+        message
+    }
+
+    /// A call the context shortened goes upstream with the shortened arguments, still a JSON
+    /// string; the rest of the message as the client sent it.
+    #[test]
+    fn a_shortened_call_goes_up_with_its_shortened_arguments() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "user", "content": "Fix it."},
+            {"role": "assistant", "content": null, "reasoning_content": "hmm",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "write", "arguments": "{\"path\":\"a.rs\",\"text\":\"long\"}"}}]}]});
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
+        let cut = json!({"path": "a.rs", "text": "lo [… cut …] ng"});
+        let outgoing = vec![Outgoing::Patched {
+            native: &request.natives[1],
+            shown: with_args(&request.messages[1], "c1", cut.clone()),
+        }];
+        let out = crate::provider::wire::Wire::Chat.render_value(&sent, &outgoing);
+        let message = &out["messages"][0];
+        let arguments = message["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        assert_eq!(serde_json::from_str::<Value>(arguments).unwrap(), cut);
+        assert_eq!(message["reasoning_content"], "hmm");
+        assert_eq!(message["content"], Value::Null);
+        assert_eq!(message["tool_calls"][0]["id"], "c1");
     }
 }

@@ -4,8 +4,9 @@
 use super::{group, message_of};
 use crate::message::Part;
 use crate::provider::wire::{
-    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens,
+    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
 };
+use crate::transcript::parse_arguments;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -61,7 +62,8 @@ fn items(native: &Value) -> &[Value] {
     }
 }
 
-/// The client's items with each output (and a user message's text) as the context shows it.
+/// The client's items with each output (and a user message's text) as the context shows it,
+/// and each call's arguments where the context shortened them.
 fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
     let mut out = items(native).to_vec();
     for item in &mut out {
@@ -73,6 +75,22 @@ fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
             _ => None,
         }) {
             item["output"] = Value::String(output.clone());
+        } else if let Some(args) = shown_args(shown, &id) {
+            match item["type"].as_str() {
+                Some("function_call") if parse_arguments(&item["arguments"]) != *args => {
+                    item["arguments"] = Value::String(match args {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
+                }
+                // Read as `{"input": …}` (see `super::item_parts`).
+                Some("custom_tool_call") if args.get("input") != Some(&item["input"]) => {
+                    if let Some(input) = args.get("input") {
+                        item["input"] = input.clone();
+                    }
+                }
+                _ => {}
+            }
         } else if item["type"] == "message" {
             let text = shown.joined_text();
             if crate::provider::wire::text_of(&item["content"]) != text {
@@ -136,5 +154,57 @@ mod tests {
             out, body,
             "reasoning with its encrypted content, custom calls, the provider's compaction"
         );
+    }
+
+    /// `message` with call `id`'s arguments as the context shows them once shortened.
+    fn with_args(
+        message: &crate::message::Message,
+        id: &str,
+        shown: Value,
+    ) -> crate::message::Message {
+        let mut message = message.clone();
+        for part in &mut message.parts {
+            if let Part::ToolCall { id: call, args, .. } = part
+                && call == id
+            {
+                *args = shown.clone();
+            }
+        }
+        message
+    }
+
+    /// Calls the context shortened go upstream shortened: a function call's arguments (a JSON
+    /// string) and a custom call's input; the reasoning and text items as the client sent them.
+    #[test]
+    fn shortened_calls_go_up_with_their_shortened_arguments() {
+        let input = json!([
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc-1"},
+            {"type": "function_call", "call_id": "c1", "name": "write", "arguments": "{\"text\":\"long\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch long"}
+        ]);
+        let body = json!({"model": "gpt", "input": input});
+        let mut sent = body.clone();
+        let request = parse(&mut sent).unwrap();
+        let cut = json!({"text": "lo [… cut …] ng"});
+        let patch = json!({"input": "*** Begin [… cut …]"});
+        let outgoing = vec![
+            Outgoing::Patched {
+                native: &request.natives[1],
+                shown: with_args(&request.messages[1], "c1", cut.clone()),
+            },
+            Outgoing::Patched {
+                native: &request.natives[3],
+                shown: with_args(&request.messages[3], "c2", patch),
+            },
+        ];
+        let out = crate::provider::wire::Wire::Responses.render_value(&sent, &outgoing);
+        let items = out["input"].as_array().unwrap();
+        assert_eq!(items[0], input[1], "reasoning as sent");
+        let arguments = items[1]["arguments"].as_str().unwrap();
+        assert_eq!(serde_json::from_str::<Value>(arguments).unwrap(), cut);
+        assert_eq!(items[2]["input"], "*** Begin [… cut …]");
+        assert_eq!(items[2]["call_id"], "c2");
     }
 }
