@@ -172,6 +172,21 @@ pub(crate) fn shown_args<'a>(shown: &'a Message, id: &str) -> Option<&'a Value> 
     })
 }
 
+/// `message` with call `id`'s arguments as `shown` (as the context shows them once
+/// shortened): what the wire formats' tests patch a call with.
+#[cfg(test)]
+pub(crate) fn with_call_args(message: &Message, id: &str, shown: Value) -> Message {
+    let mut message = message.clone();
+    for part in &mut message.parts {
+        if let Part::ToolCall { id: call, args, .. } = part
+            && call == id
+        {
+            *args = shown.clone();
+        }
+    }
+    message
+}
+
 /// One message of what goes upstream.
 #[derive(Debug, Clone)]
 pub enum Outgoing<'a> {

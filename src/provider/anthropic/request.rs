@@ -217,19 +217,6 @@ mod tests {
         assert_eq!(out["messages"][0]["content"][0]["signature"], "sig-1");
     }
 
-    /// `message` with call `id`'s arguments as the context shows them once shortened.
-    fn with_args(message: &Message, id: &str, shown: Value) -> Message {
-        let mut message = message.clone();
-        for part in &mut message.parts {
-            if let Part::ToolCall { id: call, args, .. } = part
-                && call == id
-            {
-                *args = shown.clone();
-            }
-        }
-        message
-    }
-
     /// A call the context shortened (its input alone too large for the window) goes upstream
     /// shortened; the thinking and the other blocks as the client sent them.
     #[test]
@@ -240,7 +227,7 @@ mod tests {
         let cut = json!({"command": "ls [… cut …]"});
         let outgoing = vec![Outgoing::Patched {
             native: &request.natives[2],
-            shown: with_args(&request.messages[2], "t1", cut.clone()),
+            shown: crate::provider::wire::with_call_args(&request.messages[2], "t1", cut.clone()),
         }];
         let out = crate::provider::wire::Wire::Anthropic.render_value(&sent, &outgoing);
         let blocks = &out["messages"][0]["content"];

@@ -127,19 +127,6 @@ mod tests {
         );
     }
 
-    /// `message` with call `id`'s arguments as the context shows them once shortened.
-    fn with_args(message: &Message, id: &str, shown: Value) -> Message {
-        let mut message = message.clone();
-        for part in &mut message.parts {
-            if let Part::ToolCall { id: call, args, .. } = part
-                && call == id
-            {
-                *args = shown.clone();
-            }
-        }
-        message
-    }
-
     /// A call the context shortened goes upstream with the shortened arguments, still a JSON
     /// string; the rest of the message as the client sent it.
     #[test]
@@ -153,7 +140,7 @@ mod tests {
         let cut = json!({"path": "a.rs", "text": "lo [… cut …] ng"});
         let outgoing = vec![Outgoing::Patched {
             native: &request.natives[1],
-            shown: with_args(&request.messages[1], "c1", cut.clone()),
+            shown: crate::provider::wire::with_call_args(&request.messages[1], "c1", cut.clone()),
         }];
         let out = crate::provider::wire::Wire::Chat.render_value(&sent, &outgoing);
         let message = &out["messages"][0];

@@ -156,23 +156,6 @@ mod tests {
         );
     }
 
-    /// `message` with call `id`'s arguments as the context shows them once shortened.
-    fn with_args(
-        message: &crate::message::Message,
-        id: &str,
-        shown: Value,
-    ) -> crate::message::Message {
-        let mut message = message.clone();
-        for part in &mut message.parts {
-            if let Part::ToolCall { id: call, args, .. } = part
-                && call == id
-            {
-                *args = shown.clone();
-            }
-        }
-        message
-    }
-
     /// Calls the context shortened go upstream shortened: a function call's arguments (a JSON
     /// string) and a custom call's input; the reasoning and text items as the client sent them.
     #[test]
@@ -192,11 +175,15 @@ mod tests {
         let outgoing = vec![
             Outgoing::Patched {
                 native: &request.natives[1],
-                shown: with_args(&request.messages[1], "c1", cut.clone()),
+                shown: crate::provider::wire::with_call_args(
+                    &request.messages[1],
+                    "c1",
+                    cut.clone(),
+                ),
             },
             Outgoing::Patched {
                 native: &request.natives[3],
-                shown: with_args(&request.messages[3], "c2", patch),
+                shown: crate::provider::wire::with_call_args(&request.messages[3], "c2", patch),
             },
         ];
         let out = crate::provider::wire::Wire::Responses.render_value(&sent, &outgoing);
