@@ -105,40 +105,42 @@ pub fn shorten_message(
     if estimator.message(message) <= max_tokens {
         return None;
     }
-    let outputs = shorten_parts(message, at, max_tokens, estimator, false);
-    let fits = |parts: &[Part]| {
-        let shortened = Message {
-            role: message.role,
-            parts: parts.to_vec(),
-        };
-        estimator.message(&shortened) <= max_tokens
-    };
+    let (outputs, fits) = shorten_parts(message, at, max_tokens, estimator, false);
     let has_call = message
         .parts
         .iter()
         .any(|p| matches!(p, Part::ToolCall { .. }));
-    if fits(&outputs) || !has_call {
+    if fits || !has_call {
         return Some(outputs);
     }
-    Some(shorten_parts(message, at, max_tokens, estimator, true))
+    Some(shorten_parts(message, at, max_tokens, estimator, true).0)
 }
 
 /// The message's parts shortened toward `max_tokens` (outputs and text; with `arguments`,
-/// each tool call's longest argument too), as far as they go.
+/// each tool call's longest argument too), as far as they go, and whether they fit it.
 fn shorten_parts(
     message: &Message,
     at: Origin,
     max_tokens: usize,
     estimator: &LazyEstimator,
     arguments: bool,
-) -> Vec<Part> {
-    let sizes: Vec<Option<usize>> = message
+) -> (Vec<Part>, bool) {
+    // Each call's longest argument, found (and measured) once for every try below.
+    let longest: Vec<Option<LongestArgument>> = message
         .parts
         .iter()
         .map(|p| match p {
-            Part::ToolResult { .. } | Part::Text { .. } => Some(part_text(p).chars().count()),
-            Part::ToolCall { args, .. } if arguments => longest_argument(args).map(|a| a.shown),
+            Part::ToolCall { args, .. } if arguments => longest_argument(args),
             _ => None,
+        })
+        .collect();
+    let sizes: Vec<Option<usize>> = message
+        .parts
+        .iter()
+        .zip(&longest)
+        .map(|(p, longest)| match p {
+            Part::ToolResult { .. } | Part::Text { .. } => Some(part_text(p).chars().count()),
+            _ => longest.as_ref().map(|a| a.shown),
         })
         .collect();
     // What stays of each part besides its shortenable text (a call's name and other arguments).
@@ -153,13 +155,14 @@ fn shorten_parts(
     let mut room = max_chars.saturating_sub(fixed_chars);
     loop {
         let shares = fair_shares(&sizes, room.saturating_sub(marker_room(&sizes)));
-        let parts = apply_shares(&message.parts, &sizes, &shares, at);
+        let parts = apply_shares(&message.parts, &sizes, &longest, &shares, at);
         let shortened = Message {
             role: message.role,
             parts,
         };
-        if estimator.message(&shortened) <= max_tokens || room == 0 {
-            return shortened.parts;
+        let fits = estimator.message(&shortened) <= max_tokens;
+        if fits || room == 0 {
+            return (shortened.parts, fits);
         }
         room = room.saturating_sub(room / 10 + 1);
     }
@@ -211,13 +214,10 @@ fn longest_argument(args: &Value) -> Option<LongestArgument> {
     })
 }
 
-/// `args` with its longest string shown in about `share` characters, head and tail (see
+/// `args` with its `longest` string shown in about `share` characters, head and tail (see
 /// [`head_and_tail`]).
-fn shortened_args(args: &Value, share: usize, at: Origin) -> Value {
+fn shortened_args(args: &Value, longest: &LongestArgument, share: usize, at: Origin) -> Value {
     let mut args = args.clone();
-    let Some(longest) = longest_argument(&args) else {
-        return args;
-    };
     let keep = share * longest.chars / longest.shown.max(1);
     let short = args
         .pointer(&longest.pointer)
@@ -262,13 +262,14 @@ fn fair_shares(sizes: &[Option<usize>], room: usize) -> Vec<usize> {
 fn apply_shares(
     parts: &[Part],
     sizes: &[Option<usize>],
+    longest: &[Option<LongestArgument>],
     shares: &[usize],
     at: Origin,
 ) -> Vec<Part> {
     parts
         .iter()
-        .zip(sizes.iter().zip(shares))
-        .map(|(part, (size, &share))| {
+        .zip(sizes.iter().zip(longest.iter().zip(shares)))
+        .map(|(part, (size, (longest, &share)))| {
             if size.is_none() {
                 return part.clone();
             }
@@ -290,7 +291,10 @@ fn apply_shares(
                 Part::ToolCall { id, name, args } => Part::ToolCall {
                     id: id.clone(),
                     name: name.clone(),
-                    args: shortened_args(args, share, at),
+                    args: match longest {
+                        Some(longest) => shortened_args(args, longest, share, at),
+                        None => args.clone(),
+                    },
                 },
                 other => other.clone(),
             }

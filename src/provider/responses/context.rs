@@ -24,12 +24,8 @@ pub(crate) fn items(messages: &[Message]) -> Vec<Value> {
                         "content": [{"type": "output_text", "text": text}]}));
                 }
                 for c in &calls {
-                    let arguments = match &c.args {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
                     out.push(json!({"type": "function_call", "call_id": api_id(&c.id),
-                        "name": api_name(&c.name), "arguments": arguments}));
+                        "name": api_name(&c.name), "arguments": arguments(&c.args)}));
                 }
                 for r in results {
                     out.push(
@@ -41,4 +37,13 @@ pub(crate) fn items(messages: &[Message]) -> Vec<Value> {
         }
     }
     out
+}
+
+/// A call's arguments as the JSON string a `function_call` item carries; a string is taken
+/// as already serialized.
+pub(super) fn arguments(args: &Value) -> String {
+    match args {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }

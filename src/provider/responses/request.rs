@@ -78,10 +78,7 @@ fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
         } else if let Some(args) = shown_args(shown, &id) {
             match item["type"].as_str() {
                 Some("function_call") if parse_arguments(&item["arguments"]) != *args => {
-                    item["arguments"] = Value::String(match args {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    });
+                    item["arguments"] = Value::String(super::context::arguments(args));
                 }
                 // Read as `{"input": …}` (see `super::item_parts`).
                 Some("custom_tool_call") if args.get("input") != Some(&item["input"]) => {
