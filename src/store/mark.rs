@@ -316,7 +316,7 @@ impl MainFile<'_> {
         // SAFETY: `xRead` of the open file reads `bytes.len()` bytes into `bytes` at the
         // offset, like `pread`.
         let rc = unsafe { read(self.file, bytes.as_mut_ptr().cast(), 4, OFFSET) };
-        (rc == ffi::SQLITE_OK).then(|| u64::from(u32::from_be_bytes(bytes)))
+        (rc == ffi::SQLITE_OK).then(|| u64::from(be32(&bytes)))
     }
 
     /// Whether every frame of the WAL is in the database file (a checkpoint copied them all,

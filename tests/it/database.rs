@@ -350,8 +350,7 @@ async fn writes_by_hand_and_a_restore_over_the_live_database_are_refused() {
     for i in 0..4 {
         acked += step(&client, "s", i).await;
     }
-    let backup = daemon.dir.path().join("old.db");
-    sqlite3(&db, &format!(".backup '{}'", backup.display())).unwrap();
+    let backup = backed_up(&daemon);
     for i in 4..8 {
         acked += step(&client, "s", i).await;
     }
@@ -424,6 +423,13 @@ async fn four_steps_in_the_file() -> (TestDaemon, usize) {
     (daemon, messages)
 }
 
+/// A person's backup of the live database (`sqlite3 .backup`), beside it as `old.db`.
+fn backed_up(daemon: &TestDaemon) -> std::path::PathBuf {
+    let copy = daemon.dir.path().join("old.db");
+    sqlite3(&daemon.db(), &format!(".backup '{}'", copy.display())).unwrap();
+    copy
+}
+
 /// Waits (at most 10 s) for `/health` to say writes are refused.
 async fn until_refusing(daemon: &TestDaemon) {
     let client = daemon.client();
@@ -478,8 +484,7 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     let (mut daemon, copied) = four_steps_in_the_file().await;
     let client = daemon.client();
     let db = daemon.db();
-    let copy = daemon.dir.path().join("old.db");
-    sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
+    let copy = backed_up(&daemon);
     for i in 4..8 {
         step(&client, "s", i).await;
     }
@@ -615,10 +620,9 @@ async fn a_copy_as_large_as_the_live_database_is_noticed_by_its_mark() {
     }
     let (mut daemon, _) = four_steps_in_the_file().await;
     let db = daemon.db();
-    let copy = daemon.dir.path().join("old.db");
     for by_whom in ["the daemon", "a person"] {
         let client = daemon.client();
-        sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
+        let copy = backed_up(&daemon);
         let copied = counted(&copy, "s");
         if by_whom == "the daemon" {
             past_a_checkpoint_of_the_daemons(&client, &db, &copy).await;
@@ -668,8 +672,7 @@ async fn a_copy_put_in_place_after_a_kill_under_the_old_wal_is_served_as_copied(
     let (mut daemon, _) = four_steps_in_the_file().await;
     let client = daemon.client();
     let db = daemon.db();
-    let copy = daemon.dir.path().join("old.db");
-    sqlite3(&db, &format!(".backup '{}'", copy.display())).unwrap();
+    let copy = backed_up(&daemon);
     let copied = counted(&copy, "s");
     past_a_checkpoint_of_the_daemons(&client, &db, &copy).await;
     daemon.kill9();
