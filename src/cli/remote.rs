@@ -331,36 +331,68 @@ pub async fn messages(
 ) -> Result<()> {
     let page = client.history(id, after, limit).await?;
     out.print(&page, |p| {
-        let mut s = String::new();
-        for m in &p.messages {
-            let parts: Vec<crate::message::Part> =
-                serde_json::from_str(m.parts.get()).unwrap_or_default();
-            let mut flags = match (m.pinned, m.compacted) {
-                (true, _) => " (pinned)",
-                (false, true) => " (compacted)",
-                _ => "",
-            }
-            .to_string();
-            match m.branches_from {
-                Some(0) => flags.push_str(" (starts a new branch)"),
-                Some(parent) => flags.push_str(&format!(" (a branch from #{parent})")),
-                None => {}
-            }
-            s.push_str(&format!(
-                "── #{} {}{flags} · {} tokens · {}\n{}\n",
-                m.seq,
-                m.role.as_str(),
-                m.tokens,
-                m.created_at,
-                full(&parts)
-            ));
-        }
+        let mut s = whole_messages(p);
         if let Some(next) = p.next_after {
             s.push_str(&format!("(more: --after {next})\n"));
         }
         s
     });
     Ok(())
+}
+
+/// `show SESSION SEQ[..SEQ]`: the messages asked for, whole. Asking only for seqs the
+/// session does not have is an error that names the seqs it has, where an empty page would
+/// look like an empty message.
+pub async fn show(
+    client: &Client,
+    id: &SessionId,
+    seqs: super::args::SeqRange,
+    out: Output,
+) -> Result<()> {
+    let count = usize::try_from(seqs.to - seqs.from + 1).unwrap_or(usize::MAX);
+    let page = client.history(id, seqs.from - 1, count).await?;
+    if page.messages.is_empty() {
+        let last = client.session(id).await?.message_count;
+        let asked = match seqs.from == seqs.to {
+            true => format!("message #{}", seqs.from),
+            false => format!("messages #{} to #{}", seqs.from, seqs.to),
+        };
+        match last {
+            0 => bail!("session `{id}` has no {asked}: it has no messages yet"),
+            _ => bail!("session `{id}` has no {asked}: its messages are #1 to #{last}"),
+        }
+    }
+    out.print(&page, whole_messages);
+    Ok(())
+}
+
+/// Each message of a page whole, under a line that says its seq, role, flags, size and time.
+fn whole_messages(page: &crate::protocol::HistoryPage) -> String {
+    let mut s = String::new();
+    for m in &page.messages {
+        let parts: Vec<crate::message::Part> =
+            serde_json::from_str(m.parts.get()).unwrap_or_default();
+        let mut flags = match (m.pinned, m.compacted) {
+            (true, _) => " (pinned)",
+            (false, true) => " (compacted)",
+            _ => "",
+        }
+        .to_string();
+        match m.branches_from {
+            Some(0) => flags.push_str(" (starts a new branch)"),
+            Some(parent) => flags.push_str(&format!(" (a branch from #{parent})")),
+            None => {}
+        }
+        s.push_str(&format!(
+            "── #{} {}{flags} · {} tokens · {}\n{}\n",
+            m.seq,
+            m.role.as_str(),
+            m.tokens,
+            m.created_at,
+            full(&parts)
+        ));
+    }
+    s
 }
 
 /// `context SESSION [--full] [--format F]`: what the agent would send to its model now.

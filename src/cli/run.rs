@@ -113,10 +113,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             limit,
         } => remote::search(&client(), &session, &words.join(" "), limit, out).await?,
         Command::Mcp { session } => crate::cli::mcp::serve(client(), session).await?,
-        Command::Show { session, seqs } => {
-            let count = (seqs.to - seqs.from + 1) as usize;
-            remote::messages(&client(), &session, seqs.from - 1, count, out).await?
-        }
+        Command::Show { session, seqs } => remote::show(&client(), &session, seqs, out).await?,
         Command::Context {
             session,
             full,

@@ -66,7 +66,7 @@ pub async fn import(
     });
     out.print(&report, |r| {
         let mut s = format!(
-            "imported {} messages ({} tool calls, {} tool results) from {} ({}) into session {}; {} compactions so far\n",
+            "imported {} messages ({} tool calls, {} tool results) from {} ({}) into session {}; compactions so far: {}\n",
             r["messages"], r["tool_calls"], r["tool_results"], path.display(), transcript.format.name(), id, r["compactions"]
         );
         for (reason, count) in &transcript.skipped {

@@ -188,6 +188,23 @@ fn every_cli_command_against_a_real_daemon() {
     assert!(messages.contains("── #2 user (compacted)"), "{messages}");
     assert!(messages.contains("instruction 1: word"), "{messages}");
     assert!(messages.contains("(more: --after 2)"), "{messages}");
+    // By seq: the range asked whole, and a seq the session lacks said so, not printed empty.
+    let shown = ok(&s, &["show", "cli", "8..9"]);
+    assert!(shown.starts_with("── #8 user"), "{shown}");
+    assert!(
+        shown.contains("── #9 assistant") && shown.contains("cat notes.md"),
+        "{shown}"
+    );
+    assert!(!shown.contains("#7") && !shown.contains("more:"), "{shown}");
+    let (code, out, err) = cli(&s, &["show", "cli", "40"], None);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("no message #40: its messages are #1 to #9"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&s, &["show", "cli", "10..12"], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no messages #10 to #12"), "{err}");
     assert!(ok(&s, &["history", "cli", "--limit", "1"]).contains("manual"));
     // PATCH: a new model and a lower limit.
     let updated = ok(
