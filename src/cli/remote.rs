@@ -330,10 +330,22 @@ pub async fn messages(
     out: Output,
 ) -> Result<()> {
     let page = client.history(id, after, limit).await?;
+    // An empty page says where the session ends, so a person does not take it for a gap.
+    let last = match page.messages.is_empty() {
+        true => Some(client.session(id).await?.message_count),
+        false => None,
+    };
     out.print(&page, |p| {
         let mut s = whole_messages(p);
         if let Some(next) = p.next_after {
             s.push_str(&format!("(more: --after {next})\n"));
+        }
+        match last {
+            Some(0) => s.push_str("(no messages yet)\n"),
+            Some(last) => s.push_str(&format!(
+                "(no messages after #{after}: the last is #{last})\n"
+            )),
+            None => {}
         }
         s
     });

@@ -188,6 +188,8 @@ fn every_cli_command_against_a_real_daemon() {
     assert!(messages.contains("── #2 user (compacted)"), "{messages}");
     assert!(messages.contains("instruction 1: word"), "{messages}");
     assert!(messages.contains("(more: --after 2)"), "{messages}");
+    let past = ok(&s, &["messages", "cli", "--after", "9"]);
+    assert_eq!(past, "(no messages after #9: the last is #9)\n");
     // By seq: the range asked whole, and a seq the session lacks said so, not printed empty.
     let shown = ok(&s, &["show", "cli", "8..9"]);
     assert!(shown.starts_with("── #8 user"), "{shown}");
