@@ -9,17 +9,21 @@
 mod harness;
 
 use crate::common::free_port;
-use crate::common::model_api::{ModelApi, Task};
+use crate::common::model_api::{ModelApi, Seen, Task};
 use harness::{AGENTS_MAX_OUTPUT, Agent, Setup, installed, run};
 use std::time::Duration;
 
 const PROMPT: &str = "Run the numbered steps the model gives you with your shell tool, one per step, until it says they are done.";
 
 fn direct(agent: Agent, model: &str) {
+    direct_with(agent, model, Task::default());
+}
+
+fn direct_with(agent: Agent, model: &str, task: Task) -> Vec<Seen> {
     if installed(agent).is_none() {
-        return;
+        return Vec::new();
     }
-    let api = ModelApi::start(Task::default());
+    let api = ModelApi::start(task);
     let dir = tempfile::TempDir::new().unwrap();
     let setup = Setup {
         agent,
@@ -48,6 +52,7 @@ fn direct(agent: Agent, model: &str) {
         "{}",
         result.log()
     );
+    api.seen()
 }
 
 #[test]
@@ -123,12 +128,19 @@ fn too_long(why: &str) -> bool {
 /// compactd was told a window larger than the model's, a call too long for it, which compactd
 /// compacts and sends again at once (the agent never sees it), learning the window.
 fn through(agent: Agent, model: Model) {
+    through_with(agent, model, None);
+}
+
+/// [`through`], the model handing steps to a sub-agent after step `delegate_after`
+/// (Claude Code's `Agent` tool); what both saw is returned.
+fn through_with(agent: Agent, model: Model, delegate_after: Option<usize>) -> Vec<Seen> {
     if installed(agent).is_none() {
-        return;
+        return Vec::new();
     }
     let mut task = Task {
         lines: 1_500,
         chars_per_token: model.chars_per_token,
+        delegate_after,
         ..Task::default()
     };
     let (name, limit) = (model.name, model.window);
@@ -180,15 +192,23 @@ fn through(agent: Agent, model: Model) {
         "sessions: {sessions:?}\nrequest tokens: {:?}",
         seen.iter().map(|s| s.tokens).collect::<Vec<_>>()
     );
-    let main: Vec<&(String, String, u64, u64)> =
+    // A sub-agent's conversation is one of its own, under the same conversation header.
+    let conversations: Vec<&(String, String, u64, u64)> =
         sessions.iter().filter(|s| s.1 == "proxy").collect();
     assert_eq!(
-        main.len(),
-        1,
-        "one session for the conversation: {sessions:?}"
+        conversations.len(),
+        1 + usize::from(delegate_after.is_some()),
+        "one session per conversation: {sessions:?}"
     );
+    if delegate_after.is_some() {
+        assert!(
+            conversations.iter().all(|s| s.2 >= 1),
+            "each conversation compacted in its own session: {sessions:?}"
+        );
+    }
+    let main = conversations.iter().max_by_key(|s| s.3).unwrap();
     assert!(
-        main[0].2 >= 2,
+        main.2 >= 2,
         "the conversation compacted at least twice: {sessions:?}\n{}",
         daemon.log()
     );
@@ -213,7 +233,7 @@ fn through(agent: Agent, model: Model) {
         let (learned, source): (usize, String) = conn
             .query_row(
                 "SELECT context_limit, limit_source FROM sessions WHERE id = ?1",
-                [&main[0].0],
+                [&main.0],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
@@ -234,7 +254,7 @@ fn through(agent: Agent, model: Model) {
             let completion: u64 = conn
                 .query_row(
                     "SELECT completion_tokens FROM sessions WHERE id = ?1",
-                    [&main[0].0],
+                    [&main.0],
                     |r| r.get(0),
                 )
                 .unwrap();
@@ -254,6 +274,7 @@ fn through(agent: Agent, model: Model) {
         );
     }
     drop(api);
+    seen
 }
 
 #[test]
@@ -282,6 +303,88 @@ fn claude_code_with_a_thinking_model_runs_the_task_through_compactd() {
         Agent::ClaudeCode,
         Model::new("claude-sonnet-4-5", 80_000, 2),
     );
+}
+
+/// Claude Code hands three steps of its task to a sub-agent (its `Agent` tool, a fresh
+/// agent of its own conversation under the same `X-Claude-Code-Session-Id`) and goes on
+/// when it reports. Through compactd, at a window that compacts the main conversation: the
+/// task ends as it should and the model API refuses nothing (as [`through`] checks), and
+/// each conversation reaches the model with its own messages only: no sub-step's output in
+/// a call of the main conversation, no step of the main conversation in the sub-agent's.
+#[test]
+fn claude_code_hands_steps_to_a_sub_agent_through_compactd() {
+    let seen = through_with(
+        Agent::ClaudeCode,
+        Model::new("claude-opus-5-5", 48_000, 2),
+        Some(10),
+    );
+    if seen.is_empty() {
+        return;
+    }
+    let (sub, main) = split_by_subtask(&seen);
+    assert!(
+        sub.len() > crate::common::model_api::SUB_STEPS,
+        "the sub-agent ran its steps: {} calls",
+        sub.len()
+    );
+    for s in &main {
+        let body = s.body.to_string();
+        assert!(
+            !body.contains("SUB-1-BEGIN"),
+            "a sub-step in the main conversation"
+        );
+    }
+    // Handed over once: the main conversation kept the sub-agent's report and went on.
+    let handed: std::collections::HashSet<&str> = main
+        .iter()
+        .flat_map(|s| s.body["messages"].as_array().into_iter().flatten())
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_use" && b["name"] == "Agent")
+        .filter_map(|b| b["id"].as_str())
+        .collect();
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    for s in &sub {
+        let body = s.body.to_string();
+        assert!(
+            !body.contains("STEP-1-BEGIN"),
+            "a main step in the sub-agent's conversation"
+        );
+    }
+}
+
+/// The same task with Claude Code straight at the model API: the mock's sub-agent part
+/// works with the real agent (its `Agent` tool runs a conversation of its own).
+#[test]
+fn claude_code_hands_steps_to_a_sub_agent_directly() {
+    let task = Task {
+        delegate_after: Some(10),
+        ..Task::default()
+    };
+    let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
+    if seen.is_empty() {
+        return;
+    }
+    let (sub, _) = split_by_subtask(&seen);
+    assert!(
+        sub.len() > crate::common::model_api::SUB_STEPS,
+        "{}",
+        sub.len()
+    );
+}
+
+/// The calls of the sub-agent's conversation (its first user message carries the task it was
+/// handed) and the others with tools (the main conversation's).
+fn split_by_subtask(seen: &[Seen]) -> (Vec<&Seen>, Vec<&Seen>) {
+    use crate::common::model_api::messages::SUBTASK;
+    let with_tools = seen
+        .iter()
+        .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()));
+    with_tools.partition(|s| {
+        s.body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+            .is_some_and(|m| m["content"].to_string().contains(SUBTASK))
+    })
 }
 
 /// Claude Code through compactd while the disk under compactd's database fills in the middle

@@ -193,6 +193,63 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         })
 }
 
+/// The task the main conversation hands a sub-agent (the `Agent` tool's prompt): the
+/// sub-agent's conversation is the one whose first user message carries it.
+pub const SUBTASK: &str = "SUBTASK: run the sub-steps the model gives you with your shell tool, one per step, until it says they are done.";
+/// How the sub-agent's report begins, which tells the main conversation the sub-steps are done.
+pub const SUBTASK_DONE: &str = "SUBTASK-DONE";
+
+/// Claude Code's model's next turn: the task's next step ([`decide`]); with
+/// [`Task::delegate_after`], the `Agent` call once that step is done, and in the sub-agent's
+/// own conversation its sub-steps, then its report (which ends with the step it was handed
+/// after, so the main conversation goes on from there).
+enum Turn {
+    Act(Action),
+    Delegate,
+    Sub { step: usize, command: String },
+}
+
+/// Whether this is the sub-agent's conversation: a user message's own text (not a tool's
+/// output, nor the main conversation's call handing it over) carries the task handed over.
+fn handed_to_me(messages: &[Value]) -> bool {
+    messages.iter().filter(|m| m["role"] == "user").any(|m| {
+        blocks(m)
+            .iter()
+            .any(|b| b["type"] == "text" && b["text"].as_str().is_some_and(|t| t.contains(SUBTASK)))
+    })
+}
+
+fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
+    let newest = newest_output(messages);
+    let Some(after) = task.delegate_after.filter(|_| shell) else {
+        return Turn::Act(decide(task, newest.as_deref(), shell));
+    };
+    if handed_to_me(messages) {
+        let done = newest
+            .as_deref()
+            .and_then(|o| super::last_end(o, "SUB-"))
+            .unwrap_or(0);
+        if done >= super::SUB_STEPS {
+            return Turn::Act(Action::Finish(format!(
+                "{SUBTASK_DONE}: SUB-{done}-END seen; resume after STEP-{after}-END"
+            )));
+        }
+        let step = done + 1;
+        return Turn::Sub {
+            step,
+            command: format!(
+                "echo SUB-{step}-BEGIN; seq 1 {}; echo SUB-{step}-END",
+                task.lines
+            ),
+        };
+    }
+    let handed = newest.as_deref().is_some_and(|o| o.contains(SUBTASK_DONE));
+    match decide(task, newest.as_deref(), shell) {
+        Action::Run { step, .. } if step == after + 1 && !handed => Turn::Delegate,
+        action => Turn::Act(action),
+    }
+}
+
 /// The Messages API's refusal of a request of `tokens` for a model of `window`, if it refuses
 /// it: a prompt past the window, or one that leaves the completion asked for (`max_tokens`)
 /// no room beside it.
@@ -228,11 +285,13 @@ pub fn answer(
         .into_iter()
         .flatten()
         .any(|t| t["name"] == "Bash");
-    let action = decide(task, newest_output(&messages).as_deref(), shell);
+    let turn = next_turn(task, &messages, shell);
     let mut content = Vec::new();
     if thinking_on(body) {
-        let thought = match &action {
-            Action::Run { step, .. } => format!("Step {step} next."),
+        let thought = match &turn {
+            Turn::Act(Action::Run { step, .. }) => format!("Step {step} next."),
+            Turn::Sub { step, .. } => format!("Sub-step {step} next."),
+            Turn::Delegate => "Handing the sub-steps over.".into(),
             _ => "Done.".into(),
         };
         let shown = if body["thinking"]["display"] == "omitted" {
@@ -244,14 +303,32 @@ pub fn answer(
             json!({"type": "thinking", "thinking": shown, "signature": shared.sign(&thought)}),
         );
     }
-    let stop = match &action {
-        Action::Run { step, command } => {
-            content.push(json!({"type": "text", "text": format!("Running step {step}.")}));
-            content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Bash",
-                "input": {"command": command, "description": format!("Run step {step}")}}));
-            "tool_use"
-        }
-        Action::Finish(text) | Action::Text(text) => {
+    let call = |content: &mut Vec<Value>, text: String, name: &str, input: Value| {
+        content.push(json!({"type": "text", "text": text}));
+        content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": name, "input": input}));
+        "tool_use"
+    };
+    let stop = match turn {
+        Turn::Act(Action::Run { step, command }) => call(
+            &mut content,
+            format!("Running step {step}."),
+            "Bash",
+            json!({"command": command, "description": format!("Run step {step}")}),
+        ),
+        Turn::Sub { step, command } => call(
+            &mut content,
+            format!("Running sub-step {step}."),
+            "Bash",
+            json!({"command": command, "description": format!("Run sub-step {step}")}),
+        ),
+        Turn::Delegate => call(
+            &mut content,
+            "Handing the sub-steps to an agent.".into(),
+            "Agent",
+            json!({"description": "Run the sub-steps", "prompt": SUBTASK,
+                "subagent_type": "general-purpose", "run_in_background": false}),
+        ),
+        Turn::Act(Action::Finish(text) | Action::Text(text)) => {
             content.push(json!({"type": "text", "text": text}));
             "end_turn"
         }

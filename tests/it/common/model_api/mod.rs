@@ -39,6 +39,9 @@ pub struct Task {
     pub windows: HashMap<String, usize>,
     /// The characters its tokenizer counts as one token.
     pub chars_per_token: usize,
+    /// Anthropic Messages only (Claude Code's `Agent` tool): once this step is done, the
+    /// model hands [`SUB_STEPS`] steps of its own to a sub-agent ([`messages`] says how).
+    pub delegate_after: Option<usize>,
 }
 
 impl Default for Task {
@@ -48,6 +51,7 @@ impl Default for Task {
             lines: 600,
             windows: HashMap::new(),
             chars_per_token: 4,
+            delegate_after: None,
         }
     }
 }
@@ -208,10 +212,19 @@ pub fn decide(task: &Task, newest_output: Option<&str>, has_shell: bool) -> Acti
 
 /// The number of the last `STEP-k-END` in `output`.
 fn last_step_end(output: &str) -> Option<usize> {
+    last_end(output, "STEP-")
+}
+
+/// The number of the last `{prefix}k-END` in `output`, if the last `-END` is one.
+pub(crate) fn last_end(output: &str, prefix: &str) -> Option<usize> {
     let at = output.rfind("-END")?;
-    let start = output[..at].rfind("STEP-")? + 5;
+    let start = output[..at].rfind(prefix)? + prefix.len();
     output[start..at].parse().ok()
 }
+
+/// The steps a sub-agent runs (`SUB-k-BEGIN` ... `SUB-k-END`) when [`Task::delegate_after`]
+/// hands some over.
+pub const SUB_STEPS: usize = 8;
 
 /// A 400 in OpenAI's error shape.
 pub(crate) fn openai_error(message: &str, code: Option<&str>) -> Response {
