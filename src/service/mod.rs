@@ -501,23 +501,26 @@ impl Service {
         id: &SessionId,
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
-        let view = ContextView::new(self.context_snapshot(id, wait).await?);
+        let view = ContextView::new(self.context_snapshot(id, wait, None).await?);
         self.served.record(id.as_str(), view.compaction_num);
         Ok(view)
     }
 
     /// [`Service::context`] as the store read it (with the session row and branch it was
-    /// read with).
+    /// read with). With `head`, the context of the branch ending there (a proxied call's own:
+    /// another call of the same conversation, on another branch, may have moved the session's
+    /// current branch since this one was placed), else of the current branch.
     pub(crate) async fn context_snapshot(
         self: &Arc<Self>,
         id: &SessionId,
         wait: bool,
+        head: Option<u64>,
     ) -> Result<ContextSnapshot, ServiceError> {
         if !wait {
-            return Ok(self.store.context(id).await?);
+            return self.read_context(id, head).await;
         }
         let mut deadline = None;
-        let served = self.wait_under_trigger(id, &mut deadline).await;
+        let served = self.wait_under_trigger(id, head, &mut deadline).await;
         if deadline.is_some_and(|d| Instant::now() >= d) {
             self.hurries.calm(id.as_str());
         }
@@ -525,9 +528,22 @@ impl Service {
         let session = &served.session;
         let config = self.compaction_config(session);
         if matches!(due(session, &config), Due::Urgent(_)) && self.rescue(session).await {
-            return Ok(self.store.context(id).await?);
+            return self.read_context(id, head).await;
         }
         Ok(served)
+    }
+
+    /// The session's context: of the branch ending at `head`, made the current one again if
+    /// another branch's call moved it, else of the current branch.
+    async fn read_context(
+        &self,
+        id: &SessionId,
+        head: Option<u64>,
+    ) -> Result<ContextSnapshot, ServiceError> {
+        Ok(match head {
+            Some(head) => self.store.context_on(id, head).await?,
+            None => self.store.context(id).await?,
+        })
     }
 
     /// The session's context once it is under its trigger, or after [`CONTEXT_WAIT_ROUNDS`]
@@ -536,10 +552,11 @@ impl Service {
     async fn wait_under_trigger(
         self: &Arc<Self>,
         id: &SessionId,
+        head: Option<u64>,
         deadline: &mut Option<Instant>,
     ) -> Result<ContextSnapshot, ServiceError> {
         for _ in 0..CONTEXT_WAIT_ROUNDS {
-            let snapshot = self.store.context(id).await?;
+            let snapshot = self.read_context(id, head).await?;
             // Appends mask as they land; a masking due here (after a config change) changes
             // the context, so it is read again rather than served as it was before.
             if self.mask_if_due(&snapshot.session).await.is_some() {
@@ -575,7 +592,7 @@ impl Service {
                 self.locks.wait_idle(id.as_str()).await;
             }
         }
-        Ok(self.store.context(id).await?)
+        self.read_context(id, head).await
     }
 
     /// A page of the session's compactions (after number `after`) and of its failed attempts

@@ -111,14 +111,15 @@ impl Service {
         if placed.matched < request.messages.len() {
             self.after_append(&placed.session, false).await;
         }
-        let snapshot = self.context_snapshot(&id, true).await?;
+        let head = placed.session.head_seq;
+        let snapshot = self.context_snapshot(&id, true, Some(head)).await?;
         Ok(ProxyTurn {
             id,
             branch: snapshot.branch.clone(),
             sent: snapshot.session.context_version(),
             context: ContextView::new(snapshot),
             kind: placed.session.kind,
-            last_seq: placed.session.head_seq,
+            last_seq: head,
         })
     }
 
@@ -138,7 +139,9 @@ impl Service {
             return Ok(None);
         };
         let id = session.id.clone();
-        let snapshot = self.context_snapshot(&id, false).await?;
+        let snapshot = self
+            .context_snapshot(&id, false, Some(session.head_seq))
+            .await?;
         Ok(Some(Preview {
             turn: ProxyTurn {
                 id,

@@ -644,6 +644,75 @@ mod tests {
         assert_eq!(counts, (2, 1_202 + 301));
     }
 
+    /// A call under conversation header `c` whose task is `task` (fingerprints `base + i`,
+    /// the system prompt's shared): `steps` assistant/user rounds after it.
+    fn headed_call(task: &str, base: i64, steps: usize) -> ProxyCall {
+        let mut call = long_first_call();
+        let mut messages = vec![
+            Message::text(Role::System, "You are a test agent."),
+            Message::text(Role::User, task),
+        ];
+        for i in 0..steps {
+            messages.push(Message::text(Role::Assistant, format!("{task}: step {i}")));
+            messages.push(Message::text(Role::User, format!("{task}: output {i}")));
+        }
+        call.fingerprints = (0..messages.len() as i64)
+            .map(|i| Fingerprints {
+                hash: if i == 0 { 1 } else { base + i },
+                opening: None,
+            })
+            .collect();
+        call.messages = messages.into();
+        call.conversation = Some("c".into());
+        call.new_session.id = SessionId::unchecked("proxy-headed".to_string());
+        call
+    }
+
+    /// Two conversations under one header and one system prompt (two sub-agents of one kind)
+    /// are two branches of one session: a call's context is read for its own branch, made
+    /// current again if the other's call moved it meanwhile.
+    #[tokio::test]
+    async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_since() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store =
+            Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+        let a = store
+            .place_call(headed_call("task A", 100, 3), rules)
+            .await
+            .unwrap();
+        let b = store
+            .place_call(headed_call("task B", 200, 2), rules)
+            .await
+            .unwrap();
+        assert_eq!(a.session.id, b.session.id, "one session, two branches");
+        let texts = |snapshot: &crate::store::ContextSnapshot| -> Vec<String> {
+            snapshot
+                .tail
+                .iter()
+                .map(|m| m.parts.get().to_string())
+                .collect()
+        };
+        let id = a.session.id.clone();
+        let current = store.context(&id).await.unwrap();
+        assert!(
+            texts(&current).iter().all(|t| !t.contains("task A")),
+            "B's is current"
+        );
+        let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
+        assert_eq!(of_a.session.head_seq, a.session.head_seq);
+        let seen = texts(&of_a);
+        assert!(
+            seen.iter().any(|t| t.contains("task A: output 2")),
+            "{seen:?}"
+        );
+        assert!(seen.iter().all(|t| !t.contains("task B")), "{seen:?}");
+        // A's branch is the current one now, for every reader.
+        let again = store.context(&id).await.unwrap();
+        assert_eq!(texts(&again), seen);
+        let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
+        assert!(texts(&of_b).iter().all(|t| !t.contains("task A")));
+    }
+
     /// The walk reads indexes only, never a message's row (its parts may fill overflow
     /// pages): a step down the tree is one lookup, a run of a branch one range.
     #[test]

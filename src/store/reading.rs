@@ -41,6 +41,24 @@ impl Store {
         self.snapshot(session_id, true).await
     }
 
+    /// [`context`](Self::context) of the branch ending at `head`. When another branch is the
+    /// current one (a proxied call of the same conversation on another branch placed itself
+    /// since), `head`'s branch is made current again first, in the same write, so the snapshot
+    /// is of that branch whatever other calls do meanwhile.
+    pub async fn context_on(&self, session_id: &SessionId, head: u64) -> Result<ContextSnapshot> {
+        let snapshot = self.context(session_id).await?;
+        if snapshot.session.head_seq == head {
+            return Ok(snapshot);
+        }
+        let session_id = session_id.to_string();
+        self.write(move |conn| {
+            let session = get_live(conn, &session_id)?;
+            let session = super::counters::switch_to(conn, &session, head)?;
+            snapshot_of(conn, session, true)
+        })
+        .await
+    }
+
     /// The same snapshot with every message whole, its tokens as the context counts them: what
     /// a compaction summarizes.
     pub async fn compaction_input(&self, session_id: &SessionId) -> Result<ContextSnapshot> {

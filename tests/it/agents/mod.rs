@@ -131,16 +131,17 @@ fn through(agent: Agent, model: Model) {
     through_with(agent, model, None);
 }
 
-/// [`through`], the model handing steps to a sub-agent after step `delegate_after`
-/// (Claude Code's `Agent` tool); what both saw is returned.
-fn through_with(agent: Agent, model: Model, delegate_after: Option<usize>) -> Vec<Seen> {
+/// [`through`], the model handing steps to `(after, n)` sub-agents after step `after`
+/// (Claude Code's `Agent` tool); every call the model API saw is returned.
+fn through_with(agent: Agent, model: Model, delegation: Option<(usize, usize)>) -> Vec<Seen> {
     if installed(agent).is_none() {
         return Vec::new();
     }
     let mut task = Task {
         lines: 1_500,
         chars_per_token: model.chars_per_token,
-        delegate_after,
+        delegate_after: delegation.map(|d| d.0),
+        sub_agents: delegation.map_or(1, |d| d.1),
         ..Task::default()
     };
     let (name, limit) = (model.name, model.window);
@@ -192,18 +193,19 @@ fn through_with(agent: Agent, model: Model, delegate_after: Option<usize>) -> Ve
         "sessions: {sessions:?}\nrequest tokens: {:?}",
         seen.iter().map(|s| s.tokens).collect::<Vec<_>>()
     );
-    // A sub-agent's conversation is one of its own, under the same conversation header.
+    // A sub-agent's conversation is its own, under the same conversation header: each
+    // conversation compacts apart (sub-agents of one kind share a session, as its branches).
     let conversations: Vec<&(String, String, u64, u64)> =
         sessions.iter().filter(|s| s.1 == "proxy").collect();
     assert_eq!(
         conversations.len(),
-        1 + usize::from(delegate_after.is_some()),
-        "one session per conversation: {sessions:?}"
+        1 + usize::from(delegation.is_some()),
+        "one session per conversation and its sub-agents: {sessions:?}"
     );
-    if delegate_after.is_some() {
+    if delegation.is_some() {
         assert!(
             conversations.iter().all(|s| s.2 >= 1),
-            "each conversation compacted in its own session: {sessions:?}"
+            "each session compacted: {sessions:?}"
         );
     }
     let main = conversations.iter().max_by_key(|s| s.3).unwrap();
@@ -273,6 +275,9 @@ fn through_with(agent: Agent, model: Model, delegate_after: Option<usize>) -> Ve
             s.tokens
         );
     }
+    if let Some((_, n)) = delegation {
+        each_conversation_its_own(&seen, n);
+    }
     drop(api);
     seen
 }
@@ -305,36 +310,114 @@ fn claude_code_with_a_thinking_model_runs_the_task_through_compactd() {
     );
 }
 
-/// Claude Code hands three steps of its task to a sub-agent (its `Agent` tool, a fresh
-/// agent of its own conversation under the same `X-Claude-Code-Session-Id`) and goes on
-/// when it reports. Through compactd, at a window that compacts the main conversation: the
-/// task ends as it should and the model API refuses nothing (as [`through`] checks), and
-/// each conversation reaches the model with its own messages only: no sub-step's output in
-/// a call of the main conversation, no step of the main conversation in the sub-agent's.
+/// Claude Code hands steps of its task to a sub-agent (its `Agent` tool: a fresh agent, a
+/// conversation of its own under the same `X-Claude-Code-Session-Id`) and goes on when it
+/// reports. Through compactd, at a window that compacts both: the task ends as it should and
+/// the model API refuses nothing (as [`through`] checks), and each conversation reaches the
+/// model with its own messages only.
 #[test]
 fn claude_code_hands_steps_to_a_sub_agent_through_compactd() {
-    let seen = through_with(
+    through_with(
         Agent::ClaudeCode,
         Model::new("claude-opus-5-5", 48_000, 2),
-        Some(10),
+        Some((10, 1)),
     );
+}
+
+/// Two sub-agents at once (two `Agent` calls in one message, which Claude Code runs side by
+/// side): their calls interleave under one conversation header and one system prompt, and
+/// each still reaches the model with its own steps only.
+#[test]
+fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
+    through_with(
+        Agent::ClaudeCode,
+        Model::new("claude-opus-5-5", 48_000, 2),
+        Some((10, 2)),
+    );
+}
+
+/// The same task with Claude Code straight at the model API: the mock's sub-agents work with
+/// the real agent.
+#[test]
+fn claude_code_hands_steps_to_two_sub_agents_directly() {
+    let task = Task {
+        delegate_after: Some(10),
+        sub_agents: 2,
+        ..Task::default()
+    };
+    let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
+    each_conversation_its_own(&seen, 2);
+}
+
+/// What every run with `n` sub-agents shows: each ran its steps; no call of one conversation
+/// carries another's steps (a sub-agent's in the main conversation or in the other
+/// sub-agent's, the main conversation's in a sub-agent's); the main conversation handed its
+/// steps over once and went on from the reports.
+fn each_conversation_its_own(seen: &[Seen], n: usize) {
+    use crate::common::model_api::{SUB_STEPS, messages::SUB_AGENTS};
     if seen.is_empty() {
         return;
     }
-    let (sub, main) = split_by_subtask(&seen);
-    assert!(
-        sub.len() > crate::common::model_api::SUB_STEPS,
-        "the sub-agent ran its steps: {} calls",
-        sub.len()
-    );
+    let with_tools: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .collect();
+    let handed_to = |s: &Seen| {
+        SUB_AGENTS.iter().copied().find(|name| {
+            s.body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| {
+                    m["role"] == "user"
+                        && m["content"]
+                            .to_string()
+                            .contains(&format!("named SUB{name}."))
+                        && !m["content"].to_string().contains("tool_result")
+                })
+        })
+    };
+    let mut main = Vec::new();
+    let mut subs: std::collections::BTreeMap<char, Vec<&Seen>> = Default::default();
+    for s in with_tools {
+        match handed_to(s) {
+            Some(name) => subs.entry(name).or_default().push(s),
+            None => main.push(s),
+        }
+    }
+    assert_eq!(subs.len(), n, "sub-agents that ran: {:?}", subs.keys());
+    for (name, calls) in &subs {
+        assert!(
+            calls.len() > SUB_STEPS,
+            "sub-agent {name}: {} calls",
+            calls.len()
+        );
+        for s in calls {
+            let body = s.body.to_string();
+            assert!(
+                !body.contains("STEP-1-BEGIN"),
+                "a main step in sub-agent {name}'s call"
+            );
+            for other in SUB_AGENTS.iter().filter(|o| *o != name) {
+                let leak = format!("SUB{other}-");
+                assert!(
+                    !body.contains(&leak),
+                    "sub-agent {other}'s step in sub-agent {name}'s call: {}",
+                    body.find(&leak).map_or("", |at| &body
+                        [at.saturating_sub(1500)..(at + 300).min(body.len())])
+                );
+            }
+        }
+    }
     for s in &main {
         let body = s.body.to_string();
-        assert!(
-            !body.contains("SUB-1-BEGIN"),
-            "a sub-step in the main conversation"
-        );
+        for name in SUB_AGENTS {
+            assert!(
+                !body.contains(&format!("SUB{name}-1-BEGIN")),
+                "sub-agent {name}'s step in the main conversation"
+            );
+        }
     }
-    // Handed over once: the main conversation kept the sub-agent's report and went on.
     let handed: std::collections::HashSet<&str> = main
         .iter()
         .flat_map(|s| s.body["messages"].as_array().into_iter().flatten())
@@ -342,49 +425,7 @@ fn claude_code_hands_steps_to_a_sub_agent_through_compactd() {
         .filter(|b| b["type"] == "tool_use" && b["name"] == "Agent")
         .filter_map(|b| b["id"].as_str())
         .collect();
-    assert_eq!(handed.len(), 1, "{handed:?}");
-    for s in &sub {
-        let body = s.body.to_string();
-        assert!(
-            !body.contains("STEP-1-BEGIN"),
-            "a main step in the sub-agent's conversation"
-        );
-    }
-}
-
-/// The same task with Claude Code straight at the model API: the mock's sub-agent part
-/// works with the real agent (its `Agent` tool runs a conversation of its own).
-#[test]
-fn claude_code_hands_steps_to_a_sub_agent_directly() {
-    let task = Task {
-        delegate_after: Some(10),
-        ..Task::default()
-    };
-    let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
-    if seen.is_empty() {
-        return;
-    }
-    let (sub, _) = split_by_subtask(&seen);
-    assert!(
-        sub.len() > crate::common::model_api::SUB_STEPS,
-        "{}",
-        sub.len()
-    );
-}
-
-/// The calls of the sub-agent's conversation (its first user message carries the task it was
-/// handed) and the others with tools (the main conversation's).
-fn split_by_subtask(seen: &[Seen]) -> (Vec<&Seen>, Vec<&Seen>) {
-    use crate::common::model_api::messages::SUBTASK;
-    let with_tools = seen
-        .iter()
-        .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()));
-    with_tools.partition(|s| {
-        s.body["messages"]
-            .as_array()
-            .and_then(|m| m.iter().find(|m| m["role"] == "user"))
-            .is_some_and(|m| m["content"].to_string().contains(SUBTASK))
-    })
+    assert_eq!(handed.len(), n, "Agent calls: {handed:?}");
 }
 
 /// Claude Code through compactd while the disk under compactd's database fills in the middle

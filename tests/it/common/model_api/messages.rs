@@ -193,30 +193,44 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         })
 }
 
-/// The task the main conversation hands a sub-agent (the `Agent` tool's prompt): the
-/// sub-agent's conversation is the one whose first user message carries it.
+/// The task the main conversation hands a sub-agent (the `Agent` tool's prompt, which also
+/// names the sub-agent's steps: `SUBA-k-BEGIN` for the first, `SUBB-` for a second).
 pub const SUBTASK: &str = "SUBTASK: run the sub-steps the model gives you with your shell tool, one per step, until it says they are done.";
 /// How the sub-agent's report begins, which tells the main conversation the sub-steps are done.
 pub const SUBTASK_DONE: &str = "SUBTASK-DONE";
 
+/// The sub-agents' names, in the order they are handed their steps.
+pub const SUB_AGENTS: [char; 2] = ['A', 'B'];
+
 /// Claude Code's model's next turn: the task's next step ([`decide`]); with
-/// [`Task::delegate_after`], the `Agent` call once that step is done, and in the sub-agent's
-/// own conversation its sub-steps, then its report (which ends with the step it was handed
-/// after, so the main conversation goes on from there).
+/// [`Task::delegate_after`], the `Agent` calls (one per sub-agent, in one message) once that
+/// step is done, and in a sub-agent's own conversation its sub-steps, then its report (which
+/// ends with the step it was handed after, so the main conversation goes on from there).
 enum Turn {
     Act(Action),
     Delegate,
     Sub { step: usize, command: String },
 }
 
-/// Whether this is the sub-agent's conversation: a user message's own text (not a tool's
+/// The sub-agent this conversation is, if it is one: a user message's own text (not a tool's
 /// output, nor the main conversation's call handing it over) carries the task handed over.
-fn handed_to_me(messages: &[Value]) -> bool {
-    messages.iter().filter(|m| m["role"] == "user").any(|m| {
-        blocks(m)
-            .iter()
-            .any(|b| b["type"] == "text" && b["text"].as_str().is_some_and(|t| t.contains(SUBTASK)))
-    })
+fn handed_to_me(messages: &[Value]) -> Option<char> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(blocks)
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .find_map(|t| {
+            let at = t.find(SUBTASK)? + SUBTASK.len();
+            let named = t[at..].find("named SUB")? + at + "named SUB".len();
+            t[named..].chars().next()
+        })
+}
+
+/// The prompt that hands sub-agent `name` its steps.
+fn subtask(name: char) -> String {
+    format!("{SUBTASK} Your steps are named SUB{name}.")
 }
 
 fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
@@ -224,21 +238,22 @@ fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
     let Some(after) = task.delegate_after.filter(|_| shell) else {
         return Turn::Act(decide(task, newest.as_deref(), shell));
     };
-    if handed_to_me(messages) {
+    if let Some(name) = handed_to_me(messages) {
+        let prefix = format!("SUB{name}-");
         let done = newest
             .as_deref()
-            .and_then(|o| super::last_end(o, "SUB-"))
+            .and_then(|o| super::last_end(o, &prefix))
             .unwrap_or(0);
         if done >= super::SUB_STEPS {
             return Turn::Act(Action::Finish(format!(
-                "{SUBTASK_DONE}: SUB-{done}-END seen; resume after STEP-{after}-END"
+                "{SUBTASK_DONE} {name}: {prefix}{done}-END seen; resume after STEP-{after}-END"
             )));
         }
         let step = done + 1;
         return Turn::Sub {
             step,
             command: format!(
-                "echo SUB-{step}-BEGIN; seq 1 {}; echo SUB-{step}-END",
+                "echo {prefix}{step}-BEGIN; seq 1 {}; echo {prefix}{step}-END",
                 task.lines
             ),
         };
@@ -321,13 +336,15 @@ pub fn answer(
             "Bash",
             json!({"command": command, "description": format!("Run sub-step {step}")}),
         ),
-        Turn::Delegate => call(
-            &mut content,
-            "Handing the sub-steps to an agent.".into(),
-            "Agent",
-            json!({"description": "Run the sub-steps", "prompt": SUBTASK,
-                "subagent_type": "general-purpose", "run_in_background": false}),
-        ),
+        Turn::Delegate => {
+            content.push(json!({"type": "text", "text": "Handing the sub-steps to agents."}));
+            for name in &SUB_AGENTS[..task.sub_agents] {
+                content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Agent",
+                    "input": {"description": format!("Run sub-steps {name}"), "prompt": subtask(*name),
+                        "subagent_type": "general-purpose", "run_in_background": false}}));
+            }
+            "tool_use"
+        }
         Turn::Act(Action::Finish(text) | Action::Text(text)) => {
             content.push(json!({"type": "text", "text": text}));
             "end_turn"

@@ -42,6 +42,9 @@ pub struct Task {
     /// Anthropic Messages only (Claude Code's `Agent` tool): once this step is done, the
     /// model hands [`SUB_STEPS`] steps of its own to a sub-agent ([`messages`] says how).
     pub delegate_after: Option<usize>,
+    /// How many sub-agents it hands steps to at once (one `Agent` call each, in one message;
+    /// at most [`messages::SUB_AGENTS`]).
+    pub sub_agents: usize,
 }
 
 impl Default for Task {
@@ -52,6 +55,7 @@ impl Default for Task {
             windows: HashMap::new(),
             chars_per_token: 4,
             delegate_after: None,
+            sub_agents: 1,
         }
     }
 }
@@ -222,7 +226,7 @@ pub(crate) fn last_end(output: &str, prefix: &str) -> Option<usize> {
     output[start..at].parse().ok()
 }
 
-/// The steps a sub-agent runs (`SUB-k-BEGIN` ... `SUB-k-END`) when [`Task::delegate_after`]
+/// The steps a sub-agent runs (`SUBA-k-BEGIN` ... `SUBA-k-END` for the first) when [`Task::delegate_after`]
 /// hands some over.
 pub const SUB_STEPS: usize = 8;
 
