@@ -128,22 +128,22 @@ fn too_long(why: &str) -> bool {
 /// compactd was told a window larger than the model's, a call too long for it, which compactd
 /// compacts and sends again at once (the agent never sees it), learning the window.
 fn through(agent: Agent, model: Model) {
-    through_with(agent, model, None);
+    through_with(agent, model, |_| {});
 }
 
-/// [`through`], the model handing steps to `(after, n)` sub-agents after step `after`
-/// (Claude Code's `Agent` tool); every call the model API saw is returned.
-fn through_with(agent: Agent, model: Model, delegation: Option<(usize, usize)>) -> Vec<Seen> {
+/// [`through`] with the model's task changed by `change` (sub-agents, parallel calls);
+/// every call the model API saw is returned.
+fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> Vec<Seen> {
     if installed(agent).is_none() {
         return Vec::new();
     }
     let mut task = Task {
         lines: 1_500,
         chars_per_token: model.chars_per_token,
-        delegate_after: delegation.map(|d| d.0),
-        sub_agents: delegation.map_or(1, |d| d.1),
         ..Task::default()
     };
+    change(&mut task);
+    let delegation = task.delegate_after.map(|_| task.sub_agents);
     let (name, limit) = (model.name, model.window);
     task.windows.insert(name.to_string(), limit);
     let api = ModelApi::start(task);
@@ -275,7 +275,7 @@ fn through_with(agent: Agent, model: Model, delegation: Option<(usize, usize)>) 
             s.tokens
         );
     }
-    if let Some((_, n)) = delegation {
+    if let Some(n) = delegation {
         each_conversation_its_own(&seen, n);
     }
     drop(api);
@@ -320,7 +320,7 @@ fn claude_code_hands_steps_to_a_sub_agent_through_compactd() {
     through_with(
         Agent::ClaudeCode,
         Model::new("claude-opus-5-5", 48_000, 2),
-        Some((10, 1)),
+        |task| task.delegate_after = Some(10),
     );
 }
 
@@ -332,8 +332,31 @@ fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
     through_with(
         Agent::ClaudeCode,
         Model::new("claude-opus-5-5", 48_000, 2),
-        Some((10, 2)),
+        |task| {
+            task.delegate_after = Some(10);
+            task.sub_agents = 2;
+        },
     );
+}
+
+/// Every step's call comes with a second one beside it in the same message, which Claude
+/// Code runs in parallel and answers in one message of two results: through compactd, with
+/// its compactions, every call keeps each result with its call (the model API refuses a
+/// result without its call, or a call without its result) and the task ends as it should.
+#[test]
+fn claude_code_with_parallel_calls_runs_the_task_through_compactd() {
+    let seen = through_with(
+        Agent::ClaudeCode,
+        Model::new("claude-opus-5-5", 48_000, 2),
+        |task| task.parallel_calls = true,
+    );
+    let last = seen.iter().rev().find(|s| s.body["tools"].is_array());
+    if let Some(last) = last {
+        assert!(
+            last.body.to_string().contains("echo SIDE-20"),
+            "the side call of the last step went up"
+        );
+    }
 }
 
 /// The same task with Claude Code straight at the model API: the mock's sub-agents work with

@@ -174,24 +174,28 @@ pub fn validate(shared: &Shared, body: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// The newest tool output of the request, as text.
+/// The newest tool output of the request, as text (not a side call's: see
+/// [`Task::parallel_calls`]).
 fn newest_output(messages: &[Value]) -> Option<String> {
     messages
         .iter()
         .rev()
         .flat_map(|m| blocks(m).into_iter().rev())
-        .find_map(|b| {
-            (b["type"] == "tool_result").then(|| match &b["content"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(|p| p["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                _ => String::new(),
-            })
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| match &b["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
         })
+        .find(|output| !output.starts_with(SIDE))
 }
+
+/// What a side call prints (`echo SIDE-k`), beside step k's own call.
+const SIDE: &str = "SIDE-";
 
 /// The task the main conversation hands a sub-agent (the `Agent` tool's prompt, which also
 /// names the sub-agent's steps: `SUBA-k-BEGIN` for the first, `SUBB-` for a second).
@@ -324,12 +328,19 @@ pub fn answer(
         "tool_use"
     };
     let stop = match turn {
-        Turn::Act(Action::Run { step, command }) => call(
-            &mut content,
-            format!("Running step {step}."),
-            "Bash",
-            json!({"command": command, "description": format!("Run step {step}")}),
-        ),
+        Turn::Act(Action::Run { step, command }) => {
+            let stop = call(
+                &mut content,
+                format!("Running step {step}."),
+                "Bash",
+                json!({"command": command, "description": format!("Run step {step}")}),
+            );
+            if task.parallel_calls {
+                content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Bash",
+                    "input": {"command": format!("echo {SIDE}{step}"), "description": format!("Side of step {step}")}}));
+            }
+            stop
+        }
         Turn::Sub { step, command } => call(
             &mut content,
             format!("Running sub-step {step}."),

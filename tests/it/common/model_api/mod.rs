@@ -45,6 +45,9 @@ pub struct Task {
     /// How many sub-agents it hands steps to at once (one `Agent` call each, in one message;
     /// at most [`messages::SUB_AGENTS`]).
     pub sub_agents: usize,
+    /// Anthropic Messages only: each step's call comes with a second one beside it in the
+    /// same message (`echo SIDE-k`), which Claude Code runs in parallel.
+    pub parallel_calls: bool,
 }
 
 impl Default for Task {
@@ -56,6 +59,7 @@ impl Default for Task {
             chars_per_token: 4,
             delegate_after: None,
             sub_agents: 1,
+            parallel_calls: false,
         }
     }
 }
