@@ -359,6 +359,21 @@ fn claude_code_with_parallel_calls_runs_the_task_through_compactd() {
     }
 }
 
+/// Codex, answered two function calls at once (the Responses API's parallel calls), sends
+/// two outputs back: through compactd, each stays with its call through the compactions.
+#[test]
+fn codex_with_parallel_calls_runs_the_task_through_compactd() {
+    let seen = through_with(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2), |task| {
+        task.parallel_calls = true
+    });
+    if let Some(last) = seen.last() {
+        assert!(
+            last.body.to_string().contains("SIDE-20"),
+            "the side call of the last step went up"
+        );
+    }
+}
+
 /// The same task with Claude Code straight at the model API: the mock's sub-agents work with
 /// the real agent.
 #[test]

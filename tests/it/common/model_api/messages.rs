@@ -191,11 +191,8 @@ fn newest_output(messages: &[Value]) -> Option<String> {
                 .join("\n"),
             _ => String::new(),
         })
-        .find(|output| !output.starts_with(SIDE))
+        .find(|output| !super::is_side_output(output))
 }
-
-/// What a side call prints (`echo SIDE-k`), beside step k's own call.
-const SIDE: &str = "SIDE-";
 
 /// The task the main conversation hands a sub-agent (the `Agent` tool's prompt, which also
 /// names the sub-agent's steps: `SUBA-k-BEGIN` for the first, `SUBB-` for a second).
@@ -337,7 +334,7 @@ pub fn answer(
             );
             if task.parallel_calls {
                 content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Bash",
-                    "input": {"command": format!("echo {SIDE}{step}"), "description": format!("Side of step {step}")}}));
+                    "input": {"command": super::side_command(step), "description": format!("Side of step {step}")}}));
             }
             stop
         }

@@ -45,8 +45,8 @@ pub struct Task {
     /// How many sub-agents it hands steps to at once (one `Agent` call each, in one message;
     /// at most [`messages::SUB_AGENTS`]).
     pub sub_agents: usize,
-    /// Anthropic Messages only: each step's call comes with a second one beside it in the
-    /// same message (`echo SIDE-k`), which Claude Code runs in parallel.
+    /// Anthropic Messages and the Responses API: each step's call comes with a second one
+    /// beside it in the same answer (`echo SIDE-k`), which the agent runs in parallel.
     pub parallel_calls: bool,
 }
 
@@ -228,6 +228,16 @@ pub(crate) fn last_end(output: &str, prefix: &str) -> Option<usize> {
     let at = output.rfind("-END")?;
     let start = output[..at].rfind(prefix)? + prefix.len();
     output[start..at].parse().ok()
+}
+
+/// The command of the side call beside step `step`'s (see [`Task::parallel_calls`]).
+pub(crate) fn side_command(step: usize) -> String {
+    format!("echo SIDE-{step}")
+}
+
+/// Whether a tool's output is a side call's (which says nothing of the steps done).
+pub(crate) fn is_side_output(output: &str) -> bool {
+    output.contains("SIDE-") && !output.contains("-END")
 }
 
 /// The steps a sub-agent runs (`SUBA-k-BEGIN` ... `SUBA-k-END` for the first) when [`Task::delegate_after`]

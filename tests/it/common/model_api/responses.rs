@@ -86,7 +86,7 @@ fn newest_output(items: &[Value]) -> Option<String> {
     items
         .iter()
         .rev()
-        .find(|i| i["type"].as_str().is_some_and(is_output))
+        .filter(|i| i["type"].as_str().is_some_and(is_output))
         .map(|i| match &i["output"] {
             Value::String(s) => s.clone(),
             Value::Array(parts) => parts
@@ -96,6 +96,7 @@ fn newest_output(items: &[Value]) -> Option<String> {
                 .join("\n"),
             other => other.to_string(),
         })
+        .find(|output| !super::is_side_output(output))
 }
 
 pub fn answer(
@@ -132,6 +133,10 @@ pub fn answer(
                 "content": [{"type": "output_text", "text": format!("Running step {step}."), "annotations": []}]}));
             output.push(json!({"type": "function_call", "id": format!("fc_{:08}", shared.next_id()), "call_id": format!("call_{:08}", shared.next_id()),
                 "name": "exec_command", "arguments": json!({"cmd": command}).to_string(), "status": "completed"}));
+            if task.parallel_calls {
+                output.push(json!({"type": "function_call", "id": format!("fc_{:08}", shared.next_id()), "call_id": format!("call_{:08}", shared.next_id()),
+                    "name": "exec_command", "arguments": json!({"cmd": super::side_command(*step)}).to_string(), "status": "completed"}));
+            }
         }
         Action::Finish(text) | Action::Text(text) => {
             output.push(json!({"type": "message", "id": format!("msg_{:08}", shared.next_id()), "role": "assistant", "status": "completed",
