@@ -374,6 +374,23 @@ fn codex_with_parallel_calls_runs_the_task_through_compactd() {
     }
 }
 
+/// opencode, answered two tool calls at once (Chat Completions' `tool_calls` of two), sends
+/// two tool messages back: through compactd, each stays with its call.
+#[test]
+fn opencode_with_parallel_calls_runs_the_task_through_compactd() {
+    let seen = through_with(
+        Agent::Opencode,
+        Model::new("mock-model", 32_000, 2),
+        |task| task.parallel_calls = true,
+    );
+    if let Some(last) = seen.iter().rev().find(|s| s.body["tools"].is_array()) {
+        assert!(
+            last.body.to_string().contains("SIDE-20"),
+            "the side call of the last step went up"
+        );
+    }
+}
+
 /// The same task with Claude Code straight at the model API: the mock's sub-agents work with
 /// the real agent.
 #[test]

@@ -87,7 +87,7 @@ fn newest_output(messages: &[Value]) -> Option<String> {
     messages
         .iter()
         .rev()
-        .find(|m| m["role"] == "tool")
+        .filter(|m| m["role"] == "tool")
         .map(|m| match &m["content"] {
             Value::String(s) => s.clone(),
             Value::Array(parts) => parts
@@ -97,6 +97,7 @@ fn newest_output(messages: &[Value]) -> Option<String> {
                 .join("\n"),
             _ => String::new(),
         })
+        .find(|output| !super::is_side_output(output))
 }
 
 pub fn answer(
@@ -143,14 +144,17 @@ pub fn answer(
     };
     let id = format!("chatcmpl-{}", shared.next_id());
     let (content, calls, finish) = match &action {
-        Action::Run { step, command } => (
-            format!("Running step {step}."),
-            vec![
+        Action::Run { step, command } => {
+            let call = |command: &str| {
                 json!({"id": format!("call_{:08}", shared.next_id()), "type": "function",
-                "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}}),
-            ],
-            "tool_calls",
-        ),
+                "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}})
+            };
+            let mut calls = vec![call(command)];
+            if task.parallel_calls && shell.is_some() {
+                calls.push(call(&super::side_command(*step)));
+            }
+            (format!("Running step {step}."), calls, "tool_calls")
+        }
         Action::Finish(text) | Action::Text(text) => (text.clone(), vec![], "stop"),
     };
     let usage =

@@ -45,8 +45,8 @@ pub struct Task {
     /// How many sub-agents it hands steps to at once (one `Agent` call each, in one message;
     /// at most [`messages::SUB_AGENTS`]).
     pub sub_agents: usize,
-    /// Anthropic Messages and the Responses API: each step's call comes with a second one
-    /// beside it in the same answer (`echo SIDE-k`), which the agent runs in parallel.
+    /// Each step's call comes with a second one beside it in the same answer (`echo
+    /// SIDE-k`), which the agent runs in parallel.
     pub parallel_calls: bool,
 }
 
