@@ -339,56 +339,37 @@ fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
     );
 }
 
-/// Every step's call comes with a second one beside it in the same message, which Claude
-/// Code runs in parallel and answers in one message of two results: through compactd, with
-/// its compactions, every call keeps each result with its call (the model API refuses a
-/// result without its call, or a call without its result) and the task ends as it should.
-#[test]
-fn claude_code_with_parallel_calls_runs_the_task_through_compactd() {
-    let seen = through_with(
-        Agent::ClaudeCode,
-        Model::new("claude-opus-5-5", 48_000, 2),
-        |task| task.parallel_calls = true,
-    );
-    let last = seen.iter().rev().find(|s| s.body["tools"].is_array());
-    if let Some(last) = last {
-        assert!(
-            last.body.to_string().contains("echo SIDE-20"),
-            "the side call of the last step went up"
-        );
-    }
-}
-
-/// Codex, answered two function calls at once (the Responses API's parallel calls), sends
-/// two outputs back: through compactd, each stays with its call through the compactions.
-#[test]
-fn codex_with_parallel_calls_runs_the_task_through_compactd() {
-    let seen = through_with(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2), |task| {
-        task.parallel_calls = true
-    });
-    if let Some(last) = seen.last() {
-        assert!(
-            last.body.to_string().contains("SIDE-20"),
-            "the side call of the last step went up"
-        );
-    }
-}
-
-/// opencode, answered two tool calls at once (Chat Completions' `tool_calls` of two), sends
-/// two tool messages back: through compactd, each stays with its call.
-#[test]
-fn opencode_with_parallel_calls_runs_the_task_through_compactd() {
-    let seen = through_with(
-        Agent::Opencode,
-        Model::new("mock-model", 32_000, 2),
-        |task| task.parallel_calls = true,
-    );
+/// Every step's call comes with a second one beside it in the same answer (`echo SIDE-k`),
+/// which the agent runs in parallel and sends back as two results: through compactd, with
+/// its compactions, each result stays with its call (the model API refuses a result without
+/// its call, or a call without its result), and the task ends as it should.
+fn through_with_parallel_calls(agent: Agent, model: Model) {
+    let seen = through_with(agent, model, |task| task.parallel_calls = true);
     if let Some(last) = seen.iter().rev().find(|s| s.body["tools"].is_array()) {
         assert!(
             last.body.to_string().contains("SIDE-20"),
             "the side call of the last step went up"
         );
     }
+}
+
+/// Two `tool_use` blocks in one message, answered in one message of two `tool_result`s.
+#[test]
+fn claude_code_with_parallel_calls_runs_the_task_through_compactd() {
+    through_with_parallel_calls(Agent::ClaudeCode, Model::new("claude-opus-5-5", 48_000, 2));
+}
+
+/// Two `function_call` items in one response (the Responses API's parallel calls), answered
+/// by two `function_call_output` items.
+#[test]
+fn codex_with_parallel_calls_runs_the_task_through_compactd() {
+    through_with_parallel_calls(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2));
+}
+
+/// Chat Completions' `tool_calls` of two, answered by two `tool` messages.
+#[test]
+fn opencode_with_parallel_calls_runs_the_task_through_compactd() {
+    through_with_parallel_calls(Agent::Opencode, Model::new("mock-model", 32_000, 2));
 }
 
 /// The same task with Claude Code straight at the model API: the mock's sub-agents work with

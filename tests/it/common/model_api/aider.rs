@@ -8,15 +8,7 @@ use super::Action;
 use serde_json::Value;
 
 fn text(m: &Value) -> String {
-    match &m["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    super::text_of(&m["content"])
 }
 
 /// The round a text asks for (`Round N:`).

@@ -88,15 +88,7 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .iter()
         .rev()
         .filter(|m| m["role"] == "tool")
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        })
+        .map(|m| super::text_of(&m["content"]))
         .find(|output| !super::is_side_output(output))
 }
 

@@ -182,15 +182,7 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .rev()
         .flat_map(|m| blocks(m).into_iter().rev())
         .filter(|b| b["type"] == "tool_result")
-        .map(|b| match &b["content"] {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        })
+        .map(|b| super::text_of(&b["content"]))
         .find(|output| !super::is_side_output(output))
 }
 

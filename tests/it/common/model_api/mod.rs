@@ -230,6 +230,20 @@ pub(crate) fn last_end(output: &str, prefix: &str) -> Option<usize> {
     output[start..at].parse().ok()
 }
 
+/// A message's content or a tool's output as text: a string as it is, a list of parts as
+/// their texts, one a line.
+pub(crate) fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
 /// The command of the side call beside step `step`'s (see [`Task::parallel_calls`]).
 pub(crate) fn side_command(step: usize) -> String {
     format!("echo SIDE-{step}")

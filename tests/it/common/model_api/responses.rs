@@ -87,15 +87,7 @@ fn newest_output(items: &[Value]) -> Option<String> {
         .iter()
         .rev()
         .filter(|i| i["type"].as_str().is_some_and(is_output))
-        .map(|i| match &i["output"] {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            other => other.to_string(),
-        })
+        .map(|i| super::text_of(&i["output"]))
         .find(|output| !super::is_side_output(output))
 }
 
