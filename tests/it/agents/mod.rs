@@ -399,19 +399,8 @@ fn each_conversation_its_own(seen: &[Seen], n: usize) {
         .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
         .collect();
     let handed_to = |s: &Seen| {
-        SUB_AGENTS.iter().copied().find(|name| {
-            s.body["messages"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|m| {
-                    m["role"] == "user"
-                        && m["content"]
-                            .to_string()
-                            .contains(&format!("named SUB{name}."))
-                        && !m["content"].to_string().contains("tool_result")
-                })
-        })
+        let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
+        crate::common::model_api::messages::sub_agent_of(&messages)
     };
     let mut main = Vec::new();
     let mut subs: std::collections::BTreeMap<char, Vec<&Seen>> = Default::default();

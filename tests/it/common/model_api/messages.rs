@@ -205,15 +205,15 @@ enum Turn {
     Sub { step: usize, command: String },
 }
 
-/// The sub-agent this conversation is, if it is one: a user message's own text (not a tool's
-/// output, nor the main conversation's call handing it over) carries the task handed over.
-fn handed_to_me(messages: &[Value]) -> Option<char> {
-    messages
+/// The sub-agent this conversation is, if it is one: its first user message (its task,
+/// which compactd keeps pinned) carries the task handed over. Only the first: a summary of
+/// the main conversation may quote the call that handed it.
+pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
+    let first = messages.iter().find(|m| m["role"] == "user")?;
+    blocks(first)
         .iter()
-        .filter(|m| m["role"] == "user")
-        .flat_map(blocks)
         .filter(|b| b["type"] == "text")
-        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .filter_map(|b| b["text"].as_str())
         .find_map(|t| {
             let at = t.find(SUBTASK)? + SUBTASK.len();
             let named = t[at..].find("named SUB")? + at + "named SUB".len();
@@ -231,7 +231,7 @@ fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
     let Some(after) = task.delegate_after.filter(|_| shell) else {
         return Turn::Act(decide(task, newest.as_deref(), shell));
     };
-    if let Some(name) = handed_to_me(messages) {
+    if let Some(name) = sub_agent_of(messages) {
         let prefix = format!("SUB{name}-");
         let done = newest
             .as_deref()
