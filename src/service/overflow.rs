@@ -33,7 +33,12 @@ impl Service {
         };
         let noted = self
             .store
-            .note_overflow(&turn.id, SentContext::Proxied(turn.sent), overflow, fits)
+            .note_overflow(
+                &turn.id,
+                SentContext::Proxied(turn.sent, turn.last_seq),
+                overflow,
+                fits,
+            )
             .await?;
         tracing::warn!(
             session = %turn.id,

@@ -713,6 +713,55 @@ mod tests {
         assert!(texts(&of_b).iter().all(|t| !t.contains("task A")));
     }
 
+    /// A refusal for length of one branch's call counts for that branch, even when the other
+    /// branch's call moved the session since: the refused call's retry is compacted to it.
+    #[tokio::test]
+    async fn a_refusal_counts_for_the_refused_calls_branch() {
+        use crate::provider::overflow::Overflow;
+        use crate::store::SentContext;
+        let dir = tempfile::TempDir::new().unwrap();
+        let store =
+            Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+        let a = store
+            .place_call(headed_call("task A", 100, 3), rules)
+            .await
+            .unwrap();
+        let id = a.session.id.clone();
+        let sent = store
+            .context_on(&id, a.session.head_seq)
+            .await
+            .unwrap()
+            .session
+            .context_version();
+        store
+            .place_call(headed_call("task B", 200, 2), rules)
+            .await
+            .unwrap();
+        let overflow = Overflow {
+            tokens: Some(9_000),
+            limit: None,
+            completion: None,
+        };
+        let noted = store
+            .note_overflow(
+                &id,
+                SentContext::Proxied(sent, a.session.head_seq),
+                overflow,
+                |_| true,
+            )
+            .await
+            .unwrap()
+            .expect("noted");
+        assert_eq!(noted.head_seq, a.session.head_seq, "on A's branch");
+        assert_eq!(noted.reported_tokens, Some(9_000));
+        let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
+        assert_eq!(
+            of_a.session.reported_tokens,
+            Some(9_000),
+            "kept for A's retry"
+        );
+    }
+
     /// The walk reads indexes only, never a message's row (its parts may fill overflow
     /// pages): a step down the tree is one lookup, a run of a branch one range.
     #[test]

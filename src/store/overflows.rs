@@ -15,8 +15,10 @@ use rusqlite::params;
 /// longer serves (a compaction landed meanwhile) changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SentContext {
-    /// A proxied call: the context exactly (its compactions and maskings).
-    Proxied(ContextVersion),
+    /// A proxied call: the context exactly (its compactions and maskings) and the last
+    /// message of the call (its branch: the count is that branch's, even when another
+    /// branch's call moved the session since).
+    Proxied(ContextVersion, u64),
     /// An agent on the socket API: the `compaction_num` of the context it was sent, as its
     /// usage reports name it. The session must be one the socket API writes.
     Served(u32),
@@ -42,9 +44,14 @@ impl Store {
     ) -> Result<Option<SessionRow>> {
         let id = id.to_string();
         self.write(move |conn| {
-            let session = get_live(conn, &id)?;
+            let mut session = get_live(conn, &id)?;
+            if let SentContext::Proxied(_, head) = sent
+                && session.head_seq != head
+            {
+                session = super::counters::switch_to(conn, &session, head)?;
+            }
             let still_served = match sent {
-                SentContext::Proxied(version) => session.context_version() == version,
+                SentContext::Proxied(version, _) => session.context_version() == version,
                 SentContext::Served(_) if session.owner.is_some() => {
                     return Err(StoreError::Conflict(format!(
                         "session `{id}` is a conversation the proxy records for an API key; the proxy reads its model's refusals itself"
