@@ -668,11 +668,8 @@ mod tests {
         call
     }
 
-    /// Two conversations under one header and one system prompt (two sub-agents of one kind)
-    /// are two branches of one session: a call's context is read for its own branch, made
-    /// current again if the other's call moved it meanwhile.
-    #[tokio::test]
-    async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_since() {
+    /// A store holding task A's conversation under header `c` (see [`headed_call`]).
+    async fn with_branch_a() -> (tempfile::TempDir, Store, Placed) {
         let dir = tempfile::TempDir::new().unwrap();
         let store =
             Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
@@ -680,6 +677,15 @@ mod tests {
             .place_call(headed_call("task A", 100, 3), rules)
             .await
             .unwrap();
+        (dir, store, a)
+    }
+
+    /// Two conversations under one header and one system prompt (two sub-agents of one kind)
+    /// are two branches of one session: a call's context is read for its own branch, made
+    /// current again if the other's call moved it meanwhile.
+    #[tokio::test]
+    async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_since() {
+        let (_dir, store, a) = with_branch_a().await;
         let b = store
             .place_call(headed_call("task B", 200, 2), rules)
             .await
@@ -719,13 +725,7 @@ mod tests {
     async fn a_refusal_counts_for_the_refused_calls_branch() {
         use crate::provider::overflow::Overflow;
         use crate::store::SentContext;
-        let dir = tempfile::TempDir::new().unwrap();
-        let store =
-            Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
-        let a = store
-            .place_call(headed_call("task A", 100, 3), rules)
-            .await
-            .unwrap();
+        let (_dir, store, a) = with_branch_a().await;
         let id = a.session.id.clone();
         let sent = store
             .context_on(&id, a.session.head_seq)
