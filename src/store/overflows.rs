@@ -45,9 +45,8 @@ impl Store {
         let id = id.to_string();
         self.write(move |conn| {
             let mut session = get_live(conn, &id)?;
-            if let SentContext::Proxied(_, head) = sent
-                && session.head_seq != head
-            {
+            if let SentContext::Proxied(_, head) = sent {
+                // Another branch's call may have moved the session since (a no-op otherwise).
                 session = super::counters::switch_to(conn, &session, head)?;
             }
             let still_served = match sent {
