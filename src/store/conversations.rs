@@ -13,7 +13,8 @@
 //! messages once.
 //!
 //! Which session: the one the client names, or the one its conversation header names
-//! (Claude Code's, Codex's, opencode's), or else the one of the caller's that the call
+//! (Claude Code's, Codex's, opencode's; unless the call leaves that conversation right after
+//! the client's preamble with a task of its own, see [`Fork`]), or else the one of the caller's that the call
 //! continues: whose first message it shares and whose prefix it shares past the client's own
 //! preamble, or whose task it carries (a client restoring its history into a freshly built
 //! request). A one-off call (instructions and one user message, continuing nothing) goes to the
@@ -116,9 +117,10 @@ impl Store {
     pub async fn preview_call(&self, call: ProxyCall) -> Result<Option<(SessionRow, usize)>> {
         self.read(move |conn| {
             let hashes = call.hashes();
-            let Some(session) = find(conn, &call, &hashes)? else {
+            let Lands::In(session) = find(conn, &call, &hashes)? else {
                 return Ok(None);
             };
+            let session = *session;
             let (matched, node) = walk(conn, &session, &hashes)?;
             Ok((node.unwrap_or(0) == session.head_seq).then_some((session, matched)))
         })
@@ -224,8 +226,8 @@ fn place(
     let (session, created) = match &resume {
         Some(resume) => (get_live(conn, &resume.session)?, false),
         None => match find(conn, call, hashes)? {
-            Some(session) => (session, false),
-            None => (create(conn, call, hashes)?, true),
+            Lands::In(session) => (*session, false),
+            Lands::New(fork) => (create(conn, call, hashes, fork)?, true),
         },
     };
     let (matched, node) = match resume {
@@ -369,16 +371,48 @@ fn walk_from(
     Ok((hashes.len(), node))
 }
 
+/// Where a call lands, as far as the store can tell before storing anything.
+enum Lands {
+    /// In this session, which it continues.
+    In(Box<SessionRow>),
+    /// In a new session: the call's own, or with `Some`, another conversation under the
+    /// header of one already stored ([`Fork`]).
+    New(Option<Fork>),
+}
+
+/// Another conversation under a conversation header that names one already: a Codex
+/// sub-agent's thread, which calls the model under its parent's `session-id` with the same
+/// instructions and preamble, then its own task. It is a session of its own, keyed by the
+/// header and its first message past the preamble, as a call without a header that shares only
+/// a preamble starts a session of its own: a branch of the parent's session would have its
+/// task neither known nor pinned, and the first compaction of it would summarize the task
+/// away. Its id is the parent's with that message's fingerprint, so `sqlite3` shows it beside
+/// its parent.
+#[derive(Debug, Clone)]
+struct Fork {
+    id: SessionId,
+    conversation: String,
+}
+
+impl Fork {
+    fn of(parent: &SessionRow, conversation: &str, first: i64) -> Fork {
+        Fork {
+            id: SessionId::unchecked(format!("{}.{:016x}", parent.id, first as u64)),
+            conversation: format!("{conversation}.{:016x}", first as u64),
+        }
+    }
+}
+
 /// The call's session, if it continues one.
-fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<SessionRow>> {
+fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Lands> {
     if let Some(named) = &call.named {
         return match get_live(conn, named) {
             Ok(session) if session.owner.as_deref() == Some(call.owner.as_str()) => {
-                Ok(Some(session))
+                Ok(Lands::In(Box::new(session)))
             }
             // Another key's, or the socket API's: neither is this caller's to continue.
             Ok(_) => Err(StoreError::NotFound(named.clone())),
-            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(StoreError::NotFound(_)) => Ok(Lands::New(None)),
             Err(e) => Err(e),
         };
     }
@@ -392,17 +426,53 @@ fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<Se
                 r.get(0)
             })
             .optional()?;
-        return id.map(|id| get_live(conn, &id)).transpose();
+        return match id {
+            Some(id) => under_header(conn, call, hashes, conversation, get_live(conn, &id)?),
+            None => Ok(Lands::New(None)),
+        };
     }
-    if one_off(call)
+    let found = if one_off(call)
         && let Some(side) = side_session(conn, call)?
     {
         // A one-off call that a conversation of the caller's does not continue (checked
         // below) goes to the caller's side session.
-        let continued = continued_by(conn, call, hashes)?;
-        return Ok(Some(continued.unwrap_or(side)));
+        Some(continued_by(conn, call, hashes)?.unwrap_or(side))
+    } else {
+        continued_by(conn, call, hashes)?
+    };
+    Ok(found.map_or(Lands::New(None), |s| Lands::In(Box::new(s))))
+}
+
+/// Where a call under a conversation header lands whose session is `session`: there, unless
+/// it leaves the session's conversation right after the client's preamble with a user message
+/// of its own, and so is another conversation ([`Fork`]).
+fn under_header(
+    conn: &Connection,
+    call: &ProxyCall,
+    hashes: &[i64],
+    conversation: &str,
+    session: SessionRow,
+) -> Result<Lands> {
+    let preamble = session.static_seq as usize;
+    let opens_another = session.message_count > session.static_seq
+        && call
+            .messages
+            .get(preamble)
+            .is_some_and(|m| m.role == Role::User);
+    if !opens_another {
+        return Ok(Lands::In(Box::new(session)));
     }
-    continued_by(conn, call, hashes)
+    let fork = Fork::of(&session, conversation, hashes[preamble]);
+    match get_live(conn, fork.id.as_str()) {
+        Ok(other) => return Ok(Lands::In(Box::new(other))),
+        Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let (matched, _) = walk(conn, &session, hashes)?;
+    Ok(match matched == preamble {
+        true => Lands::New(Some(fork)),
+        false => Lands::In(Box::new(session)),
+    })
 }
 
 /// The caller's side session, if it has one.
@@ -471,7 +541,12 @@ fn one_off(call: &ProxyCall) -> bool {
 /// beginning when there are any. The preamble is pinned, but never a tool call or result, and
 /// only as far as the pin cap allows (a first call that carries a long restored history pins
 /// no more than that).
-fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<SessionRow> {
+fn create(
+    conn: &Connection,
+    call: &ProxyCall,
+    hashes: &[i64],
+    fork: Option<Fork>,
+) -> Result<SessionRow> {
     let task = call.messages.iter().rposition(|m| m.role == Role::User);
     let preamble = shared_preamble(conn, call, hashes)?
         .unwrap_or(usize::MAX)
@@ -490,7 +565,16 @@ fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Session
     if let Err(wait) = call.may_create {
         return Err(StoreError::TooManySessions(wait));
     }
-    let session = insert(conn, &call.new_session)?;
+    let (session, conversation) = match fork {
+        Some(fork) => {
+            let new = NewSession {
+                id: fork.id,
+                ..call.new_session.clone()
+            };
+            (insert(conn, &new)?, Some(fork.conversation))
+        }
+        None => (insert(conn, &call.new_session)?, call.conversation.clone()),
+    };
     conn.prepare_cached(
         "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6
          WHERE id = ?1",
@@ -498,7 +582,7 @@ fn create(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Session
     .execute(params![
         session.id,
         kind.as_str(),
-        call.conversation,
+        conversation,
         call.root_hash,
         task.and_then(|t| call.fingerprints[t].opening),
         preamble as u64
@@ -680,9 +764,9 @@ mod tests {
         (dir, store, a)
     }
 
-    /// Two conversations under one header and one system prompt (two sub-agents of one kind)
-    /// are two branches of one session: a call's context is read for its own branch, made
-    /// current again if the other's call moved it meanwhile.
+    /// Two branches of one conversation under its header (a client that rewrote its history,
+    /// after its first call's preamble of seven messages): a call's context is read for its
+    /// own branch, made current again if the other's call moved it meanwhile.
     #[tokio::test]
     async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_since() {
         let (_dir, store, a) = with_branch_a().await;
@@ -760,6 +844,70 @@ mod tests {
             Some(9_000),
             "kept for A's retry"
         );
+    }
+
+    /// Another conversation under the same header, instructions and preamble (a Codex
+    /// sub-agent's thread) is a session of its own, from its first call on: its task is its
+    /// own, its preamble the parent's, and each conversation's later calls land in their own.
+    #[tokio::test]
+    async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of_its_own() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store =
+            Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+        let with_task = |mut call: ProxyCall| {
+            call.fingerprints[1].opening = Some(call.fingerprints[1].hash);
+            call
+        };
+        let a = store
+            .place_call(with_task(headed_call("task A", 100, 0)), rules)
+            .await
+            .unwrap();
+        assert_eq!(a.session.static_seq, 1, "the system prompt");
+        let a = store
+            .place_call(with_task(headed_call("task A", 100, 3)), rules)
+            .await
+            .unwrap();
+        assert!(!a.created);
+
+        let b = store
+            .place_call(with_task(headed_call("task B", 200, 0)), rules)
+            .await
+            .unwrap();
+        assert!(b.created, "a session of its own");
+        assert_eq!(
+            b.session.id.as_str(),
+            format!("{}.{:016x}", a.session.id, 201),
+            "named after its parent"
+        );
+        assert_eq!(b.session.task_hash, Some(201), "its own task");
+        assert_eq!(b.session.static_seq, 1, "the parent's preamble");
+        assert_eq!(b.session.message_count, 2);
+
+        let b_later = headed_call("task B", 200, 2);
+        let (previewed, matched) = store
+            .preview_call(with_task(b_later.clone()))
+            .await
+            .unwrap()
+            .expect("extends B");
+        assert_eq!((previewed.id.clone(), matched), (b.session.id.clone(), 2));
+        let b_later = store.place_call(with_task(b_later), rules).await.unwrap();
+        assert_eq!(b_later.session.id, b.session.id);
+        assert_eq!(
+            (b_later.matched, b_later.session.message_count),
+            (2, 6),
+            "B's steps, stored in B"
+        );
+        let a_later = store
+            .place_call(with_task(headed_call("task A", 100, 4)), rules)
+            .await
+            .unwrap();
+        assert_eq!(a_later.session.id, a.session.id);
+        assert_eq!(
+            (a_later.matched, a_later.session.message_count),
+            (8, 10),
+            "A's steps, stored in A, and no branch of B's there"
+        );
+        assert_eq!(a_later.session.branch_points, 0);
     }
 
     /// The walk reads indexes only, never a message's row (its parts may fill overflow

@@ -194,12 +194,12 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
         seen.iter().map(|s| s.tokens).collect::<Vec<_>>()
     );
     // A sub-agent's conversation is its own, under the same conversation header: each
-    // conversation compacts apart (sub-agents of one kind share a session, as its branches).
+    // conversation is a session and compacts apart.
     let conversations: Vec<&(String, String, u64, u64)> =
         sessions.iter().filter(|s| s.1 == "proxy").collect();
     assert_eq!(
         conversations.len(),
-        1 + usize::from(delegation.is_some()),
+        1 + delegation.unwrap_or(0),
         "one session per conversation and its sub-agents: {sessions:?}"
     );
     if delegation.is_some() {
@@ -385,12 +385,47 @@ fn claude_code_hands_steps_to_two_sub_agents_directly() {
     each_conversation_its_own(&seen, 2);
 }
 
+/// Codex hands steps to a sub-agent (`spawn_agent`, then `wait_agent`): the sub-agent's
+/// thread calls the model under the same `session-id` header, instructions and preamble as
+/// the main one, then its own task, and compactd holds it as a session of its own. Through
+/// compactd: the task ends right, nothing is refused, each thread compacts apart and gets
+/// its own messages only (before, its task was summarized away and it ran in circles).
+#[test]
+fn codex_hands_steps_to_a_sub_agent_through_compactd() {
+    through_with(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2), |task| {
+        task.delegate_after = Some(10)
+    });
+}
+
+/// Two sub-agents at once (two `spawn_agent` calls in one answer, then `wait_agent` until
+/// both finished).
+#[test]
+fn codex_hands_steps_to_two_sub_agents_at_once_through_compactd() {
+    through_with(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2), |task| {
+        task.delegate_after = Some(10);
+        task.sub_agents = 2;
+    });
+}
+
+/// The same with Codex straight at the model API: the mock's `spawn_agent` and `wait_agent`
+/// work with the real agent.
+#[test]
+fn codex_hands_steps_to_two_sub_agents_directly() {
+    let task = Task {
+        delegate_after: Some(10),
+        sub_agents: 2,
+        ..Task::default()
+    };
+    let seen = direct_with(Agent::Codex, "gpt-5-codex", task);
+    each_conversation_its_own(&seen, 2);
+}
+
 /// What every run with `n` sub-agents shows: each ran its steps; no call of one conversation
 /// carries another's steps (a sub-agent's in the main conversation or in the other
 /// sub-agent's, the main conversation's in a sub-agent's); the main conversation handed its
 /// steps over once and went on from the reports.
 fn each_conversation_its_own(seen: &[Seen], n: usize) {
-    use crate::common::model_api::{SUB_STEPS, messages::SUB_AGENTS};
+    use crate::common::model_api::delegation::{SUB_AGENTS, SUB_STEPS};
     if seen.is_empty() {
         return;
     }
@@ -398,9 +433,12 @@ fn each_conversation_its_own(seen: &[Seen], n: usize) {
         .iter()
         .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
         .collect();
-    let handed_to = |s: &Seen| {
-        let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
-        crate::common::model_api::messages::sub_agent_of(&messages)
+    let handed_to = |s: &Seen| match s.body["input"].as_array() {
+        Some(items) => crate::common::model_api::responses::sub_agent_in(items),
+        None => {
+            let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
+            crate::common::model_api::messages::sub_agent_of(&messages)
+        }
     };
     let mut main = Vec::new();
     let mut subs: std::collections::BTreeMap<char, Vec<&Seen>> = Default::default();
@@ -443,14 +481,22 @@ fn each_conversation_its_own(seen: &[Seen], n: usize) {
             );
         }
     }
+    // Claude Code's `Agent` calls, Codex's `spawn_agent` calls.
     let handed: std::collections::HashSet<&str> = main
         .iter()
-        .flat_map(|s| s.body["messages"].as_array().into_iter().flatten())
-        .flat_map(|m| m["content"].as_array().into_iter().flatten())
-        .filter(|b| b["type"] == "tool_use" && b["name"] == "Agent")
-        .filter_map(|b| b["id"].as_str())
+        .flat_map(|s| {
+            let messages = s.body["messages"].as_array().into_iter().flatten();
+            let blocks = messages.flat_map(|m| m["content"].as_array().into_iter().flatten());
+            blocks.chain(s.body["input"].as_array().into_iter().flatten())
+        })
+        .filter(|b| match b["type"].as_str() {
+            Some("tool_use") => b["name"] == "Agent",
+            Some("function_call") => b["name"] == "spawn_agent",
+            _ => false,
+        })
+        .filter_map(|b| b["id"].as_str().or(b["call_id"].as_str()))
         .collect();
-    assert_eq!(handed.len(), n, "Agent calls: {handed:?}");
+    assert_eq!(handed.len(), n, "calls handing steps over: {handed:?}");
 }
 
 /// Claude Code through compactd while the disk under compactd's database fills in the middle

@@ -9,7 +9,7 @@
 //!   `redacted_thinking` block, and every thinking block carries the signature the API gave it;
 //! - the prompt fits the model's window, and beside it the completion asked for (`max_tokens`).
 
-use super::{Action, Shared, Task, decide, sse};
+use super::{Action, Shared, Task, decide, delegation, sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -186,19 +186,10 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .find(|output| !super::is_side_output(output))
 }
 
-/// The task the main conversation hands a sub-agent (the `Agent` tool's prompt, which also
-/// names the sub-agent's steps: `SUBA-k-BEGIN` for the first, `SUBB-` for a second).
-pub const SUBTASK: &str = "SUBTASK: run the sub-steps the model gives you with your shell tool, one per step, until it says they are done.";
-/// How the sub-agent's report begins, which tells the main conversation the sub-steps are done.
-pub const SUBTASK_DONE: &str = "SUBTASK-DONE";
-
-/// The sub-agents' names, in the order they are handed their steps.
-pub const SUB_AGENTS: [char; 2] = ['A', 'B'];
-
 /// Claude Code's model's next turn: the task's next step ([`decide`]); with
 /// [`Task::delegate_after`], the `Agent` calls (one per sub-agent, in one message) once that
-/// step is done, and in a sub-agent's own conversation its sub-steps, then its report (which
-/// ends with the step it was handed after, so the main conversation goes on from there).
+/// step is done, and in a sub-agent's own conversation its sub-steps, then its report
+/// ([`delegation`]).
 enum Turn {
     Act(Action),
     Delegate,
@@ -214,16 +205,7 @@ pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
         .iter()
         .filter(|b| b["type"] == "text")
         .filter_map(|b| b["text"].as_str())
-        .find_map(|t| {
-            let at = t.find(SUBTASK)? + SUBTASK.len();
-            let named = t[at..].find("named SUB")? + at + "named SUB".len();
-            t[named..].chars().next()
-        })
-}
-
-/// The prompt that hands sub-agent `name` its steps.
-fn subtask(name: char) -> String {
-    format!("{SUBTASK} Your steps are named SUB{name}.")
+        .find_map(delegation::named)
 }
 
 fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
@@ -232,26 +214,14 @@ fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
         return Turn::Act(decide(task, newest.as_deref(), shell));
     };
     if let Some(name) = sub_agent_of(messages) {
-        let prefix = format!("SUB{name}-");
-        let done = newest
-            .as_deref()
-            .and_then(|o| super::last_end(o, &prefix))
-            .unwrap_or(0);
-        if done >= super::SUB_STEPS {
-            return Turn::Act(Action::Finish(format!(
-                "{SUBTASK_DONE} {name}: {prefix}{done}-END seen; resume after STEP-{after}-END"
-            )));
-        }
-        let step = done + 1;
-        return Turn::Sub {
-            step,
-            command: format!(
-                "echo {prefix}{step}-BEGIN; seq 1 {}; echo {prefix}{step}-END",
-                task.lines
-            ),
+        return match delegation::sub_turn(task, name, newest.as_deref()) {
+            delegation::SubTurn::Run { step, command } => Turn::Sub { step, command },
+            delegation::SubTurn::Report(text) => Turn::Act(Action::Finish(text)),
         };
     }
-    let handed = newest.as_deref().is_some_and(|o| o.contains(SUBTASK_DONE));
+    let handed = newest
+        .as_deref()
+        .is_some_and(|o| o.contains(delegation::SUBTASK_DONE));
     match decide(task, newest.as_deref(), shell) {
         Action::Run { step, .. } if step == after + 1 && !handed => Turn::Delegate,
         action => Turn::Act(action),
@@ -338,9 +308,9 @@ pub fn answer(
         ),
         Turn::Delegate => {
             content.push(json!({"type": "text", "text": "Handing the sub-steps to agents."}));
-            for name in &SUB_AGENTS[..task.sub_agents] {
+            for name in &delegation::SUB_AGENTS[..task.sub_agents] {
                 content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Agent",
-                    "input": {"description": format!("Run sub-steps {name}"), "prompt": subtask(*name),
+                    "input": {"description": format!("Run sub-steps {name}"), "prompt": delegation::subtask(*name),
                         "subagent_type": "general-purpose", "run_in_background": false}}));
             }
             "tool_use"

@@ -16,6 +16,7 @@
 pub mod aider;
 pub mod chat;
 pub mod count;
+pub mod delegation;
 pub mod messages;
 pub mod responses;
 
@@ -39,11 +40,12 @@ pub struct Task {
     pub windows: HashMap<String, usize>,
     /// The characters its tokenizer counts as one token.
     pub chars_per_token: usize,
-    /// Anthropic Messages only (Claude Code's `Agent` tool): once this step is done, the
-    /// model hands [`SUB_STEPS`] steps of its own to a sub-agent ([`messages`] says how).
+    /// Anthropic Messages (Claude Code's `Agent` tool) and the Responses API (Codex's
+    /// `spawn_agent`): once this step is done, the model hands steps of its own to sub-agents
+    /// ([`delegation`]).
     pub delegate_after: Option<usize>,
-    /// How many sub-agents it hands steps to at once (one `Agent` call each, in one message;
-    /// at most [`messages::SUB_AGENTS`]).
+    /// How many sub-agents it hands steps to at once (one call each, in one answer; at most
+    /// [`delegation::SUB_AGENTS`]).
     pub sub_agents: usize,
     /// Each step's call comes with a second one beside it in the same answer (`echo
     /// SIDE-k`), which the agent runs in parallel.
@@ -253,10 +255,6 @@ pub(crate) fn side_command(step: usize) -> String {
 pub(crate) fn is_side_output(output: &str) -> bool {
     output.contains("SIDE-") && !output.contains("-END")
 }
-
-/// The steps a sub-agent runs (`SUBA-k-BEGIN` ... `SUBA-k-END` for the first) when [`Task::delegate_after`]
-/// hands some over.
-pub const SUB_STEPS: usize = 8;
 
 /// A 400 in OpenAI's error shape.
 pub(crate) fn openai_error(message: &str, code: Option<&str>) -> Response {

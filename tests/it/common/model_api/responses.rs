@@ -8,6 +8,7 @@
 //!   what the API gave out;
 //! - message content is not empty; the prompt fits the model's window.
 
+use super::delegation::{self, SubTurn};
 use super::{Action, Shared, Task, decide, sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -91,6 +92,75 @@ fn newest_output(items: &[Value]) -> Option<String> {
         .find(|output| !super::is_side_output(output))
 }
 
+/// Codex's model's next turn: the task's next step ([`decide`]); with
+/// [`Task::delegate_after`], `spawn_agent` calls once that step is done (one per sub-agent, in
+/// one answer), `wait_agent` on those not finished, and in a sub-agent's own thread its
+/// sub-steps, then its report ([`delegation`]).
+enum Turn {
+    Act(Action),
+    Spawn,
+    Wait(Vec<String>),
+    Sub { step: usize, command: String },
+}
+
+/// The sub-agent this thread is, if it is one: a user message of its opening (before any call
+/// or output) whose text is the task handed over. A summary that compactd puts among the
+/// opening messages starts otherwise, whatever it quotes.
+pub fn sub_agent_in(items: &[Value]) -> Option<char> {
+    items
+        .iter()
+        .take_while(|i| i["type"].as_str().is_none_or(|t| t == "message"))
+        .filter(|i| i["role"] == "user")
+        .map(|i| super::text_of(&i["content"]))
+        .filter(|t| t.starts_with(delegation::SUBTASK))
+        .find_map(|t| delegation::named(&t))
+}
+
+/// The agents the thread spawned (`spawn_agent`'s outputs) and those a `wait_agent` saw
+/// finish.
+fn spawned_and_finished(items: &[Value]) -> (Vec<String>, HashSet<String>) {
+    let outputs = items
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .filter_map(|i| serde_json::from_str::<Value>(i["output"].as_str()?).ok());
+    let (mut spawned, mut finished) = (Vec::new(), HashSet::new());
+    for output in outputs {
+        if let Some(id) = output["agent_id"].as_str() {
+            spawned.push(id.to_string());
+        }
+        if let Some(status) = output["status"].as_object() {
+            finished.extend(status.keys().cloned());
+        }
+    }
+    (spawned, finished)
+}
+
+fn next_turn(task: &Task, items: &[Value], shell: bool) -> Turn {
+    let newest = newest_output(items);
+    let Some(after) = task.delegate_after.filter(|_| shell) else {
+        return Turn::Act(decide(task, newest.as_deref(), shell));
+    };
+    if let Some(name) = sub_agent_in(items) {
+        return match delegation::sub_turn(task, name, newest.as_deref()) {
+            SubTurn::Run { step, command } => Turn::Sub { step, command },
+            SubTurn::Report(text) => Turn::Act(Action::Finish(text)),
+        };
+    }
+    let (spawned, finished) = spawned_and_finished(items);
+    let waiting: Vec<String> = spawned
+        .iter()
+        .filter(|id| !finished.contains(*id))
+        .cloned()
+        .collect();
+    if !waiting.is_empty() {
+        return Turn::Wait(waiting);
+    }
+    match decide(task, newest.as_deref(), shell) {
+        Action::Run { step, .. } if step == after + 1 && spawned.is_empty() => Turn::Spawn,
+        action => Turn::Act(action),
+    }
+}
+
 pub fn answer(
     shared: &Shared,
     task: &Task,
@@ -110,7 +180,7 @@ pub fn answer(
         .into_iter()
         .flatten()
         .any(|t| t["name"] == "exec_command");
-    let action = decide(task, newest_output(&items).as_deref(), shell);
+    let turn = next_turn(task, &items, shell);
     let mut output = Vec::new();
     let wants_reasoning = body["include"]
         .as_array()
@@ -119,21 +189,55 @@ pub fn answer(
         let id = format!("rs_{:08}", shared.next_id());
         output.push(json!({"type": "reasoning", "id": id, "summary": [], "encrypted_content": shared.sign(&id)}));
     }
-    match &action {
-        Action::Run { step, command } => {
-            output.push(json!({"type": "message", "id": format!("msg_{:08}", shared.next_id()), "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": format!("Running step {step}."), "annotations": []}]}));
-            output.push(json!({"type": "function_call", "id": format!("fc_{:08}", shared.next_id()), "call_id": format!("call_{:08}", shared.next_id()),
-                "name": "exec_command", "arguments": json!({"cmd": command}).to_string(), "status": "completed"}));
+    let message = |output: &mut Vec<Value>, text: String| {
+        output.push(json!({"type": "message", "id": format!("msg_{:08}", shared.next_id()), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}));
+    };
+    let call = |output: &mut Vec<Value>, name: &str, namespace: Option<&str>, arguments: Value| {
+        let mut item = json!({"type": "function_call", "id": format!("fc_{:08}", shared.next_id()), "call_id": format!("call_{:08}", shared.next_id()),
+            "name": name, "arguments": arguments.to_string(), "status": "completed"});
+        if let Some(namespace) = namespace {
+            item["namespace"] = json!(namespace);
+        }
+        output.push(item);
+    };
+    match turn {
+        Turn::Act(Action::Run { step, command }) => {
+            message(&mut output, format!("Running step {step}."));
+            call(&mut output, "exec_command", None, json!({"cmd": command}));
             if task.parallel_calls {
-                output.push(json!({"type": "function_call", "id": format!("fc_{:08}", shared.next_id()), "call_id": format!("call_{:08}", shared.next_id()),
-                    "name": "exec_command", "arguments": json!({"cmd": super::side_command(*step)}).to_string(), "status": "completed"}));
+                call(
+                    &mut output,
+                    "exec_command",
+                    None,
+                    json!({"cmd": super::side_command(step)}),
+                );
             }
         }
-        Action::Finish(text) | Action::Text(text) => {
-            output.push(json!({"type": "message", "id": format!("msg_{:08}", shared.next_id()), "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}]}));
+        Turn::Sub { step, command } => {
+            message(&mut output, format!("Running sub-step {step}."));
+            call(&mut output, "exec_command", None, json!({"cmd": command}));
         }
+        Turn::Spawn => {
+            message(&mut output, "Handing the sub-steps to agents.".into());
+            for name in &delegation::SUB_AGENTS[..task.sub_agents] {
+                call(
+                    &mut output,
+                    "spawn_agent",
+                    Some("multi_agent_v1"),
+                    json!({"message": delegation::subtask(*name)}),
+                );
+            }
+        }
+        Turn::Wait(targets) => {
+            call(
+                &mut output,
+                "wait_agent",
+                Some("multi_agent_v1"),
+                json!({"targets": targets, "timeout_ms": 600_000}),
+            );
+        }
+        Turn::Act(Action::Finish(text) | Action::Text(text)) => message(&mut output, text),
     }
     let usage = json!({"input_tokens": tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
         "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": tokens + 20});

@@ -1,0 +1,57 @@
+//! A task handed to sub-agents, as the mock models play it: once step
+//! [`Task::delegate_after`] is done, the main conversation hands [`SUB_STEPS`] steps to each of
+//! [`Task::sub_agents`] sub-agents (Claude Code's `Agent` tool, Codex's `spawn_agent`). A
+//! sub-agent's conversation is the one whose task is [`subtask`]: it runs its steps
+//! (`SUBA-k-BEGIN` ... `SUBA-k-END` for the first), then reports; the report ends with the
+//! step the main conversation handed over after, so the main conversation goes on from there.
+
+use super::Task;
+
+/// The task handed to a sub-agent, before the name of its steps.
+pub const SUBTASK: &str = "SUBTASK: run the sub-steps the model gives you with your shell tool, one per step, until it says they are done.";
+/// How a sub-agent's report begins, which tells the main conversation its steps are done.
+pub const SUBTASK_DONE: &str = "SUBTASK-DONE";
+/// The sub-agents' names, in the order they are handed their steps.
+pub const SUB_AGENTS: [char; 2] = ['A', 'B'];
+/// The steps each sub-agent runs.
+pub const SUB_STEPS: usize = 8;
+
+/// The task that hands sub-agent `name` its steps.
+pub fn subtask(name: char) -> String {
+    format!("{SUBTASK} Your steps are named SUB{name}.")
+}
+
+/// The sub-agent a text hands its task to, if it is such a task.
+pub fn named(text: &str) -> Option<char> {
+    let at = text.find(SUBTASK)? + SUBTASK.len();
+    let named = text[at..].find("named SUB")? + at + "named SUB".len();
+    text[named..].chars().next()
+}
+
+/// A sub-agent's next turn.
+pub enum SubTurn {
+    Run { step: usize, command: String },
+    Report(String),
+}
+
+/// What sub-agent `name` does next, given the newest output it sees.
+pub fn sub_turn(task: &Task, name: char, newest: Option<&str>) -> SubTurn {
+    let prefix = format!("SUB{name}-");
+    let done = newest
+        .and_then(|o| super::last_end(o, &prefix))
+        .unwrap_or(0);
+    if done >= SUB_STEPS {
+        let after = task.delegate_after.unwrap_or(0);
+        return SubTurn::Report(format!(
+            "{SUBTASK_DONE} {name}: {prefix}{done}-END seen; resume after STEP-{after}-END"
+        ));
+    }
+    let step = done + 1;
+    SubTurn::Run {
+        step,
+        command: format!(
+            "echo {prefix}{step}-BEGIN; seq 1 {}; echo {prefix}{step}-END",
+            task.lines
+        ),
+    }
+}
