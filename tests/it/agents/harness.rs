@@ -329,9 +329,14 @@ fn prepare_aider_repo(work: &Path) {
     }
 }
 
-/// Runs `command`, killing it after `limit`.
+/// Runs `command`, killing it after `limit`, and everything it started: the agents' npm
+/// launchers are node scripts that run the agent as a child, which holds the output pipes
+/// open (and the test waiting) after the launcher alone is killed. So the agent runs as a
+/// process group of its own, and the group is killed.
 fn run_with_limit(mut command: Command, limit: Duration) -> Output {
+    use std::os::unix::process::CommandExt;
     let child = command
+        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -340,8 +345,8 @@ fn run_with_limit(mut command: Command, limit: Duration) -> Output {
     let (done, waiting) = std::sync::mpsc::channel::<()>();
     let killer = std::thread::spawn(move || {
         if waiting.recv_timeout(limit).is_err() {
-            // SAFETY: signalling a child of ours.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            // SAFETY: signalling the process group of a child of ours, which leads it.
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
         }
     });
     let output = child.wait_with_output().unwrap();
