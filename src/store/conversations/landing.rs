@@ -1,0 +1,262 @@
+//! Which session a proxied call lands in: the one it names or its conversation header names,
+//! another conversation under that header ([`Fork`]), the caller's conversation it continues,
+//! the caller's side session, or a new one.
+
+use super::super::rows::{SessionKind, SessionRow};
+use super::super::sessions::{NewSession, get_live, insert};
+use super::super::{Result, StoreError};
+use super::ProxyCall;
+use super::walk::walk;
+use crate::message::Role;
+use crate::protocol::SessionId;
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// How many of the caller's conversations sharing a first message are compared with a call.
+const CANDIDATES: usize = 32;
+
+/// Where a call lands, as far as the store can tell before storing anything.
+pub(super) enum Lands {
+    /// In this session, which it continues.
+    In(Box<SessionRow>),
+    /// In a new session: the call's own, or with `Some`, another conversation under the
+    /// header of one already stored ([`Fork`]).
+    New(Option<Fork>),
+}
+
+/// Another conversation under a conversation header that names one already: a Codex
+/// sub-agent's thread, which calls the model under its parent's `session-id` with the same
+/// instructions and preamble, then its own task. It is a session of its own, keyed by the
+/// header and its first message past the preamble, as a call without a header that shares only
+/// a preamble starts a session of its own: a branch of the parent's session would have its
+/// task neither known nor pinned, and the first compaction of it would summarize the task
+/// away. Its id is the parent's with that message's fingerprint, so `sqlite3` shows it beside
+/// its parent.
+#[derive(Debug, Clone)]
+pub(super) struct Fork {
+    id: SessionId,
+    conversation: String,
+}
+
+impl Fork {
+    fn of(parent: &SessionRow, conversation: &str, first: i64) -> Fork {
+        Fork {
+            id: SessionId::unchecked(format!("{}.{:016x}", parent.id, first as u64)),
+            conversation: format!("{conversation}.{:016x}", first as u64),
+        }
+    }
+}
+
+/// The call's session, if it continues one.
+pub(super) fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Lands> {
+    if let Some(named) = &call.named {
+        return match get_live(conn, named) {
+            Ok(session) if session.owner.as_deref() == Some(call.owner.as_str()) => {
+                Ok(Lands::In(Box::new(session)))
+            }
+            // Another key's, or the socket API's: neither is this caller's to continue.
+            Ok(_) => Err(StoreError::NotFound(named.clone())),
+            Err(StoreError::NotFound(_)) => Ok(Lands::New(None)),
+            Err(e) => Err(e),
+        };
+    }
+    if let Some(conversation) = &call.conversation {
+        let id: Option<String> = conn
+            .prepare_cached(
+                "SELECT id FROM sessions WHERE conversation = ?1 AND owner = ?2 AND root_hash = ?3
+                 AND deleted_at IS NULL",
+            )?
+            .query_row(params![conversation, call.owner, call.root_hash], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        return match id {
+            Some(id) => under_header(conn, call, hashes, conversation, get_live(conn, &id)?),
+            None => Ok(Lands::New(None)),
+        };
+    }
+    let found = if one_off(call)
+        && let Some(side) = side_session(conn, call)?
+    {
+        // A one-off call that a conversation of the caller's does not continue (checked
+        // below) goes to the caller's side session.
+        Some(continued_by(conn, call, hashes)?.unwrap_or(side))
+    } else {
+        continued_by(conn, call, hashes)?
+    };
+    Ok(found.map_or(Lands::New(None), |s| Lands::In(Box::new(s))))
+}
+
+/// Where a call under a conversation header lands whose session is `session`: there, unless
+/// it leaves the session's conversation right after the client's preamble with a user message
+/// of its own, and so is another conversation ([`Fork`]).
+fn under_header(
+    conn: &Connection,
+    call: &ProxyCall,
+    hashes: &[i64],
+    conversation: &str,
+    session: SessionRow,
+) -> Result<Lands> {
+    let preamble = session.static_seq as usize;
+    let opens_another = session.message_count > session.static_seq
+        && call
+            .messages
+            .get(preamble)
+            .is_some_and(|m| m.role == Role::User);
+    if !opens_another {
+        return Ok(Lands::In(Box::new(session)));
+    }
+    let fork = Fork::of(&session, conversation, hashes[preamble]);
+    match get_live(conn, fork.id.as_str()) {
+        Ok(other) => return Ok(Lands::In(Box::new(other))),
+        Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let (matched, _) = walk(conn, &session, hashes)?;
+    Ok(match matched == preamble {
+        true => Lands::New(Some(fork)),
+        false => Lands::In(Box::new(session)),
+    })
+}
+
+/// The caller's side session, if it has one.
+fn side_session(conn: &Connection, call: &ProxyCall) -> Result<Option<SessionRow>> {
+    let id: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE owner = ?1 AND kind = 'side' AND conversation IS NULL
+             AND deleted_at IS NULL ORDER BY updated_at DESC LIMIT 1",
+        )?
+        .query_row([&call.owner], |r| r.get(0))
+        .optional()?;
+    id.map(|id| get_live(conn, &id)).transpose()
+}
+
+/// The caller's conversation the call continues: it shares the conversation's first message
+/// and either its prefix past the client's preamble, or its task, or all of a first call that
+/// was cut off between its writes.
+fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<SessionRow>> {
+    let candidates: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 AND conversation IS NULL
+             AND deleted_at IS NULL ORDER BY updated_at DESC LIMIT ?3",
+        )?
+        .query_map(params![call.owner, call.root_hash, CANDIDATES], |r| {
+            r.get(0)
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut best: Option<(usize, SessionRow)> = None;
+    for id in candidates {
+        let session = get_live(conn, &id)?;
+        if session.kind == SessionKind::Side {
+            continue;
+        }
+        let (matched, _) = walk(conn, &session, hashes)?;
+        let past_preamble = matched > session.static_seq as usize;
+        let carries_task = session
+            .task_hash
+            .is_some_and(|task| call.fingerprints.iter().any(|f| f.opening == Some(task)));
+        // A whole first call is stored past its preamble (its task follows it), so a session
+        // that ends inside its own is one cut off between its writes (the daemon killed, a
+        // write failed): a call holding all of it is its retry, whose task may have no
+        // opening to be known by (a user message of tool results only).
+        let cut_off =
+            session.message_count <= session.static_seq && matched as u64 == session.message_count;
+        if (past_preamble || carries_task || cut_off)
+            && best.as_ref().is_none_or(|(m, _)| matched > *m)
+        {
+            best = Some((matched, session));
+        }
+    }
+    Ok(best.map(|(_, session)| session))
+}
+
+/// A one-off call: instructions (system messages) and one user message.
+pub(super) fn one_off(call: &ProxyCall) -> bool {
+    let (last, before) = match call.messages.split_last() {
+        Some(split) => split,
+        None => return false,
+    };
+    last.role == Role::User && before.iter().all(|m| m.role == Role::System)
+}
+
+/// A new session for the call. Its task is the last user message of this first call; the
+/// client's preamble (its system prompt, few-shot examples, the files it shows) is what comes
+/// before, or only what the call shares with the caller's other conversations of the same
+/// beginning when there are any. The preamble is pinned, but never a tool call or result, and
+/// only as far as the pin cap allows (a first call that carries a long restored history pins
+/// no more than that).
+pub(super) fn create(
+    conn: &Connection,
+    call: &ProxyCall,
+    hashes: &[i64],
+    fork: Option<Fork>,
+) -> Result<SessionRow> {
+    let task = call.messages.iter().rposition(|m| m.role == Role::User);
+    let preamble = shared_preamble(conn, call, hashes)?
+        .unwrap_or(usize::MAX)
+        .min(task.unwrap_or(0));
+    // Side calls: under a conversation header, those without tools (a title); without one,
+    // one-off calls of a caller who has a conversation going.
+    let side = match &call.conversation {
+        Some(_) => !call.has_tools,
+        None => one_off(call) && others(conn, &call.owner)?,
+    };
+    let kind = if side {
+        SessionKind::Side
+    } else {
+        SessionKind::Proxy
+    };
+    if let Err(wait) = call.may_create {
+        return Err(StoreError::TooManySessions(wait));
+    }
+    let (session, conversation) = match fork {
+        Some(fork) => {
+            let new = NewSession {
+                id: fork.id,
+                ..call.new_session.clone()
+            };
+            (insert(conn, &new)?, Some(fork.conversation))
+        }
+        None => (insert(conn, &call.new_session)?, call.conversation.clone()),
+    };
+    conn.prepare_cached(
+        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        session.id,
+        kind.as_str(),
+        conversation,
+        call.root_hash,
+        task.and_then(|t| call.fingerprints[t].opening),
+        preamble as u64
+    ])?;
+    get_live(conn, session.id.as_str())
+}
+
+/// How many leading messages the call shares with another conversation of the caller's that
+/// begins the same way (`None` when there is none): the client's own preamble.
+fn shared_preamble(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<usize>> {
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 ORDER BY updated_at DESC LIMIT ?3",
+        )?
+        .query_map(params![call.owner, call.root_hash, CANDIDATES], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut longest = None;
+    for id in ids {
+        let (matched, _) = walk(conn, &get_live(conn, &id)?, hashes)?;
+        if matched > 0 && longest.is_none_or(|l| matched > l) {
+            longest = Some(matched);
+        }
+    }
+    Ok(longest)
+}
+
+/// Whether the caller has any conversation yet.
+fn others(conn: &Connection, owner: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE owner = ?1 AND kind = 'proxy')",
+        )?
+        .query_row([owner], |r| r.get(0))?)
+}

@@ -1,0 +1,312 @@
+//! The proxy's conversations in the store, placed and read as the proxy does.
+
+use super::walk::{CHILD_BY_HASH, HASHES_ALONG};
+use super::*;
+use crate::message::Role;
+use crate::store::sessions::NewSession;
+
+fn plan(query: &str, params: impl rusqlite::Params) -> Vec<String> {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(super::super::migrate::SCHEMA).unwrap();
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+        .unwrap()
+        .query_map(params, |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// A first call of 1,202 messages whose task has no opening (so only its stored prefix
+/// can tell its retry apart), written in full or cut off after its first write, as a
+/// daemon killed between the two would leave it.
+fn long_first_call() -> ProxyCall {
+    let mut messages = vec![
+        Message::text(Role::System, "You are a test agent."),
+        Message::text(Role::User, "Do the task."),
+    ];
+    for i in 0..600 {
+        messages.push(Message::text(Role::Assistant, format!("step {i}")));
+        messages.push(Message::text(Role::User, format!("go on {i}")));
+    }
+    let fingerprints = (0..messages.len() as i64)
+        .map(|i| Fingerprints {
+            hash: 1_000 + i,
+            opening: None,
+        })
+        .collect();
+    ProxyCall {
+        owner: "owner".into(),
+        named: None,
+        conversation: None,
+        root_hash: 42,
+        messages: messages.into(),
+        fingerprints,
+        estimator: LazyEstimator::default(),
+        has_tools: false,
+        overhead_tokens: 0,
+        completion_tokens: 0,
+        new_session: NewSession {
+            id: SessionId::unchecked(format!("proxy-{}", next_suffix())),
+            model: None,
+            context_limit: 10_000_000,
+            overrides: serde_json::json!({}),
+            owner: Some("owner".into()),
+            limit_source: None,
+        },
+        may_create: Ok(()),
+    }
+}
+
+fn next_suffix() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn rules(_: &SessionRow) -> AppendRules {
+    AppendRules::AS_SENT
+}
+
+#[tokio::test]
+async fn a_first_call_cut_off_between_its_writes_is_completed_by_its_retry() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("t.db");
+    let store = Store::open(&path, crate::store::Synchronous::Normal).unwrap();
+    let cut = Arc::new(long_first_call());
+    let hashes: Arc<[i64]> = cut.hashes().into();
+    let (first, left_off) = store
+        .write(move |conn| place(conn, &cut, &hashes, &rules, None))
+        .await
+        .unwrap();
+    assert!(left_off.is_some(), "the call took one write");
+    assert_eq!(first.session.message_count, STORE_STEP as u64);
+
+    // Meanwhile a call that shares only the first 300 messages: another conversation.
+    let mut other = long_first_call();
+    let mut messages = other.messages.to_vec();
+    messages.truncate(300);
+    messages.push(Message::text(Role::User, "Another task."));
+    other.messages = messages.into();
+    other.fingerprints.truncate(300);
+    other.fingerprints.push(Fingerprints {
+        hash: 7,
+        opening: None,
+    });
+    let other = store.place_call(other, rules).await.unwrap();
+    assert_ne!(other.session.id, first.session.id, "a call of another task");
+
+    let retry = store.place_call(long_first_call(), rules).await.unwrap();
+    assert_eq!(retry.session.id, first.session.id, "a second session");
+    assert_eq!(retry.matched, STORE_STEP);
+    assert_eq!(retry.session.message_count, 1_202);
+    store.close();
+
+    let db = Connection::open(&path).unwrap();
+    let counts: (i64, i64) = db
+        .query_row(
+            "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(counts, (2, 1_202 + 301));
+}
+
+/// A call under conversation header `c` whose task is `task` (fingerprints `base + i`,
+/// the system prompt's shared): `steps` assistant/user rounds after it.
+fn headed_call(task: &str, base: i64, steps: usize) -> ProxyCall {
+    let mut call = long_first_call();
+    let mut messages = vec![
+        Message::text(Role::System, "You are a test agent."),
+        Message::text(Role::User, task),
+    ];
+    for i in 0..steps {
+        messages.push(Message::text(Role::Assistant, format!("{task}: step {i}")));
+        messages.push(Message::text(Role::User, format!("{task}: output {i}")));
+    }
+    call.fingerprints = (0..messages.len() as i64)
+        .map(|i| Fingerprints {
+            hash: if i == 0 { 1 } else { base + i },
+            opening: None,
+        })
+        .collect();
+    call.messages = messages.into();
+    call.conversation = Some("c".into());
+    call.new_session.id = SessionId::unchecked("proxy-headed".to_string());
+    call
+}
+
+/// A store holding task A's conversation under header `c` (see [`headed_call`]).
+async fn with_branch_a() -> (tempfile::TempDir, Store, Placed) {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let a = store
+        .place_call(headed_call("task A", 100, 3), rules)
+        .await
+        .unwrap();
+    (dir, store, a)
+}
+
+/// Two branches of one conversation under its header (a client that rewrote its history,
+/// after its first call's preamble of seven messages): a call's context is read for its
+/// own branch, made current again if the other's call moved it meanwhile.
+#[tokio::test]
+async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_since() {
+    let (_dir, store, a) = with_branch_a().await;
+    let b = store
+        .place_call(headed_call("task B", 200, 2), rules)
+        .await
+        .unwrap();
+    assert_eq!(a.session.id, b.session.id, "one session, two branches");
+    let texts = |snapshot: &crate::store::ContextSnapshot| -> Vec<String> {
+        snapshot
+            .tail
+            .iter()
+            .map(|m| m.parts.get().to_string())
+            .collect()
+    };
+    let id = a.session.id.clone();
+    let current = store.context(&id).await.unwrap();
+    assert!(
+        texts(&current).iter().all(|t| !t.contains("task A")),
+        "B's is current"
+    );
+    let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
+    assert_eq!(of_a.session.head_seq, a.session.head_seq);
+    let seen = texts(&of_a);
+    assert!(
+        seen.iter().any(|t| t.contains("task A: output 2")),
+        "{seen:?}"
+    );
+    assert!(seen.iter().all(|t| !t.contains("task B")), "{seen:?}");
+    // A's branch is the current one now, for every reader.
+    let again = store.context(&id).await.unwrap();
+    assert_eq!(texts(&again), seen);
+    let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
+    assert!(texts(&of_b).iter().all(|t| !t.contains("task A")));
+}
+
+/// A refusal for length of one branch's call counts for that branch, even when the other
+/// branch's call moved the session since: the refused call's retry is compacted to it.
+#[tokio::test]
+async fn a_refusal_counts_for_the_refused_calls_branch() {
+    use crate::provider::overflow::Overflow;
+    use crate::store::SentContext;
+    let (_dir, store, a) = with_branch_a().await;
+    let id = a.session.id.clone();
+    let sent = store
+        .context_on(&id, a.session.head_seq)
+        .await
+        .unwrap()
+        .session
+        .context_version();
+    store
+        .place_call(headed_call("task B", 200, 2), rules)
+        .await
+        .unwrap();
+    let overflow = Overflow {
+        tokens: Some(9_000),
+        limit: None,
+        completion: None,
+    };
+    let noted = store
+        .note_overflow(
+            &id,
+            SentContext::Proxied(sent, a.session.head_seq),
+            overflow,
+            |_| true,
+        )
+        .await
+        .unwrap()
+        .expect("noted");
+    assert_eq!(noted.head_seq, a.session.head_seq, "on A's branch");
+    assert_eq!(noted.reported_tokens, Some(9_000));
+    let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
+    assert_eq!(
+        of_a.session.reported_tokens,
+        Some(9_000),
+        "kept for A's retry"
+    );
+}
+
+/// Another conversation under the same header, instructions and preamble (a Codex
+/// sub-agent's thread) is a session of its own, from its first call on: its task is its
+/// own, its preamble the parent's, and each conversation's later calls land in their own.
+#[tokio::test]
+async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of_its_own() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let with_task = |mut call: ProxyCall| {
+        call.fingerprints[1].opening = Some(call.fingerprints[1].hash);
+        call
+    };
+    let a = store
+        .place_call(with_task(headed_call("task A", 100, 0)), rules)
+        .await
+        .unwrap();
+    assert_eq!(a.session.static_seq, 1, "the system prompt");
+    let a = store
+        .place_call(with_task(headed_call("task A", 100, 3)), rules)
+        .await
+        .unwrap();
+    assert!(!a.created);
+
+    let b = store
+        .place_call(with_task(headed_call("task B", 200, 0)), rules)
+        .await
+        .unwrap();
+    assert!(b.created, "a session of its own");
+    assert_eq!(
+        b.session.id.as_str(),
+        format!("{}.{:016x}", a.session.id, 201),
+        "named after its parent"
+    );
+    assert_eq!(b.session.task_hash, Some(201), "its own task");
+    assert_eq!(b.session.static_seq, 1, "the parent's preamble");
+    assert_eq!(b.session.message_count, 2);
+
+    let b_later = headed_call("task B", 200, 2);
+    let (previewed, matched) = store
+        .preview_call(with_task(b_later.clone()))
+        .await
+        .unwrap()
+        .expect("extends B");
+    assert_eq!((previewed.id.clone(), matched), (b.session.id.clone(), 2));
+    let b_later = store.place_call(with_task(b_later), rules).await.unwrap();
+    assert_eq!(b_later.session.id, b.session.id);
+    assert_eq!(
+        (b_later.matched, b_later.session.message_count),
+        (2, 6),
+        "B's steps, stored in B"
+    );
+    let a_later = store
+        .place_call(with_task(headed_call("task A", 100, 4)), rules)
+        .await
+        .unwrap();
+    assert_eq!(a_later.session.id, a.session.id);
+    assert_eq!(
+        (a_later.matched, a_later.session.message_count),
+        (8, 10),
+        "A's steps, stored in A, and no branch of B's there"
+    );
+    assert_eq!(a_later.session.branch_points, 0);
+}
+
+/// The walk reads indexes only, never a message's row (its parts may fill overflow
+/// pages): a step down the tree is one lookup, a run of a branch one range.
+#[test]
+fn matching_a_call_reads_indexes_only_whatever_the_session_length() {
+    let step = plan(CHILD_BY_HASH, params!["s", 5, 7]);
+    assert!(
+        step[0].contains(
+            "USING COVERING INDEX messages_by_parent (session_id=? AND parent_seq=? AND hash=?)"
+        ),
+        "{step:?}"
+    );
+    let run = plan(HASHES_ALONG, params!["s", 1, 100]);
+    assert!(
+        run[0].contains(
+            "USING COVERING INDEX messages_hash_by_seq (session_id=? AND seq>? AND seq<?)"
+        ),
+        "{run:?}"
+    );
+}
