@@ -107,7 +107,10 @@ fn under_header(
     }
     let fork = Fork::of(&session, conversation, hashes[preamble]);
     match get_live(conn, fork.id.as_str()) {
-        Ok(other) => return Ok(Lands::In(Box::new(other))),
+        Ok(other) if other.owner == session.owner => return Ok(Lands::In(Box::new(other))),
+        // A session of the socket API's by that id: not this caller's to continue, and the
+        // fork cannot be made under it.
+        Ok(_) => return Err(StoreError::Exists(fork.id.to_string())),
         Err(StoreError::NotFound(_)) => {}
         Err(e) => return Err(e),
     }
