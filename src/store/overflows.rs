@@ -11,6 +11,9 @@ use crate::protocol::SessionId;
 use crate::provider::overflow::Overflow;
 use rusqlite::params;
 
+/// A session's `limit_source` when a refusal of the upstream's taught its window.
+pub(super) const LIMIT_FROM_REFUSAL: &str = "upstream refusal";
+
 /// Which context the refused call was sent with: a refusal of a context the session no
 /// longer serves (a compaction landed meanwhile) changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +79,7 @@ impl Store {
             };
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
-                     limit_source = CASE WHEN ?3 < context_limit THEN 'upstream refusal' ELSE limit_source END,
+                     limit_source = CASE WHEN ?3 < context_limit THEN '{LIMIT_FROM_REFUSAL}' ELSE limit_source END,
                      context_limit = ?3, token_rate = ?4,
                      completion_tokens = coalesce(?5, completion_tokens), updated_at = {NOW}
                  WHERE id = ?1"

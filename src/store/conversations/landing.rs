@@ -2,6 +2,7 @@
 //! another conversation under that header ([`Fork`]), the caller's conversation it continues,
 //! the caller's side session, or a new one.
 
+use super::super::overflows::LIMIT_FROM_REFUSAL;
 use super::super::rows::{SessionKind, SessionRow};
 use super::super::sessions::{NewSession, get_live, insert};
 use super::super::{Result, StoreError};
@@ -35,14 +36,51 @@ pub(super) enum Lands {
 pub(super) struct Fork {
     id: SessionId,
     conversation: String,
+    /// What the parent learned of the model: a fork starts from it.
+    learned: Learned,
+}
+
+/// What a session learned of its model from the upstream: the window a refusal taught, and
+/// its tokens per estimated token. A sub-agent of the same model starting without it would
+/// have its own first long call refused, as its parent's was: one refusal per sub-agent.
+#[derive(Debug, Clone)]
+struct Learned {
+    model: Option<String>,
+    /// `Some` when a refusal taught it.
+    limit: Option<usize>,
+    token_rate: Option<f64>,
 }
 
 impl Fork {
     fn of(parent: &SessionRow, conversation: &str, first: i64) -> Fork {
+        let taught = parent.limit_source.as_deref() == Some(LIMIT_FROM_REFUSAL);
         Fork {
             id: SessionId::unchecked(format!("{}.{:016x}", parent.id, first as u64)),
             conversation: format!("{conversation}.{:016x}", first as u64),
+            learned: Learned {
+                model: parent.model.clone(),
+                limit: taught.then_some(parent.context_limit),
+                token_rate: parent.token_rate,
+            },
         }
+    }
+
+    /// The fork's session as the call would make it, with what its parent learned when they
+    /// call the same model.
+    fn session(self, new: &NewSession) -> (NewSession, Option<f64>, String) {
+        let mut session = NewSession {
+            id: self.id,
+            ..new.clone()
+        };
+        let learned = self.learned;
+        if learned.model != new.model {
+            return (session, None, self.conversation);
+        }
+        if let Some(limit) = learned.limit.filter(|l| *l < new.context_limit) {
+            session.context_limit = limit;
+            session.limit_source = Some(LIMIT_FROM_REFUSAL.to_string());
+        }
+        (session, learned.token_rate, self.conversation)
     }
 }
 
@@ -211,18 +249,20 @@ pub(super) fn create(
     if let Err(wait) = call.may_create {
         return Err(StoreError::TooManySessions(wait));
     }
-    let (session, conversation) = match fork {
+    let (session, token_rate, conversation) = match fork {
         Some(fork) => {
-            let new = NewSession {
-                id: fork.id,
-                ..call.new_session.clone()
-            };
-            (insert(conn, &new)?, Some(fork.conversation))
+            let (new, token_rate, conversation) = fork.session(&call.new_session);
+            (insert(conn, &new)?, token_rate, Some(conversation))
         }
-        None => (insert(conn, &call.new_session)?, call.conversation.clone()),
+        None => (
+            insert(conn, &call.new_session)?,
+            None,
+            call.conversation.clone(),
+        ),
     };
     conn.prepare_cached(
-        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6
+        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6,
+             token_rate = ?7
          WHERE id = ?1",
     )?
     .execute(params![
@@ -231,7 +271,8 @@ pub(super) fn create(
         conversation,
         call.root_hash,
         task.and_then(|t| call.fingerprints[t].opening),
-        preamble as u64
+        preamble as u64,
+        token_rate
     ])?;
     get_live(conn, session.id.as_str())
 }

@@ -3,6 +3,7 @@
 use super::walk::{CHILD_BY_HASH, HASHES_ALONG};
 use super::*;
 use crate::message::Role;
+use crate::store::overflows::LIMIT_FROM_REFUSAL;
 use crate::store::sessions::NewSession;
 
 fn plan(query: &str, params: impl rusqlite::Params) -> Vec<String> {
@@ -230,7 +231,8 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
 
 /// Another conversation under the same header, instructions and preamble (a Codex
 /// sub-agent's thread) is a session of its own, from its first call on: its task is its
-/// own, its preamble the parent's, and each conversation's later calls land in their own.
+/// own, its preamble the parent's, it starts from what the parent learned of their model,
+/// and each conversation's later calls land in their own.
 #[tokio::test]
 async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of_its_own() {
     let dir = tempfile::TempDir::new().unwrap();
@@ -250,11 +252,37 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         .unwrap();
     assert!(!a.created);
 
+    // What A learned of the model (a refusal's window, its rate) B starts from.
+    store
+        .write(|conn| {
+            conn.execute(
+                "UPDATE sessions SET context_limit = 5000, limit_source = 'upstream refusal',
+                     token_rate = 2.0",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
     let b = store
         .place_call(with_task(headed_call("task B", 200, 0)), rules)
         .await
         .unwrap();
     assert!(b.created, "a session of its own");
+    assert_eq!(
+        (b.session.context_limit, b.session.limit_source.as_deref()),
+        (5000, Some(LIMIT_FROM_REFUSAL))
+    );
+    assert_eq!(b.session.token_rate, Some(2.0));
+    let mut of_another_model = with_task(headed_call("task C", 300, 0));
+    of_another_model.new_session.model = Some("another".into());
+    let c = store.place_call(of_another_model, rules).await.unwrap();
+    assert!(c.created);
+    assert_eq!(
+        (c.session.context_limit, c.session.token_rate),
+        (10_000_000, None),
+        "another model's window and rate are its own"
+    );
     assert_eq!(
         b.session.id.as_str(),
         format!("{}.{:016x}", a.session.id, 201),

@@ -614,6 +614,21 @@ fn codex_never_sees_a_refusal_when_compactd_was_told_too_large_a_window() {
     );
 }
 
+/// The same with two sub-agents: each is a session of its own, which starts from the window
+/// its parent's session learned, so the model refuses one call of the three conversations,
+/// not one of each.
+#[test]
+fn codex_sub_agents_start_from_the_window_compactd_learned_when_told_too_large_a_one() {
+    let model = Model {
+        told: 80_000,
+        ..Model::new("gpt-5-codex", 40_000, 2)
+    };
+    through_with(Agent::Codex, model, |task| {
+        task.delegate_after = Some(10);
+        task.sub_agents = 2;
+    });
+}
+
 /// aider's rounds: `rounds` runs of `aider --message`, each restoring the chat history
 /// aider keeps, each asking for one more function; returns the final `lib.py` and the runs.
 fn aider_rounds(base: &str, dir: &std::path::Path, rounds: usize) -> (String, Vec<harness::Run>) {
