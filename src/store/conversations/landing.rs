@@ -4,7 +4,7 @@
 
 use super::super::overflows::LIMIT_FROM_REFUSAL;
 use super::super::rows::{SessionKind, SessionRow};
-use super::super::sessions::{NewSession, get_live, insert};
+use super::super::sessions::{get_live, insert};
 use super::super::{Result, StoreError};
 use super::ProxyCall;
 use super::walk::walk;
@@ -36,51 +36,18 @@ pub(super) enum Lands {
 pub(super) struct Fork {
     id: SessionId,
     conversation: String,
-    /// What the parent learned of the model: a fork starts from it.
-    learned: Learned,
-}
-
-/// What a session learned of its model from the upstream: the window a refusal taught, and
-/// its tokens per estimated token. A sub-agent of the same model starting without it would
-/// have its own first long call refused, as its parent's was: one refusal per sub-agent.
-#[derive(Debug, Clone)]
-struct Learned {
-    model: Option<String>,
-    /// `Some` when a refusal taught it.
-    limit: Option<usize>,
-    token_rate: Option<f64>,
+    /// The parent's model and its tokens per estimated token: a fork of the same model
+    /// starts from that rate.
+    parent_rate: (Option<String>, Option<f64>),
 }
 
 impl Fork {
     fn of(parent: &SessionRow, conversation: &str, first: i64) -> Fork {
-        let taught = parent.limit_source.as_deref() == Some(LIMIT_FROM_REFUSAL);
         Fork {
             id: SessionId::unchecked(format!("{}.{:016x}", parent.id, first as u64)),
             conversation: format!("{conversation}.{:016x}", first as u64),
-            learned: Learned {
-                model: parent.model.clone(),
-                limit: taught.then_some(parent.context_limit),
-                token_rate: parent.token_rate,
-            },
+            parent_rate: (parent.model.clone(), parent.token_rate),
         }
-    }
-
-    /// The fork's session as the call would make it, with what its parent learned when they
-    /// call the same model.
-    fn session(self, new: &NewSession) -> (NewSession, Option<f64>, String) {
-        let mut session = NewSession {
-            id: self.id,
-            ..new.clone()
-        };
-        let learned = self.learned;
-        if learned.model != new.model {
-            return (session, None, self.conversation);
-        }
-        if let Some(limit) = learned.limit.filter(|l| *l < new.context_limit) {
-            session.context_limit = limit;
-            session.limit_source = Some(LIMIT_FROM_REFUSAL.to_string());
-        }
-        (session, learned.token_rate, self.conversation)
     }
 }
 
@@ -249,17 +216,20 @@ pub(super) fn create(
     if let Err(wait) = call.may_create {
         return Err(StoreError::TooManySessions(wait));
     }
-    let (session, token_rate, conversation) = match fork {
+    let mut new = call.new_session.clone();
+    if let Some(limit) = taught_window(conn, call)?.filter(|l| *l < new.context_limit) {
+        new.context_limit = limit;
+        new.limit_source = Some(LIMIT_FROM_REFUSAL.to_string());
+    }
+    let (conversation, token_rate) = match fork {
         Some(fork) => {
-            let (new, token_rate, conversation) = fork.session(&call.new_session);
-            (insert(conn, &new)?, token_rate, Some(conversation))
+            new.id = fork.id;
+            let (model, rate) = fork.parent_rate;
+            (Some(fork.conversation), rate.filter(|_| model == new.model))
         }
-        None => (
-            insert(conn, &call.new_session)?,
-            None,
-            call.conversation.clone(),
-        ),
+        None => (call.conversation.clone(), None),
     };
+    let session = insert(conn, &new)?;
     conn.prepare_cached(
         "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6,
              token_rate = ?7
@@ -275,6 +245,34 @@ pub(super) fn create(
         token_rate
     ])?;
     get_live(conn, session.id.as_str())
+}
+
+/// The window a refusal taught another session of the call's conversation header (a
+/// sub-agent's, or its parent's) for the same model, if one did: a sub-agent's session
+/// starting without it would have its first long call refused too, one refusal per
+/// sub-agent. Only under the header, the one run of the agent: a window learned last month
+/// would outlive a `[proxy.models]` entry corrected since.
+fn taught_window(conn: &Connection, call: &ProxyCall) -> Result<Option<usize>> {
+    let Some(conversation) = &call.conversation else {
+        return Ok(None);
+    };
+    Ok(conn
+        .prepare_cached(
+            "SELECT context_limit FROM sessions WHERE owner = ?1 AND model IS ?2
+                 AND limit_source = ?3 AND deleted_at IS NULL
+                 AND (conversation = ?4 OR substr(conversation, 1, length(?4) + 1) = ?4 || '.')
+             ORDER BY updated_at DESC LIMIT 1",
+        )?
+        .query_row(
+            params![
+                call.owner,
+                call.new_session.model,
+                LIMIT_FROM_REFUSAL,
+                conversation
+            ],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// How many leading messages the call shares with another conversation of the caller's that

@@ -232,7 +232,8 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
 /// Another conversation under the same header, instructions and preamble (a Codex
 /// sub-agent's thread) is a session of its own, from its first call on: its task is its
 /// own, its preamble the parent's, it starts from what the parent learned of their model,
-/// and each conversation's later calls land in their own.
+/// and each conversation's later calls land in their own. A session of other instructions
+/// under the header starts from the window its sessions learned.
 #[tokio::test]
 async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of_its_own() {
     let dir = tempfile::TempDir::new().unwrap();
@@ -282,6 +283,17 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         (c.session.context_limit, c.session.token_rate),
         (10_000_000, None),
         "another model's window and rate are its own"
+    );
+    // A sub-agent of other instructions under the header: a session of its own, not a fork,
+    // with the window the header's sessions learned (not the rate: another conversation).
+    let mut other_instructions = with_task(headed_call("task D", 400, 0));
+    other_instructions.root_hash = 43;
+    other_instructions.new_session.id = SessionId::unchecked("proxy-other".to_string());
+    let d = store.place_call(other_instructions, rules).await.unwrap();
+    assert!(d.created);
+    assert_eq!(
+        (d.session.context_limit, d.session.token_rate),
+        (5000, None)
     );
     assert_eq!(
         b.session.id.as_str(),

@@ -600,6 +600,21 @@ fn claude_code_never_sees_a_refusal_when_compactd_was_told_too_large_a_window() 
     );
 }
 
+/// The same with two sub-agents: their sessions (one by its own system prompt, the other
+/// its fork) start from the window the main conversation's refusal taught, so the model
+/// refuses one call of the run.
+#[test]
+fn claude_code_sub_agents_start_from_the_window_compactd_learned_when_told_too_large_a_one() {
+    let model = Model {
+        told: 96_000,
+        ..Model::new("claude-opus-5-5", 48_000, 2)
+    };
+    through_with(Agent::ClaudeCode, model, |task| {
+        task.delegate_after = Some(10);
+        task.sub_agents = 2;
+    });
+}
+
 /// Codex the same way, over the Responses API, whose refusal names no window: the call is
 /// compacted and sent again, and compactd takes its own count of it (by the model's reports)
 /// as the limit; Codex never sees a refusal.
