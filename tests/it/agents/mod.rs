@@ -420,6 +420,44 @@ fn codex_hands_steps_to_two_sub_agents_directly() {
     each_conversation_its_own(&seen, 2);
 }
 
+/// opencode hands steps to a sub-agent (its `task` tool): the sub-agent is a session of
+/// opencode's own, with its own `x-session-id`. Through compactd: the task ends right,
+/// nothing is refused, each conversation compacts apart and gets its own messages only.
+#[test]
+fn opencode_hands_steps_to_a_sub_agent_through_compactd() {
+    through_with(
+        Agent::Opencode,
+        Model::new("mock-model", 32_000, 2),
+        |task| task.delegate_after = Some(10),
+    );
+}
+
+/// Two at once (two `task` calls in one answer).
+#[test]
+fn opencode_hands_steps_to_two_sub_agents_at_once_through_compactd() {
+    through_with(
+        Agent::Opencode,
+        Model::new("mock-model", 32_000, 2),
+        |task| {
+            task.delegate_after = Some(10);
+            task.sub_agents = 2;
+        },
+    );
+}
+
+/// The same with opencode straight at the model API: the mock's `task` calls work with the
+/// real agent.
+#[test]
+fn opencode_hands_steps_to_two_sub_agents_directly() {
+    let task = Task {
+        delegate_after: Some(10),
+        sub_agents: 2,
+        ..Task::default()
+    };
+    let seen = direct_with(Agent::Opencode, "mock-model", task);
+    each_conversation_its_own(&seen, 2);
+}
+
 /// What every run with `n` sub-agents shows: each ran its steps; no call of one conversation
 /// carries another's steps (a sub-agent's in the main conversation or in the other
 /// sub-agent's, the main conversation's in a sub-agent's); the main conversation handed its
@@ -433,11 +471,14 @@ fn each_conversation_its_own(seen: &[Seen], n: usize) {
         .iter()
         .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
         .collect();
-    let handed_to = |s: &Seen| match s.body["input"].as_array() {
-        Some(items) => crate::common::model_api::responses::sub_agent_in(items),
-        None => {
-            let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
-            crate::common::model_api::messages::sub_agent_of(&messages)
+    let handed_to = |s: &Seen| {
+        let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
+        match s.body["input"].as_array() {
+            Some(items) => crate::common::model_api::responses::sub_agent_in(items),
+            None if s.path.ends_with("/chat/completions") => {
+                crate::common::model_api::chat::sub_agent_of(&messages)
+            }
+            None => crate::common::model_api::messages::sub_agent_of(&messages),
         }
     };
     let mut main = Vec::new();
@@ -481,17 +522,21 @@ fn each_conversation_its_own(seen: &[Seen], n: usize) {
             );
         }
     }
-    // Claude Code's `Agent` calls, Codex's `spawn_agent` calls.
+    // Claude Code's `Agent` calls, Codex's `spawn_agent` calls, opencode's `task` calls.
     let handed: std::collections::HashSet<&str> = main
         .iter()
         .flat_map(|s| {
             let messages = s.body["messages"].as_array().into_iter().flatten();
-            let blocks = messages.flat_map(|m| m["content"].as_array().into_iter().flatten());
+            let blocks = messages.clone().flat_map(|m| {
+                let content = m["content"].as_array().into_iter().flatten();
+                content.chain(m["tool_calls"].as_array().into_iter().flatten())
+            });
             blocks.chain(s.body["input"].as_array().into_iter().flatten())
         })
         .filter(|b| match b["type"].as_str() {
             Some("tool_use") => b["name"] == "Agent",
             Some("function_call") => b["name"] == "spawn_agent",
+            Some("function") => b["function"]["name"] == "task",
             _ => false,
         })
         .filter_map(|b| b["id"].as_str().or(b["call_id"].as_str()))

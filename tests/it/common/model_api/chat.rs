@@ -8,7 +8,8 @@
 //! - the prompt fits the model's window, and beside it the completion asked for
 //!   (`max_completion_tokens`, or `max_tokens`) (`context_length_exceeded`).
 
-use super::{Action, Shared, Task, decide, sse};
+use super::delegation::{self, Turn};
+use super::{Action, Shared, Task, sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -83,6 +84,14 @@ pub fn validate(body: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The sub-agent this conversation is, if it is one: its first user message (its task)
+/// carries the task handed over (opencode's `task` tool). Only the first: a summary of the
+/// main conversation may quote the call that handed it.
+pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
+    let first = messages.iter().find(|m| m["role"] == "user")?;
+    delegation::named(&super::text_of(&first["content"]))
+}
+
 fn newest_output(messages: &[Value]) -> Option<String> {
     messages
         .iter()
@@ -121,33 +130,59 @@ pub fn answer(
         .into_iter()
         .flatten()
         .find(|t| t["function"]["name"] == "bash");
-    let action = match shell {
-        Some(_) => decide(task, newest_output(&messages).as_deref(), true),
-        None => super::aider::answer(&messages),
+    let turn = match shell {
+        Some(_) => {
+            let newest = newest_output(&messages);
+            delegation::next_turn(task, sub_agent_of(&messages), newest.as_deref(), true)
+        }
+        None => Turn::Act(super::aider::answer(&messages)),
     };
     // mini-swe-agent ends a task when a command prints this first (its own protocol).
     let submits = body["messages"].to_string().contains(SUBMIT);
-    let action = match action {
-        Action::Finish(text) if submits => Action::Run {
+    let turn = match turn {
+        Turn::Act(Action::Finish(text)) if submits => Turn::Act(Action::Run {
             step: task.steps + 1,
             command: format!("printf '{SUBMIT}\\n%s\\n' '{text}'"),
-        },
+        }),
         other => other,
     };
     let id = format!("chatcmpl-{}", shared.next_id());
-    let (content, calls, finish) = match &action {
-        Action::Run { step, command } => {
-            let call = |command: &str| {
-                json!({"id": format!("call_{:08}", shared.next_id()), "type": "function",
-                "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}})
-            };
-            let mut calls = vec![call(command)];
+    let call = |name: &str, arguments: Value| {
+        json!({"id": format!("call_{:08}", shared.next_id()), "type": "function",
+            "function": {"name": name, "arguments": arguments.to_string()}})
+    };
+    let bash = |command: &str| call("bash", json!({"command": command}));
+    let (content, calls, finish) = match turn {
+        Turn::Act(Action::Run { step, command }) => {
+            let mut calls = vec![bash(&command)];
             if task.parallel_calls && shell.is_some() {
-                calls.push(call(&super::side_command(*step)));
+                calls.push(bash(&super::side_command(step)));
             }
             (format!("Running step {step}."), calls, "tool_calls")
         }
-        Action::Finish(text) | Action::Text(text) => (text.clone(), vec![], "stop"),
+        Turn::Sub { step, command } => (
+            format!("Running sub-step {step}."),
+            vec![bash(&command)],
+            "tool_calls",
+        ),
+        Turn::Delegate => {
+            let calls = delegation::SUB_AGENTS[..task.sub_agents]
+                .iter()
+                .map(|name| {
+                    call(
+                        "task",
+                        json!({"description": format!("Run sub-steps {name}"),
+                        "prompt": delegation::subtask(*name), "subagent_type": "general"}),
+                    )
+                })
+                .collect();
+            (
+                "Handing the sub-steps to agents.".to_string(),
+                calls,
+                "tool_calls",
+            )
+        }
+        Turn::Act(Action::Finish(text) | Action::Text(text)) => (text, vec![], "stop"),
     };
     let usage =
         json!({"prompt_tokens": tokens, "completion_tokens": 20, "total_tokens": tokens + 20});
@@ -175,7 +210,7 @@ pub fn answer(
         let (a, b) = arguments.split_at(arguments.len() / 2);
         events.push(chunk(
             json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-            "function": {"name": "bash", "arguments": a}}]}),
+            "function": {"name": call["function"]["name"], "arguments": a}}]}),
             None,
         ));
         events.push(chunk(

@@ -5,7 +5,7 @@
 //! (`SUBA-k-BEGIN` ... `SUBA-k-END` for the first), then reports; the report ends with the
 //! step the main conversation handed over after, so the main conversation goes on from there.
 
-use super::Task;
+use super::{Action, Task, decide};
 
 /// The task handed to a sub-agent, before the name of its steps.
 pub const SUBTASK: &str = "SUBTASK: run the sub-steps the model gives you with your shell tool, one per step, until it says they are done.";
@@ -53,5 +53,34 @@ pub fn sub_turn(task: &Task, name: char, newest: Option<&str>) -> SubTurn {
             "echo {prefix}{step}-BEGIN; seq 1 {}; echo {prefix}{step}-END",
             task.lines
         ),
+    }
+}
+
+/// A conversation's next turn where handing steps over is one call per sub-agent and the
+/// reports come back as those calls' results (Claude Code's `Agent` tool, opencode's `task`):
+/// the task's next step ([`decide`]); once step [`Task::delegate_after`] is done, the calls
+/// handing steps over; in a sub-agent's own conversation (`sub_agent`), its sub-steps, then
+/// its report.
+pub enum Turn {
+    Act(Action),
+    Delegate,
+    Sub { step: usize, command: String },
+}
+
+/// The turn of a conversation whose newest tool output is `newest` (see [`Turn`]).
+pub fn next_turn(task: &Task, sub_agent: Option<char>, newest: Option<&str>, shell: bool) -> Turn {
+    let Some(after) = task.delegate_after.filter(|_| shell) else {
+        return Turn::Act(decide(task, newest, shell));
+    };
+    if let Some(name) = sub_agent {
+        return match sub_turn(task, name, newest) {
+            SubTurn::Run { step, command } => Turn::Sub { step, command },
+            SubTurn::Report(text) => Turn::Act(Action::Finish(text)),
+        };
+    }
+    let handed = newest.is_some_and(|o| o.contains(SUBTASK_DONE));
+    match decide(task, newest, shell) {
+        Action::Run { step, .. } if step == after + 1 && !handed => Turn::Delegate,
+        action => Turn::Act(action),
     }
 }

@@ -9,7 +9,8 @@
 //!   `redacted_thinking` block, and every thinking block carries the signature the API gave it;
 //! - the prompt fits the model's window, and beside it the completion asked for (`max_tokens`).
 
-use super::{Action, Shared, Task, decide, delegation, sse};
+use super::delegation::{self, Turn};
+use super::{Action, Shared, Task, sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -186,16 +187,6 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .find(|output| !super::is_side_output(output))
 }
 
-/// Claude Code's model's next turn: the task's next step ([`decide`]); with
-/// [`Task::delegate_after`], the `Agent` calls (one per sub-agent, in one message) once that
-/// step is done, and in a sub-agent's own conversation its sub-steps, then its report
-/// ([`delegation`]).
-enum Turn {
-    Act(Action),
-    Delegate,
-    Sub { step: usize, command: String },
-}
-
 /// The sub-agent this conversation is, if it is one: its first user message (its task,
 /// which compactd keeps pinned) carries the task handed over. Only the first: a summary of
 /// the main conversation may quote the call that handed it.
@@ -206,26 +197,6 @@ pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
         .filter(|b| b["type"] == "text")
         .filter_map(|b| b["text"].as_str())
         .find_map(delegation::named)
-}
-
-fn next_turn(task: &Task, messages: &[Value], shell: bool) -> Turn {
-    let newest = newest_output(messages);
-    let Some(after) = task.delegate_after.filter(|_| shell) else {
-        return Turn::Act(decide(task, newest.as_deref(), shell));
-    };
-    if let Some(name) = sub_agent_of(messages) {
-        return match delegation::sub_turn(task, name, newest.as_deref()) {
-            delegation::SubTurn::Run { step, command } => Turn::Sub { step, command },
-            delegation::SubTurn::Report(text) => Turn::Act(Action::Finish(text)),
-        };
-    }
-    let handed = newest
-        .as_deref()
-        .is_some_and(|o| o.contains(delegation::SUBTASK_DONE));
-    match decide(task, newest.as_deref(), shell) {
-        Action::Run { step, .. } if step == after + 1 && !handed => Turn::Delegate,
-        action => Turn::Act(action),
-    }
 }
 
 /// The Messages API's refusal of a request of `tokens` for a model of `window`, if it refuses
@@ -263,7 +234,8 @@ pub fn answer(
         .into_iter()
         .flatten()
         .any(|t| t["name"] == "Bash");
-    let turn = next_turn(task, &messages, shell);
+    let newest = newest_output(&messages);
+    let turn = delegation::next_turn(task, sub_agent_of(&messages), newest.as_deref(), shell);
     let mut content = Vec::new();
     if thinking_on(body) {
         let thought = match &turn {
