@@ -92,8 +92,9 @@ pub(super) fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Resul
 }
 
 /// Where a call under a conversation header lands whose session is `session`: there, unless
-/// it leaves the session's conversation right after the client's preamble with a user message
-/// of its own, and so is another conversation ([`Fork`]).
+/// it is an agent's call (with tools) that leaves the session's conversation right after the
+/// client's preamble with a user message of its own, and so is another conversation
+/// ([`Fork`]).
 fn under_header(
     conn: &Connection,
     call: &ProxyCall,
@@ -102,7 +103,12 @@ fn under_header(
     session: SessionRow,
 ) -> Result<Lands> {
     let preamble = session.static_seq as usize;
-    let opens_another = session.message_count > session.static_seq
+    // Side calls (a title, a check, without tools) each open with a message of their own,
+    // and stay branches of their side session: a session per title would be a row forever
+    // and count against the caller's rate of new sessions.
+    let opens_another = session.kind != SessionKind::Side
+        && call.has_tools
+        && session.message_count > session.static_seq
         && call
             .messages
             .get(preamble)

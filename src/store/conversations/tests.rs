@@ -132,6 +132,7 @@ fn headed_call(task: &str, base: i64, steps: usize) -> ProxyCall {
         .collect();
     call.messages = messages.into();
     call.conversation = Some("c".into());
+    call.has_tools = true;
     call.new_session.id = SessionId::unchecked("proxy-headed".to_string());
     call
 }
@@ -295,6 +296,19 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         (d.session.context_limit, d.session.token_rate),
         (5000, None)
     );
+    // Side calls under the header (titles: no tools, instructions of their own) each open
+    // with a message of their own, and stay branches of one side session.
+    let title = |n: i64| {
+        let mut call = with_task(headed_call(&format!("title {n}"), 500 + 10 * n, 0));
+        (call.has_tools, call.root_hash) = (false, 44);
+        call.new_session.id = SessionId::unchecked("proxy-titles".to_string());
+        call
+    };
+    let first = store.place_call(title(1), rules).await.unwrap();
+    assert_eq!(first.session.kind, SessionKind::Side);
+    let second = store.place_call(title(2), rules).await.unwrap();
+    assert!(!second.created, "a session per title");
+    assert_eq!(second.session.id, first.session.id);
     assert_eq!(
         b.session.id.as_str(),
         format!("{}.{:016x}", a.session.id, 201),
