@@ -105,9 +105,9 @@ fn under_header(
     let preamble = session.static_seq as usize;
     // Side calls (a title, a check, without tools) each open with a message of their own,
     // and stay branches of their side session: a session per title would be a row forever
-    // and count against the caller's rate of new sessions.
-    let opens_another = session.kind != SessionKind::Side
-        && call.has_tools
+    // and count against the caller's rate of new sessions. An agent's call opening another
+    // conversation forks from any session, a side one too (whose task is a title's).
+    let opens_another = call.has_tools
         && session.message_count > session.static_seq
         && call
             .messages

@@ -309,6 +309,14 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
     let second = store.place_call(title(2), rules).await.unwrap();
     assert!(!second.created, "a session per title");
     assert_eq!(second.session.id, first.session.id);
+    // An agent's conversation of those instructions, once the side session holds a title:
+    // a conversation of its own, not a branch of the titles'.
+    let mut agent = title(3);
+    agent.has_tools = true;
+    let agent = store.place_call(agent, rules).await.unwrap();
+    assert!(agent.created);
+    assert_eq!(agent.session.kind, SessionKind::Proxy);
+    assert!(agent.session.id.as_str().starts_with("proxy-titles."));
     assert_eq!(
         b.session.id.as_str(),
         format!("{}.{:016x}", a.session.id, 201),
