@@ -32,13 +32,15 @@ pub(super) enum Lands {
 /// task neither known nor pinned, and the first compaction of it would summarize the task
 /// away. Its id is the parent's with that message's fingerprint, so `sqlite3` shows it beside
 /// its parent.
+///
+/// It starts from the window a refusal taught the header's sessions ([`taught_window`]), not
+/// from its parent's rate of tokens: the rate would shrink the room for pins as the fork is
+/// made, and Codex's 4,245-token instructions, pinned in the parent (made before any rate was
+/// known), went unpinned in its sub-agent's session and would have been summarized away.
 #[derive(Debug, Clone)]
 pub(super) struct Fork {
     id: SessionId,
     conversation: String,
-    /// The parent's model and its tokens per estimated token: a fork of the same model
-    /// starts from that rate.
-    parent_rate: (Option<String>, Option<f64>),
 }
 
 impl Fork {
@@ -46,7 +48,6 @@ impl Fork {
         Fork {
             id: SessionId::unchecked(format!("{}.{:016x}", parent.id, first as u64)),
             conversation: format!("{conversation}.{:016x}", first as u64),
-            parent_rate: (parent.model.clone(), parent.token_rate),
         }
     }
 }
@@ -227,18 +228,16 @@ pub(super) fn create(
         new.context_limit = limit;
         new.limit_source = Some(LIMIT_FROM_REFUSAL.to_string());
     }
-    let (conversation, token_rate) = match fork {
+    let conversation = match fork {
         Some(fork) => {
             new.id = fork.id;
-            let (model, rate) = fork.parent_rate;
-            (Some(fork.conversation), rate.filter(|_| model == new.model))
+            Some(fork.conversation)
         }
-        None => (call.conversation.clone(), None),
+        None => call.conversation.clone(),
     };
     let session = insert(conn, &new)?;
     conn.prepare_cached(
-        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6,
-             token_rate = ?7
+        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6
          WHERE id = ?1",
     )?
     .execute(params![
@@ -247,8 +246,7 @@ pub(super) fn create(
         conversation,
         call.root_hash,
         task.and_then(|t| call.fingerprints[t].opening),
-        preamble as u64,
-        token_rate
+        preamble as u64
     ])?;
     get_live(conn, session.id.as_str())
 }

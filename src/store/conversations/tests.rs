@@ -232,7 +232,7 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
 
 /// Another conversation under the same header, instructions and preamble (a Codex
 /// sub-agent's thread) is a session of its own, from its first call on: its task is its
-/// own, its preamble the parent's, it starts from what the parent learned of their model,
+/// own, its preamble the parent's, it starts from the window a refusal taught the parent,
 /// and each conversation's later calls land in their own. A session of other instructions
 /// under the header starts from the window its sessions learned.
 #[tokio::test]
@@ -254,7 +254,7 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         .unwrap();
     assert!(!a.created);
 
-    // What A learned of the model (a refusal's window, its rate) B starts from.
+    // The window a refusal taught A, B starts from; not A's rate.
     store
         .write(|conn| {
             conn.execute(
@@ -275,18 +275,17 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         (b.session.context_limit, b.session.limit_source.as_deref()),
         (5000, Some(LIMIT_FROM_REFUSAL))
     );
-    assert_eq!(b.session.token_rate, Some(2.0));
+    assert_eq!(b.session.token_rate, None);
     let mut of_another_model = with_task(headed_call("task C", 300, 0));
     of_another_model.new_session.model = Some("another".into());
     let c = store.place_call(of_another_model, rules).await.unwrap();
     assert!(c.created);
     assert_eq!(
-        (c.session.context_limit, c.session.token_rate),
-        (10_000_000, None),
-        "another model's window and rate are its own"
+        c.session.context_limit, 10_000_000,
+        "another model's window is its own"
     );
     // A sub-agent of other instructions under the header: a session of its own, not a fork,
-    // with the window the header's sessions learned (not the rate: another conversation).
+    // with the window the header's sessions learned.
     let mut other_instructions = with_task(headed_call("task D", 400, 0));
     other_instructions.root_hash = 43;
     other_instructions.new_session.id = SessionId::unchecked("proxy-other".to_string());

@@ -208,6 +208,30 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
             "each session compacted: {sessions:?}"
         );
     }
+    // A sub-agent forked under its parent's header keeps the client's preamble (Codex's
+    // instructions) pinned as its parent does, as the file says.
+    let conn = rusqlite::Connection::open(daemon.db()).unwrap();
+    let pinned_preamble = |id: &str| -> Vec<(u64, bool)> {
+        conn.prepare(
+            "SELECT m.seq, m.pinned FROM messages m JOIN sessions s ON s.id = m.session_id
+             WHERE m.session_id = ?1 AND m.seq <= s.static_seq ORDER BY m.seq",
+        )
+        .unwrap()
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    };
+    for (fork, parent) in conversations
+        .iter()
+        .filter_map(|s| Some((&s.0, s.0.rsplit_once('.')?.0)))
+    {
+        assert_eq!(
+            pinned_preamble(fork),
+            pinned_preamble(parent),
+            "the preamble pinned in {fork} and its parent"
+        );
+    }
     let main = conversations.iter().max_by_key(|s| s.3).unwrap();
     assert!(
         main.2 >= 2,
