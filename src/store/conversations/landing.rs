@@ -26,12 +26,12 @@ pub(super) enum Lands {
 
 /// Another conversation under a conversation header that names one already: a Codex
 /// sub-agent's thread, which calls the model under its parent's `session-id` with the same
-/// instructions and preamble, then its own task. It is a session of its own, keyed by the
-/// header and its first message past the preamble, as a call without a header that shares only
-/// a preamble starts a session of its own: a branch of the parent's session would have its
-/// task neither known nor pinned, and the first compaction of it would summarize the task
-/// away. Its id is the parent's with that message's fingerprint, so `sqlite3` shows it beside
-/// its parent.
+/// instructions and preamble (with `fork_context`, the parent's task too), then its own task.
+/// It is a session of its own, keyed by the header and the message where it leaves the
+/// parent's conversation, as a call without a header that shares only a preamble starts a
+/// session of its own: a branch of the parent's session would have its task neither known
+/// nor pinned, and the first compaction of it would summarize the task away. Its id is the
+/// parent's with that message's fingerprint, so `sqlite3` shows it beside its parent.
 ///
 /// It starts from the window a refusal taught the header's sessions ([`taught_window`]), not
 /// from its parent's rate of tokens: the rate would shrink the room for pins as the fork is
@@ -93,9 +93,10 @@ pub(super) fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Resul
 }
 
 /// Where a call under a conversation header lands whose session is `session`: there, unless
-/// it is an agent's call (with tools) that leaves the session's conversation right after the
-/// client's preamble with a user message of its own, and so is another conversation
-/// ([`Fork`]).
+/// it is an agent's call (with tools) that leaves the session's conversation with a user
+/// message of its own right after the client's preamble, or right after the session's task
+/// (a Codex sub-agent spawned with `fork_context`, whose history is the parent's preamble and
+/// task, then its own), and so is another conversation ([`Fork`]).
 fn under_header(
     conn: &Connection,
     call: &ProxyCall,
@@ -103,32 +104,39 @@ fn under_header(
     conversation: &str,
     session: SessionRow,
 ) -> Result<Lands> {
-    let preamble = session.static_seq as usize;
     // Side calls (a title, a check, without tools) each open with a message of their own,
     // and stay branches of their side session: a session per title would be a row forever
     // and count against the caller's rate of new sessions. An agent's call opening another
     // conversation forks from any session, a side one too (whose task is a title's).
-    let opens_another = call.has_tools
-        && session.message_count > session.static_seq
-        && call
-            .messages
-            .get(preamble)
-            .is_some_and(|m| m.role == Role::User);
-    if !opens_another {
+    if !call.has_tools {
         return Ok(Lands::In(Box::new(session)));
     }
-    let fork = Fork::of(&session, conversation, hashes[preamble]);
-    match get_live(conn, fork.id.as_str()) {
-        Ok(other) if other.owner == session.owner => return Ok(Lands::In(Box::new(other))),
-        // A session of the socket API's by that id: not this caller's to continue, and the
-        // fork cannot be made under it.
-        Ok(_) => return Err(StoreError::Exists(fork.id.to_string())),
-        Err(StoreError::NotFound(_)) => {}
-        Err(e) => return Err(e),
+    // Where another conversation may leave this one: a depth the session holds messages
+    // past, where the call has a user message.
+    let points: Vec<usize> = [Some(session.static_seq), session.task_seq]
+        .into_iter()
+        .flatten()
+        .filter(|&depth| session.message_count > depth)
+        .map(|depth| depth as usize)
+        .filter(|&at| call.messages.get(at).is_some_and(|m| m.role == Role::User))
+        .collect();
+    for &at in &points {
+        let fork = Fork::of(&session, conversation, hashes[at]);
+        match get_live(conn, fork.id.as_str()) {
+            Ok(other) if other.owner == session.owner => return Ok(Lands::In(Box::new(other))),
+            // A session of the socket API's by that id: not this caller's to continue, and
+            // the fork cannot be made under it.
+            Ok(_) => return Err(StoreError::Exists(fork.id.to_string())),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if points.is_empty() {
+        return Ok(Lands::In(Box::new(session)));
     }
     let (matched, _) = walk(conn, &session, hashes)?;
-    Ok(match matched == preamble {
-        true => Lands::New(Some(fork)),
+    Ok(match points.contains(&matched) {
+        true => Lands::New(Some(Fork::of(&session, conversation, hashes[matched]))),
         false => Lands::In(Box::new(session)),
     })
 }

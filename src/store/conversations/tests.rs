@@ -352,6 +352,57 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
     assert_eq!(a_later.session.branch_points, 0);
 }
 
+/// A conversation that leaves another right after its task with a user message of its own
+/// (a Codex sub-agent spawned with `fork_context`) is a session of its own too: the parent's
+/// preamble and task are its preamble, its own task is pinned, and its later calls land there.
+#[tokio::test]
+async fn a_conversation_leaving_another_right_after_its_task_is_a_session_of_its_own() {
+    let (_dir, store, a) = with_branch_a().await;
+    assert_eq!(a.session.task_seq, Some(2), "task A");
+    let sub = |steps: usize| {
+        let mut call = headed_call("task A", 100, 0);
+        let mut messages = call.messages.to_vec();
+        messages.push(Message::text(Role::User, "sub-task E"));
+        call.fingerprints.push(Fingerprints {
+            hash: 900,
+            opening: Some(900),
+        });
+        for i in 0..steps {
+            messages.push(Message::text(Role::Assistant, format!("E: step {i}")));
+            messages.push(Message::text(Role::User, format!("E: output {i}")));
+            for hash in [901 + 2 * i as i64, 902 + 2 * i as i64] {
+                call.fingerprints.push(Fingerprints {
+                    hash,
+                    opening: None,
+                });
+            }
+        }
+        call.messages = messages.into();
+        call
+    };
+    let e = store.place_call(sub(0), rules).await.unwrap();
+    assert!(e.created, "a session of its own");
+    assert_eq!(
+        e.session.id.as_str(),
+        format!("{}.{:016x}", a.session.id, 900)
+    );
+    assert_eq!(e.session.task_hash, Some(900), "its own task");
+    assert_eq!(
+        (e.session.static_seq, e.session.task_seq),
+        (2, Some(3)),
+        "the parent's preamble and task before its own"
+    );
+    let later = store.place_call(sub(2), rules).await.unwrap();
+    assert_eq!(later.session.id, e.session.id);
+    assert_eq!((later.matched, later.session.message_count), (3, 7));
+    let a_again = store
+        .place_call(headed_call("task A", 100, 4), rules)
+        .await
+        .unwrap();
+    assert_eq!(a_again.session.id, a.session.id, "A's calls stay in A");
+    assert_eq!(a_again.session.branch_points, 0);
+}
+
 /// The walk reads indexes only, never a message's row (its parts may fill overflow
 /// pages): a step down the tree is one lookup, a run of a branch one range.
 #[test]

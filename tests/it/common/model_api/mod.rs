@@ -47,6 +47,9 @@ pub struct Task {
     /// How many sub-agents it hands steps to at once (one call each, in one answer; at most
     /// [`delegation::SUB_AGENTS`]).
     pub sub_agents: usize,
+    /// Codex's `spawn_agent` only: the sub-agents start from the main conversation's history
+    /// (`fork_context`: Codex gives them its preamble and task, then theirs).
+    pub fork_context: bool,
     /// Each step's call comes with a second one beside it in the same answer (`echo
     /// SIDE-k`), which the agent runs in parallel.
     pub parallel_calls: bool,
@@ -61,6 +64,7 @@ impl Default for Task {
             chars_per_token: 4,
             delegate_after: None,
             sub_agents: 1,
+            fork_context: false,
             parallel_calls: false,
         }
     }

@@ -225,7 +225,7 @@ pub fn answer(
                     &mut output,
                     "spawn_agent",
                     Some("multi_agent_v1"),
-                    json!({"message": delegation::subtask(*name)}),
+                    json!({"message": delegation::subtask(*name), "fork_context": task.fork_context}),
                 );
             }
         }
