@@ -295,6 +295,13 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         (d.session.context_limit, d.session.token_rate),
         (5000, None)
     );
+    // Under another header (another run of the agent), the window told stands.
+    let mut other_run = with_task(headed_call("task F", 600, 0));
+    other_run.conversation = Some("another run".into());
+    other_run.new_session.id = SessionId::unchecked("proxy-another-run".to_string());
+    let f = store.place_call(other_run, rules).await.unwrap();
+    assert!(f.created);
+    assert_eq!(f.session.context_limit, 10_000_000);
     // Side calls under the header (titles: no tools, instructions of their own) each open
     // with a message of their own, and stay branches of one side session.
     let title = |n: i64| {
