@@ -40,9 +40,9 @@ pub struct Task {
     pub windows: HashMap<String, usize>,
     /// The characters its tokenizer counts as one token.
     pub chars_per_token: usize,
-    /// Anthropic Messages (Claude Code's `Agent` tool) and the Responses API (Codex's
-    /// `spawn_agent`): once this step is done, the model hands steps of its own to sub-agents
-    /// ([`delegation`]).
+    /// Anthropic Messages (Claude Code's `Agent` tool), the Responses API (Codex's
+    /// `spawn_agent`) and Chat Completions (opencode's `task` tool): once this step is done,
+    /// the model hands steps of its own to sub-agents ([`delegation`]).
     pub delegate_after: Option<usize>,
     /// How many sub-agents it hands steps to at once (one call each, in one answer; at most
     /// [`delegation::SUB_AGENTS`]).
