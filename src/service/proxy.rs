@@ -276,8 +276,8 @@ impl Service {
     }
 
     /// How a proxied call's messages are stored: nothing the client sends is refused, and its
-    /// system messages and preamble are pinned while they take at most a quarter of the
-    /// usable context.
+    /// system messages, task and preamble (in that order) are pinned while they take at most
+    /// a quarter of the usable context.
     fn proxy_rules(
         &self,
     ) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + Sync + 'static {

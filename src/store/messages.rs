@@ -422,15 +422,18 @@ fn insert_messages(
         step_calls: session.step_calls,
     };
     let mut parent = (session.head_seq > 0).then_some(session.head_seq);
-    for (seq, message) in (session.message_count + 1..).zip(messages) {
-        let is_task = done.task_seq.is_none() && is_task(session, message);
-        if is_task {
+    let task = match session.task_seq {
+        Some(_) => None,
+        None => messages.iter().position(|m| is_task(session, m)),
+    };
+    let pins = pins(session, messages, task, &rules);
+    for ((seq, message), pinned) in (session.message_count + 1..).zip(messages).zip(pins) {
+        if task.is_some_and(|t| seq == session.message_count + 1 + t as u64) {
             done.task_seq = Some(seq);
         }
         if message.role == Role::Assistant.as_str() {
             done.step_calls = message.calls.len();
         }
-        let pinned = is_pinned(session, seq, message, is_task, &rules, done.pinned_tokens);
         let (shortened_json, shortened_tokens) = match pinned {
             true => (None, None),
             false => shortened_form(
@@ -485,23 +488,46 @@ fn is_task(session: &SessionRow, message: &NewMessage) -> bool {
     }
 }
 
-/// Whether `message`, at `seq`, is pinned: a system message, the client's preamble (but
+/// Which of the batch's messages are pinned: system messages, the client's preamble (but
 /// never half a tool call: a pinned call whose result was compacted, or the reverse, would
-/// break the conversation), or a task small enough; leniently (the proxy), only while the
-/// pinned part stays within the rules' cap.
-fn is_pinned(
+/// break the conversation) and the task, message `task` of the batch, when small enough.
+/// Leniently (the proxy), only while the pinned part stays within the rules' cap, which
+/// system messages claim first, then the task, then the rest of the preamble: at a small
+/// window an agent's long preamble (Codex's instructions and environment, ~5,000 tokens)
+/// would otherwise leave the user's own request to the summary.
+fn pins(
     session: &SessionRow,
-    seq: u64,
-    message: &NewMessage,
-    is_task: bool,
+    messages: &[NewMessage],
+    task: Option<usize>,
     rules: &AppendRules,
-    pinned_tokens: usize,
-) -> bool {
-    let preamble =
-        seq <= session.static_seq && message.calls.is_empty() && message.answers.is_empty();
-    let task = is_task && message.answers.is_empty() && message.tokens <= rules.task_max_tokens;
-    let wanted = message.system || preamble || task;
-    wanted && (!rules.lenient || pinned_tokens + message.tokens <= rules.pin_cap)
+) -> Vec<bool> {
+    let claim = |(i, message): (usize, &NewMessage)| {
+        let seq = session.message_count + 1 + i as u64;
+        let preamble =
+            seq <= session.static_seq && message.calls.is_empty() && message.answers.is_empty();
+        let is_task = task == Some(i)
+            && message.answers.is_empty()
+            && message.tokens <= rules.task_max_tokens;
+        match () {
+            _ if message.system => Some(0),
+            _ if is_task => Some(1),
+            _ if preamble => Some(2),
+            _ => None,
+        }
+    };
+    let claims: Vec<Option<u8>> = messages.iter().enumerate().map(claim).collect();
+    let mut pinned = vec![false; messages.len()];
+    let mut pinned_tokens = session.pinned_tokens;
+    for rank in 0..3 {
+        for (i, message) in messages.iter().enumerate() {
+            let fits = !rules.lenient || pinned_tokens + message.tokens <= rules.pin_cap;
+            if claims[i] == Some(rank) && fits {
+                pinned[i] = true;
+                pinned_tokens += message.tokens;
+            }
+        }
+    }
+    pinned
 }
 
 /// Where message `seq` of `session` is stored, as its masked or shortened forms say.

@@ -26,6 +26,7 @@ mod pinning;
 mod provider_formats;
 mod proxy;
 mod proxy_overflow;
+mod proxy_preamble;
 mod proxy_wire;
 mod recall;
 mod spec_conformance;
