@@ -62,9 +62,12 @@ CREATE TABLE sessions (
     limit_source        TEXT,                           -- why context_limit is what it is (model table, [proxy.models], header, default)
     token_rate          REAL,                           -- model tokens per estimated token at the last believed usage report (NULL: none yet);
                                                         -- kept across compactions: what a context holds is planned and counted at it
-    completion_tokens   INTEGER NOT NULL DEFAULT 0      -- the completion the client asks room for beside each prompt (a proxied call's max_tokens), in the model's tokens
+    completion_tokens   INTEGER NOT NULL DEFAULT 0,     -- the completion the client asks room for beside each prompt (a proxied call's max_tokens), in the model's tokens
+    limit_taught_at     TEXT                            -- when a refusal of the model's taught context_limit (limit_source 'upstream refusal'), this session's or
+                                                        -- the one it started from; the caller's next sessions of the model start from it until the config reloads
 );
 CREATE INDEX sessions_by_owner ON sessions (owner, root_hash) WHERE owner IS NOT NULL;
+CREATE INDEX sessions_taught ON sessions (owner, model, limit_taught_at) WHERE limit_taught_at IS NOT NULL;
 CREATE INDEX sessions_by_conversation ON sessions (conversation) WHERE conversation IS NOT NULL;
 
 -- Every message ever appended, in order. Append-only.

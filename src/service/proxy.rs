@@ -254,6 +254,7 @@ impl Service {
         };
         Ok(ProxyCall {
             may_create,
+            windows_taught_since: settings.windows_taught_since(),
             owner: caller.owner.clone(),
             named: named.map(|n| n.to_string()),
             conversation,

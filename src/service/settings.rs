@@ -17,10 +17,14 @@ use crate::store::SessionRow;
 use crate::summarize::Summarizer;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 /// Distinct (overrides, context limit, completion) kept; past this the memo starts over, so a
 /// client making sessions with ever new overrides costs a merge each, never memory.
 const MAX_MERGED: usize = 256;
+
+/// How long a window a model's refusal taught is shared with the caller's new sessions.
+const TAUGHT_WINDOW_KEPT: Duration = Duration::from_secs(24 * 3600);
 
 /// The configuration in force and the summarizer built from it, swapped whole on reload.
 pub struct Settings {
@@ -29,6 +33,9 @@ pub struct Settings {
     /// How many compactions call it at once (a reload makes new slots: calls running on the
     /// old ones finish there).
     pub summarizer_slots: SummarizerSlots,
+    /// When this configuration was loaded: a window a model's refusal taught before then is
+    /// not shared with new sessions (see [`Settings::windows_taught_since`]).
+    loaded_at: SystemTime,
     merged: Mutex<Vec<Merged>>,
 }
 
@@ -46,8 +53,21 @@ impl Settings {
             summarizer_slots: SummarizerSlots::new(config.summarizer.max_concurrent),
             config,
             summarizer,
+            loaded_at: SystemTime::now(),
             merged: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Since when a window a model's refusal taught one session is where the caller's new
+    /// sessions of the model start: this configuration's load (a `[proxy.models]` entry
+    /// corrected since drops what the old one taught), and at most [`TAUGHT_WINDOW_KEPT`] ago
+    /// (a model server restarted with a larger window is found again the next day, for one
+    /// refused call).
+    pub fn windows_taught_since(&self) -> SystemTime {
+        let day_ago = SystemTime::now()
+            .checked_sub(TAUGHT_WINDOW_KEPT)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.loaded_at.max(day_ago)
     }
 
     /// The compaction settings of `session`: global settings plus its overrides, fitted to

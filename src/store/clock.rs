@@ -10,7 +10,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The current time, as stored.
 pub(super) fn now() -> String {
-    let since_epoch = SystemTime::now()
+    stored(SystemTime::now())
+}
+
+/// `time`, as stored.
+pub(super) fn stored(time: SystemTime) -> String {
+    let since_epoch = time
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     stored_text(since_epoch)

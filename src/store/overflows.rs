@@ -80,6 +80,7 @@ impl Store {
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET reported_tokens = ?2, tokens_since_report = 0,
                      limit_source = CASE WHEN ?3 < context_limit THEN '{LIMIT_FROM_REFUSAL}' ELSE limit_source END,
+                     limit_taught_at = CASE WHEN ?3 < context_limit THEN {NOW} ELSE limit_taught_at END,
                      context_limit = ?3, token_rate = ?4,
                      completion_tokens = coalesce(?5, completion_tokens), updated_at = {NOW}
                  WHERE id = ?1"

@@ -33,10 +33,11 @@ pub(super) enum Lands {
 /// nor pinned, and the first compaction of it would summarize the task away. Its id is the
 /// parent's with that message's fingerprint, so `sqlite3` shows it beside its parent.
 ///
-/// It starts from the window a refusal taught the header's sessions ([`taught_window`]), not
-/// from its parent's rate of tokens: the rate would shrink the room for pins as the fork is
-/// made, and Codex's 4,245-token instructions, pinned in the parent (made before any rate was
-/// known), went unpinned in its sub-agent's session and would have been summarized away.
+/// It starts from the window a refusal taught the caller's sessions of the model
+/// ([`taught_window`]), not from its parent's rate of tokens: the rate would shrink the room
+/// for pins as the fork is made, and Codex's 4,245-token instructions, pinned in the parent
+/// (made before any rate was known), went unpinned in its sub-agent's session and would have
+/// been summarized away.
 #[derive(Debug, Clone)]
 pub(super) struct Fork {
     id: SessionId,
@@ -232,8 +233,9 @@ pub(super) fn create(
         return Err(StoreError::TooManySessions(wait));
     }
     let mut new = call.new_session.clone();
-    if let Some(limit) = taught_window(conn, call)?.filter(|l| *l < new.context_limit) {
-        new.context_limit = limit;
+    let taught = taught_window(conn, call)?.filter(|(l, _)| *l < new.context_limit);
+    if let Some((limit, _)) = &taught {
+        new.context_limit = *limit;
         new.limit_source = Some(LIMIT_FROM_REFUSAL.to_string());
     }
     let conversation = match fork {
@@ -245,7 +247,8 @@ pub(super) fn create(
     };
     let session = insert(conn, &new)?;
     conn.prepare_cached(
-        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6
+        "UPDATE sessions SET kind = ?2, conversation = ?3, root_hash = ?4, task_hash = ?5, static_seq = ?6,
+             limit_taught_at = ?7
          WHERE id = ?1",
     )?
     .execute(params![
@@ -254,35 +257,36 @@ pub(super) fn create(
         conversation,
         call.root_hash,
         task.and_then(|t| call.fingerprints[t].opening),
-        preamble as u64
+        preamble as u64,
+        taught.map(|(_, at)| at)
     ])?;
     get_live(conn, session.id.as_str())
 }
 
-/// The window a refusal taught another session of the call's conversation header (a
-/// sub-agent's, or its parent's) for the same model, if one did: a sub-agent's session
-/// starting without it would have its first long call refused too, one refusal per
-/// sub-agent. Only under the header, the one run of the agent: a window learned last month
-/// would outlive a `[proxy.models]` entry corrected since.
-fn taught_window(conn: &Connection, call: &ProxyCall) -> Result<Option<usize>> {
-    let Some(conversation) = &call.conversation else {
-        return Ok(None);
-    };
+/// The window a model's refusal taught another of the caller's sessions of the same model
+/// since `windows_taught_since` (the configuration's load), and when it was taught: a
+/// session starting without it would have its first long call refused too, one refusal per
+/// sub-agent, per task of a headerless agent (aider, mini-swe-agent), per run of Claude Code.
+/// A window taught before the configuration last loaded is not shared: the operator may have
+/// corrected `[proxy.models]` since. The time is the first teaching's, kept by the sessions
+/// that start from it, so a window is shared for as long as that configuration holds and not
+/// renewed by its own use.
+fn taught_window(conn: &Connection, call: &ProxyCall) -> Result<Option<(usize, String)>> {
     Ok(conn
         .prepare_cached(
-            "SELECT context_limit FROM sessions WHERE owner = ?1 AND model IS ?2
-                 AND limit_source = ?3 AND deleted_at IS NULL
-                 AND (conversation = ?4 OR substr(conversation, 1, length(?4) + 1) = ?4 || '.')
-             ORDER BY updated_at DESC LIMIT 1",
+            "SELECT context_limit, limit_taught_at FROM sessions
+             WHERE owner = ?1 AND model IS ?2 AND limit_taught_at >= ?3
+                 AND limit_source = ?4 AND deleted_at IS NULL
+             ORDER BY limit_taught_at DESC LIMIT 1",
         )?
         .query_row(
             params![
                 call.owner,
                 call.new_session.model,
+                super::super::clock::stored(call.windows_taught_since),
                 LIMIT_FROM_REFUSAL,
-                conversation
             ],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?)
 }

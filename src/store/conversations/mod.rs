@@ -66,6 +66,9 @@ pub struct ProxyCall {
     pub new_session: NewSession,
     /// `Err(seconds)`: the caller may not make a session now (it may continue one).
     pub may_create: std::result::Result<(), u64>,
+    /// A window a model's refusal taught the caller's other sessions of the model is where a
+    /// new session starts when it was taught since this time (the configuration's load).
+    pub windows_taught_since: std::time::SystemTime,
 }
 
 /// What a proxied message is recognised by (see `service::fingerprint`).

@@ -55,6 +55,7 @@ fn long_first_call() -> ProxyCall {
             limit_source: None,
         },
         may_create: Ok(()),
+        windows_taught_since: std::time::SystemTime::UNIX_EPOCH,
     }
 }
 
@@ -259,7 +260,7 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         .write(|conn| {
             conn.execute(
                 "UPDATE sessions SET context_limit = 5000, limit_source = 'upstream refusal',
-                     token_rate = 2.0",
+                     token_rate = 2.0, limit_taught_at = '2026-12-04T12:00:00.000Z'",
                 [],
             )?;
             Ok(())
@@ -295,13 +296,45 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
         (d.session.context_limit, d.session.token_rate),
         (5000, None)
     );
-    // Under another header (another run of the agent), the window told stands.
+    // Under another header (another run of the agent) and without one (another task of a
+    // headerless agent), the same: the window is the model's, and the configuration is the
+    // one it was taught under. Each keeps the time of the first teaching.
     let mut other_run = with_task(headed_call("task F", 600, 0));
     other_run.conversation = Some("another run".into());
     other_run.new_session.id = SessionId::unchecked("proxy-another-run".to_string());
     let f = store.place_call(other_run, rules).await.unwrap();
     assert!(f.created);
-    assert_eq!(f.session.context_limit, 10_000_000);
+    assert_eq!(f.session.context_limit, 5000);
+    let mut headerless = with_task(headed_call("task G", 700, 0));
+    headerless.conversation = None;
+    headerless.root_hash = 45;
+    headerless.new_session.id = SessionId::unchecked("proxy-headerless".to_string());
+    let g = store.place_call(headerless, rules).await.unwrap();
+    assert!(g.created);
+    assert_eq!(g.session.context_limit, 5000);
+    let taught: Vec<String> = store
+        .read(|conn| {
+            Ok(conn
+                .prepare("SELECT DISTINCT limit_taught_at FROM sessions WHERE limit_taught_at IS NOT NULL")?
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(taught, ["2026-12-04T12:00:00.000Z"]);
+    // The configuration reloaded since (a `[proxy.models]` entry corrected, say): the
+    // window told stands.
+    let mut after_reload = with_task(headed_call("task H", 800, 0));
+    after_reload.conversation = Some("a run after the reload".into());
+    after_reload.new_session.id = SessionId::unchecked("proxy-after-reload".to_string());
+    after_reload.windows_taught_since =
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_400_000); // 2026-12-04T16:00Z
+    let h = store.place_call(after_reload, rules).await.unwrap();
+    assert!(h.created);
+    assert_eq!(
+        (h.session.context_limit, h.session.limit_source.as_deref()),
+        (10_000_000, None)
+    );
     // Side calls under the header (titles: no tools, instructions of their own) each open
     // with a message of their own, and stay branches of one side session.
     let title = |n: i64| {

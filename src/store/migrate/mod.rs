@@ -168,6 +168,11 @@ const UPGRADES: &[Upgrade] = &[
         sql: "ALTER TABLE sessions ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;",
         then: None,
     },
+    // 16: when a refusal taught a session's window (windows taught before stay unshared).
+    Upgrade {
+        sql: "ALTER TABLE sessions ADD COLUMN limit_taught_at TEXT;",
+        then: None,
+    },
 ];
 
 /// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
@@ -193,6 +198,7 @@ pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// index, and its dump reads as 8; versions 11, 12 and 13 changed only indexes, a view and a
 /// check, and their dumps read as 10.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (16, "sessions", "limit_taught_at"),
     (15, "sessions", "completion_tokens"),
     (14, "sessions", "token_rate"),
     (10, "messages_fts", "text"),

@@ -394,6 +394,8 @@ fn version_10s_index_by_parent_becomes_the_partial_one() {
          DROP VIEW session_overview;
          ALTER TABLE sessions DROP COLUMN token_rate;
          ALTER TABLE sessions DROP COLUMN completion_tokens;
+         DROP INDEX sessions_taught;
+         ALTER TABLE sessions DROP COLUMN limit_taught_at;
          PRAGMA user_version = 10;",
     )
     .unwrap();

@@ -7,6 +7,7 @@
 //! compactd must follow the usage the model reports, not its own estimate.
 
 mod harness;
+mod taught_window;
 
 use crate::common::free_port;
 use crate::common::model_api::{ModelApi, Seen, Task};
