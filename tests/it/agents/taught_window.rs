@@ -119,3 +119,19 @@ fn mini_swe_agent_tasks_start_from_the_window_compactd_learned_until_the_config_
         "{conversations:?}"
     );
 }
+
+/// opencode's sub-agents are sessions of their own headers (`x-session-id`: each sub-agent's
+/// conversation its own), so only the model ties them to their parent: with compactd told
+/// twice the window, the run has one call refused, not one for each of its three
+/// conversations.
+#[test]
+fn opencode_sub_agents_start_from_the_window_compactd_learned_when_told_too_large_a_one() {
+    let model = super::Model {
+        told: 64_000,
+        ..super::Model::new("mock-model", 32_000, 2)
+    };
+    super::through_with(Agent::Opencode, model, |task| {
+        task.delegate_after = Some(10);
+        task.sub_agents = 2;
+    });
+}
