@@ -263,6 +263,13 @@ pub(super) fn create(
     get_live(conn, session.id.as_str())
 }
 
+/// The newest window taught the caller (?1) for the model (?2) since ?3: one lookup in the
+/// index of taught sessions, however many sessions the caller has.
+pub(super) const TAUGHT_WINDOW: &str = "SELECT context_limit, limit_taught_at FROM sessions
+     WHERE owner = ?1 AND model IS ?2 AND limit_taught_at >= ?3
+         AND limit_source = ?4 AND deleted_at IS NULL
+     ORDER BY limit_taught_at DESC LIMIT 1";
+
 /// The window a model's refusal taught another of the caller's sessions of the same model
 /// since `windows_taught_since` (the configuration's load), and when it was taught: a
 /// session starting without it would have its first long call refused too, one refusal per
@@ -273,12 +280,7 @@ pub(super) fn create(
 /// renewed by its own use.
 fn taught_window(conn: &Connection, call: &ProxyCall) -> Result<Option<(usize, String)>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT context_limit, limit_taught_at FROM sessions
-             WHERE owner = ?1 AND model IS ?2 AND limit_taught_at >= ?3
-                 AND limit_source = ?4 AND deleted_at IS NULL
-             ORDER BY limit_taught_at DESC LIMIT 1",
-        )?
+        .prepare_cached(TAUGHT_WINDOW)?
         .query_row(
             params![
                 call.owner,

@@ -462,3 +462,24 @@ fn matching_a_call_reads_indexes_only_whatever_the_session_length() {
         "{run:?}"
     );
 }
+
+/// A new session looks up the window taught for its model in the index of the sessions a
+/// refusal taught, not among every session of its caller (a headerless agent makes one per
+/// task, thousands over months).
+#[test]
+fn the_window_taught_is_found_in_an_index() {
+    let found = plan(
+        super::landing::TAUGHT_WINDOW,
+        params![
+            "owner",
+            "model",
+            "2026-12-04T00:00:00.000Z",
+            "upstream refusal"
+        ],
+    );
+    assert!(
+        found[0]
+            .contains("USING INDEX sessions_taught (owner=? AND model=? AND limit_taught_at>?)"),
+        "{found:?}"
+    );
+}
