@@ -276,9 +276,10 @@ impl Service {
         })
     }
 
-    /// How a proxied call's messages are stored: nothing the client sends is refused, and its
-    /// system messages, task and preamble (in that order) are pinned while they take at most
-    /// a quarter of the usable context.
+    /// How a proxied call's messages are stored: nothing the client sends is refused, its
+    /// system messages and preamble are pinned while pinned messages take at most a quarter
+    /// of the usable context, and its task while they take no more than fits beside the
+    /// smallest summary and tail (see `store::messages::pins`).
     fn proxy_rules(
         &self,
     ) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + Sync + 'static {
@@ -289,6 +290,9 @@ impl Service {
             AppendRules {
                 lenient: true,
                 pin_cap: config.usable(session.estimated_limit(), session.overhead_tokens) / 4,
+                max_pinned_tokens: config
+                    .max_pinned_tokens(session.estimated_limit())
+                    .saturating_sub(session.overhead_tokens),
                 // Masking follows each proxied call's own append (`after_append`).
                 masking: None,
                 ..base(session)

@@ -491,10 +491,12 @@ fn is_task(session: &SessionRow, message: &NewMessage) -> bool {
 /// Which of the batch's messages are pinned: system messages, the client's preamble (but
 /// never half a tool call: a pinned call whose result was compacted, or the reverse, would
 /// break the conversation) and the task, message `task` of the batch, when small enough.
-/// Leniently (the proxy), only while the pinned part stays within the rules' cap, which
-/// system messages claim first, then the task, then the rest of the preamble: at a small
-/// window an agent's long preamble (Codex's instructions and environment, ~5,000 tokens)
-/// would otherwise leave the user's own request to the summary.
+/// Leniently (the proxy), system messages and the preamble only while the pinned part stays
+/// within the rules' cap (what a client repeats must not fill the context), and the task,
+/// which comes once, while it stays within the most pinned messages may take, as on the
+/// socket API. Claimed in that order: system messages, then the task, then the rest of the
+/// preamble, so an agent's long preamble (SWE-agent's 4,800-token demonstration) never
+/// leaves the user's own request to the summary.
 fn pins(
     session: &SessionRow,
     messages: &[NewMessage],
@@ -519,8 +521,12 @@ fn pins(
     let mut pinned = vec![false; messages.len()];
     let mut pinned_tokens = session.pinned_tokens;
     for rank in 0..3 {
+        let cap = match rank {
+            1 => rules.pin_cap.max(rules.max_pinned_tokens),
+            _ => rules.pin_cap,
+        };
         for (i, message) in messages.iter().enumerate() {
-            let fits = !rules.lenient || pinned_tokens + message.tokens <= rules.pin_cap;
+            let fits = !rules.lenient || pinned_tokens + message.tokens <= cap;
             if claims[i] == Some(rank) && fits {
                 pinned[i] = true;
                 pinned_tokens += message.tokens;

@@ -1,11 +1,12 @@
 //! What a proxied conversation keeps verbatim in every call: its system prompt, then the
-//! user's request, then as much of the rest of its preamble as a quarter of the usable
-//! context holds. The preamble here is SWE-agent's as its real transcript has it: its system
+//! user's request (while pinned messages leave room for the smallest summary and tail), then
+//! as much of the rest of its preamble as a quarter of the usable context holds. The preamble here is SWE-agent's as its real transcript has it: its system
 //! prompt, a demonstration of a whole solved issue (about 4,800 tokens), then the issue to
 //! solve.
 
+use crate::common::TestDaemon;
 use crate::common::mock_model::{MockModel, Reply};
-use crate::proxy::{KEY, call, counted_answer, no_orphans};
+use crate::proxy::{KEY, call, no_orphans};
 use serde_json::{Value, json};
 
 /// SWE-agent's first call in the shared GPT-4 run: system prompt, demonstration, issue.
@@ -26,70 +27,100 @@ fn swe_agent_first_call() -> Option<Vec<Value>> {
     Some(first)
 }
 
-/// At a 32,000-token window a quarter of the usable context (6,400 tokens) holds the system
-/// prompt and the demonstration (about 6,000 together) or the system prompt and the issue,
-/// not all three. The issue is the user's request: it stays a message of its own in every
-/// call the model gets, after compactions as before them, and the demonstration is what goes
-/// to the summary (before, the demonstration took the room and the issue was summarized).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_users_request_is_pinned_before_a_long_demonstration() {
-    let Some(first) = swe_agent_first_call() else {
-        return;
-    };
-    let (system, demonstration, issue) = (&first[0], &first[1], &first[2]);
-    let answers = (0..40)
-        .map(|i| counted_answer(i, 7_500 + 720 * i))
-        .collect();
-    let mock = MockModel::start(answers, Reply::OpenAi("noted".into()));
-    let daemon = crate::common::TestDaemon::start(&format!(
+/// SWE-agent's first call, then `steps` steps, through compactd to a model of `window`
+/// tokens (four characters each) that refuses longer requests as OpenAI does and reports
+/// its count. Checks what every call the model got must hold: the system prompt first, the
+/// issue whole as a message of its own, no result without its call; returns the calls and
+/// which of SWE-agent's three first messages are pinned in the file.
+async fn swe_agent_through(model: &str, window: usize, steps: usize) -> Option<(usize, [bool; 3])> {
+    let first = swe_agent_first_call()?;
+    let (system, issue) = (&first[0], &first[2]);
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window,
+            chars_per_token: 4,
+        },
+    );
+    let daemon = TestDaemon::start(&format!(
         "[compaction]\ndefault_context_limit = 32000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
         mock.base
     ));
     let client = daemon.client();
     let mut messages = first.clone();
     let mut session = String::new();
-    for i in 0..40 {
-        // A model the daemon has no window for: the configured default, 32,000 (GPT-4's own
-        // 8,192 would not hold the first call's 7,200 tokens).
-        let body = json!({"model": "local-model", "messages": messages});
+    for i in 0..steps {
+        let body = json!({"model": model, "messages": messages});
         let (status, head, answer) = call(&client, KEY, None, &body).await;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+        assert_eq!(
+            status,
+            200,
+            "{model}, step {i}: {}",
+            String::from_utf8_lossy(&answer)
+        );
         session = head["x-compactd-session"].to_str().unwrap().to_string();
-        messages.push(crate::proxy::assistant(i));
-        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+        // As this SWE-agent run does: the model's answer, then the command's output as a
+        // user message.
+        messages.push(json!({"role": "assistant", "content": "noted"}));
+        messages.push(json!({"role": "user",
             "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
     }
     let state = client.get(&format!("/session/{session}")).await.unwrap();
     assert!(
-        state["compaction_count"].as_u64().unwrap() >= 2,
-        "the conversation compacted: {state}"
+        state["compaction_count"].as_u64().unwrap() >= 1,
+        "{model}: the conversation compacted: {state}"
     );
     let sent = mock.requests();
-    assert_eq!(sent.len(), 40);
-    let mut demonstration_summarized = false;
     for (n, request) in sent.iter().enumerate() {
         let got = request.body["messages"].as_array().unwrap();
         no_orphans(got);
-        assert_eq!(&got[0], system, "call {n}: the system prompt first");
+        assert_eq!(
+            &got[0], system,
+            "{model}, call {n}: the system prompt first"
+        );
         assert!(
             got.contains(issue),
-            "call {n}: the issue, whole, a message of its own"
+            "{model}, call {n}: the issue, whole, a message of its own"
         );
-        demonstration_summarized |= !got.contains(demonstration);
     }
-    assert!(
-        demonstration_summarized,
-        "the demonstration went to the summary at some point"
-    );
-    // The file says the same to anyone reading it: the system prompt and the issue pinned,
-    // the demonstration not.
     let conn = rusqlite::Connection::open(daemon.db()).unwrap();
-    let pinned: Vec<(u64, bool)> = conn
-        .prepare("SELECT seq, pinned FROM messages WHERE session_id = ?1 AND seq <= 3 ORDER BY seq")
+    let pinned: Vec<bool> = conn
+        .prepare("SELECT pinned FROM messages WHERE session_id = ?1 AND seq <= 3 ORDER BY seq")
         .unwrap()
-        .query_map([&session], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_map([&session], |r| r.get(0))
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert_eq!(pinned, [(1, true), (2, false), (3, true)]);
+    Some((sent.len(), pinned.try_into().unwrap()))
+}
+
+/// At a 32,000-token window (a model the daemon has no window for: the configured default)
+/// a quarter of the usable context (6,400 tokens) holds the system prompt and the
+/// demonstration (about 6,000 together) or the system prompt and the issue, not all three.
+/// The issue is the user's request: it stays a message of its own in every call the model
+/// gets, after compactions as before them, and the demonstration is what goes to the summary
+/// (before, the demonstration took the room and the issue was summarized at the first
+/// compaction, call 25 of 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_request_is_pinned_before_a_long_demonstration() {
+    let Some((calls, pinned)) = swe_agent_through("local-model", 32_000, 40).await else {
+        return;
+    };
+    assert_eq!(calls, 40, "none refused");
+    assert_eq!(pinned, [true, false, true], "the demonstration not pinned");
+}
+
+/// GPT-4's own 8,192 tokens, the window of the run the transcript comes from: SWE-agent's
+/// first call (about 7,200 tokens) is over compactd's trigger from the start, and a quarter
+/// of the usable context (1,600 tokens) holds the system prompt alone. The issue is pinned
+/// all the same (the system prompt and it take 2,400 tokens, under the 2,550 that leave room
+/// for the smallest summary and tail), so every call the model gets still has it whole;
+/// before, it went to the summary with the demonstration at the first call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_request_is_pinned_even_where_a_quarter_of_the_window_cannot_hold_it() {
+    let Some((calls, pinned)) = swe_agent_through("gpt-4", 8_192, 12).await else {
+        return;
+    };
+    assert_eq!(calls, 12, "none refused");
+    assert_eq!(pinned, [true, false, true]);
 }
