@@ -79,6 +79,18 @@ impl Run {
     pub fn ok(&self) -> bool {
         self.output.status.success()
     }
+
+    /// Asserts the agent exited well, its task done to the last step (the mock's final
+    /// answer names the last step's output); `context` (a daemon's log) shows on failure.
+    pub fn assert_done(&self, context: &str) {
+        assert!(self.ok(), "{}\n{context}", self.log());
+        assert!(
+            self.answer
+                .contains("All 20 steps done; the last output ended with STEP-20-END"),
+            "{}",
+            self.log()
+        );
+    }
     pub fn log(&self) -> String {
         format!(
             "status {:?}\nstdout:\n{}\nstderr:\n{}\nagent logs:\n{}",

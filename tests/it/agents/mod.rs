@@ -44,15 +44,8 @@ fn direct_with(agent: Agent, model: &str, task: Task) -> Vec<Seen> {
         refused,
         result.answer
     );
-    assert!(result.ok(), "{}", result.log());
+    result.assert_done("");
     assert!(refused.is_empty(), "{refused:?}");
-    assert!(
-        result
-            .answer
-            .contains("All 20 steps done; the last output ended with STEP-20-END"),
-        "{}",
-        result.log()
-    );
     api.seen()
 }
 
@@ -176,19 +169,7 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
         refused,
         result.answer
     );
-    assert!(
-        result.ok(),
-        "{}\ndaemon log:\n{}",
-        result.log(),
-        daemon.log()
-    );
-    assert!(
-        result
-            .answer
-            .contains("All 20 steps done; the last output ended with STEP-20-END"),
-        "{}",
-        result.log()
-    );
+    result.assert_done(&format!("daemon log:\n{}", daemon.log()));
     let sessions = sessions(&daemon);
     eprintln!(
         "sessions: {sessions:?}\nrequest tokens: {:?}",
@@ -634,14 +615,7 @@ fn claude_code_finishes_its_task_through_compactd_when_the_disk_fills() {
     };
     let result = run(&setup, Duration::from_secs(400));
     let log = daemon.log();
-    assert!(result.ok(), "{}\ndaemon log:\n{log}", result.log());
-    assert!(
-        result
-            .answer
-            .contains("All 20 steps done; the last output ended with STEP-20-END"),
-        "{}",
-        result.log()
-    );
+    result.assert_done(&format!("daemon log:\n{log}"));
     assert!(api.refused().is_empty(), "{:?}", api.refused());
     assert_eq!(
         log.matches("the disk holding the database is full: writes are refused")
