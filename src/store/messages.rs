@@ -488,6 +488,14 @@ fn is_task(session: &SessionRow, message: &NewMessage) -> bool {
     }
 }
 
+/// Why a message would be pinned, in the order such messages claim room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    System,
+    Task,
+    Preamble,
+}
+
 /// Which of the batch's messages are pinned: system messages, the client's preamble (but
 /// never half a tool call: a pinned call whose result was compacted, or the reverse, would
 /// break the conversation) and the task, message `task` of the batch, when small enough.
@@ -510,24 +518,27 @@ fn pins(
         let is_task = task == Some(i)
             && message.answers.is_empty()
             && message.tokens <= rules.task_max_tokens;
-        match () {
-            _ if message.system => Some(0),
-            _ if is_task => Some(1),
-            _ if preamble => Some(2),
-            _ => None,
+        if message.system {
+            Some(Claim::System)
+        } else if is_task {
+            Some(Claim::Task)
+        } else if preamble {
+            Some(Claim::Preamble)
+        } else {
+            None
         }
     };
-    let claims: Vec<Option<u8>> = messages.iter().enumerate().map(claim).collect();
+    let claims: Vec<Option<Claim>> = messages.iter().enumerate().map(claim).collect();
     let mut pinned = vec![false; messages.len()];
     let mut pinned_tokens = session.pinned_tokens;
-    for rank in 0..3 {
-        let cap = match rank {
-            1 => rules.pin_cap.max(rules.max_pinned_tokens),
-            _ => rules.pin_cap,
+    for turn in [Claim::System, Claim::Task, Claim::Preamble] {
+        let cap = match turn {
+            Claim::Task => rules.pin_cap.max(rules.max_pinned_tokens),
+            Claim::System | Claim::Preamble => rules.pin_cap,
         };
         for (i, message) in messages.iter().enumerate() {
             let fits = !rules.lenient || pinned_tokens + message.tokens <= cap;
-            if claims[i] == Some(rank) && fits {
+            if claims[i] == Some(turn) && fits {
                 pinned[i] = true;
                 pinned_tokens += message.tokens;
             }

@@ -271,7 +271,7 @@ pub(super) const TAUGHT_WINDOW: &str = "SELECT context_limit, limit_taught_at FR
      ORDER BY limit_taught_at DESC LIMIT 1";
 
 /// The window a model's refusal taught another of the caller's sessions of the same model
-/// since `windows_taught_since` (the configuration's load), and when it was taught: a
+/// since `windows_taught_since` (the configuration's load, a day ago at most), and when: a
 /// session starting without it would have its first long call refused too, one refusal per
 /// sub-agent, per task of a headerless agent (aider, mini-swe-agent), per run of Claude Code.
 /// A window taught before the configuration last loaded is not shared: the operator may have

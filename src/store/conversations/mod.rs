@@ -67,7 +67,8 @@ pub struct ProxyCall {
     /// `Err(seconds)`: the caller may not make a session now (it may continue one).
     pub may_create: std::result::Result<(), u64>,
     /// A window a model's refusal taught the caller's other sessions of the model is where a
-    /// new session starts when it was taught since this time (the configuration's load).
+    /// new session starts when it was taught since this time (the configuration's load, a
+    /// day ago at most: `Settings::windows_taught_since`).
     pub windows_taught_since: std::time::SystemTime,
 }
 
