@@ -167,7 +167,10 @@ fn dump_into(program: &Path, db: &Path, to: &Path) {
 }
 
 /// A daemon whose session `s` was compacted and masked (a task, then 30 steps), and the
-/// session's messages.
+/// session's messages. It ends with a manual compaction, which waits for the one the last
+/// steps started in the background: until then two readers a moment apart could see the
+/// session before and after it (seen: an older `sqlite3`'s `message_text` with messages
+/// compacted that the system's, read just after, showed whole).
 async fn a_compacted_session() -> (TestDaemon, Vec<Value>) {
     let daemon = TestDaemon::start("[compaction]\nmax_messages = 20\n");
     let client = daemon.client();
@@ -178,6 +181,10 @@ async fn a_compacted_session() -> (TestDaemon, Vec<Value>) {
     for i in 0..30 {
         step(&client, "s", i).await;
     }
+    client
+        .post("/session/s/summarize", &serde_json::json!({}))
+        .await
+        .unwrap();
     let original = all_messages(&client, "s").await;
     (daemon, original)
 }
