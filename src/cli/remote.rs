@@ -163,7 +163,11 @@ fn session_text(s: &SessionView) -> String {
             }
             _ => String::new(),
         },
-        s.limit_source.as_deref().unwrap_or("the client"),
+        match (&s.limit_source, &s.limit_taught_at) {
+            (Some(source), Some(at)) => format!("{source} at {at}"),
+            (Some(source), None) => source.clone(),
+            (None, _) => "the client".to_string(),
+        },
         if s.overhead_tokens > 0 {
             format!(
                 " ({} of them the client's tools and system)",

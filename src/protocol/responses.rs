@@ -152,6 +152,10 @@ pub struct SessionView {
     /// takes at most three quarters of it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub completion_tokens: usize,
+    /// With `limit_source` `upstream refusal`: when the model's refusal taught the limit (this
+    /// session's, or one of the same caller and model that this session started from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_taught_at: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -41,6 +41,7 @@ impl SessionView {
             limit_source: session.limit_source,
             overhead_tokens: session.overhead_tokens,
             completion_tokens: session.completion_tokens,
+            limit_taught_at: session.limit_taught_at,
         }
     }
 }

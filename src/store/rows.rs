@@ -64,6 +64,9 @@ pub struct SessionRow {
     /// `max_tokens` that names one, or what a refusal said it asked), in the model's tokens;
     /// 0: none said.
     pub completion_tokens: usize,
+    /// When a model's refusal taught `context_limit` (this session's, or the one it started
+    /// from); `None` for a limit no refusal set.
+    pub limit_taught_at: Option<String>,
 }
 
 /// How a session came to be.
@@ -128,9 +131,9 @@ impl SessionRow {
         reported_tokens, tokens_since_report, turn_start_seq, turn_attempts, pinned_tokens, task_seq, \
         masked_through_seq, owner, step_calls, head_seq, branch_points, summary_num, kind, \
         conversation, root_hash, task_hash, static_seq, overhead_tokens, limit_source, token_rate, \
-        completion_tokens";
+        completion_tokens, limit_taught_at";
     /// How many columns [`SessionRow::COLUMNS`] names (the index of a column selected after them).
-    pub(super) const COUNT: usize = 33;
+    pub(super) const COUNT: usize = 34;
 
     pub(super) fn from_row(row: &Row) -> rusqlite::Result<SessionRow> {
         let overrides: String = row.get(3)?;
@@ -169,6 +172,7 @@ impl SessionRow {
             limit_source: row.get(30)?,
             token_rate: row.get(31)?,
             completion_tokens: row.get(32)?,
+            limit_taught_at: row.get(33)?,
         })
     }
 

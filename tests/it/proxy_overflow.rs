@@ -171,6 +171,27 @@ async fn named_window_learned(model_name: &str) {
         state["limit_source"], "upstream refusal",
         "{model_name}: {state}"
     );
+    // When, as the file has it.
+    let conn = rusqlite::Connection::open(daemon.db()).unwrap();
+    let taught: String = conn
+        .query_row(
+            "SELECT limit_taught_at FROM sessions WHERE id = ?1",
+            [&session],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(state["limit_taught_at"], taught.as_str(), "{state}");
+    let shown = std::process::Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["session", "show", &session])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!("limit from upstream refusal at {taught}")),
+        "{shown}"
+    );
 }
 
 /// Claude Code asks for a long completion (`max_tokens`); the Messages API refuses a prompt
