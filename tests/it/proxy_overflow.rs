@@ -34,6 +34,17 @@ fn counted(request: &Value, chars_per_token: usize) -> usize {
         / chars_per_token
 }
 
+/// What `compactd session show` prints of `session`.
+fn session_shown(daemon: &TestDaemon, session: &str) -> String {
+    let shown = std::process::Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .args(["session", "show", session])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&shown.stdout).into_owned()
+}
+
 /// A resumed Claude Code conversation: the task, then `rounds` tool calls each answered by
 /// an output of `chars` characters of code.
 fn resumed(rounds: usize, chars: usize) -> Vec<Value> {
@@ -181,13 +192,7 @@ async fn named_window_learned(model_name: &str) {
         )
         .unwrap();
     assert_eq!(state["limit_taught_at"], taught.as_str(), "{state}");
-    let shown = std::process::Command::new(crate::common::BIN)
-        .arg("--socket")
-        .arg(daemon.socket())
-        .args(["session", "show", &session])
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&shown.stdout);
+    let shown = session_shown(&daemon, &session);
     assert!(
         shown.contains(&format!("limit from upstream refusal at {taught}")),
         "{shown}"
@@ -270,13 +275,7 @@ async fn the_completion_a_call_asks_for_is_kept_free_before_the_model_refuses() 
     assert_eq!(state["token_threshold"], 8_000, "{state}");
     assert_eq!(state["compaction_count"], 1, "{state}");
     // What a person sees of it.
-    let shown = std::process::Command::new(crate::common::BIN)
-        .arg("--socket")
-        .arg(daemon.socket())
-        .args(["session", "show", &session])
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&shown.stdout);
+    let shown = session_shown(&daemon, &session);
     assert!(
         shown.contains("compacts at 8000 (room kept for the client's 8000-token answers)"),
         "{shown}"
