@@ -7,7 +7,7 @@ use super::super::rows::{SessionKind, SessionRow};
 use super::super::sessions::{get_live, insert};
 use super::super::{Result, StoreError};
 use super::ProxyCall;
-use super::walk::walk;
+use super::walk::{Walked, walk};
 use crate::message::Role;
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -17,8 +17,10 @@ const CANDIDATES: usize = 32;
 
 /// Where a call lands, as far as the store can tell before storing anything.
 pub(super) enum Lands {
-    /// In this session, which it continues.
-    In(Box<SessionRow>),
+    /// In this session, which it continues; with where the call stands in its tree when
+    /// finding the session walked it already (nothing is written before the call is placed,
+    /// so a second walk would end in the same place).
+    In(Box<SessionRow>, Option<Walked>),
     /// In a new session: the call's own, or with `Some`, another conversation under the
     /// header of one already stored ([`Fork`]).
     New(Option<Fork>),
@@ -58,7 +60,7 @@ pub(super) fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Resul
     if let Some(named) = &call.named {
         return match get_live(conn, named) {
             Ok(session) if session.owner.as_deref() == Some(call.owner.as_str()) => {
-                Ok(Lands::In(Box::new(session)))
+                Ok(Lands::In(Box::new(session), None))
             }
             // Another key's, or the socket API's: neither is this caller's to continue.
             Ok(_) => Err(StoreError::NotFound(named.clone())),
@@ -86,11 +88,13 @@ pub(super) fn find(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Resul
     {
         // A one-off call that a conversation of the caller's does not continue (checked
         // below) goes to the caller's side session.
-        Some(continued_by(conn, call, hashes)?.unwrap_or(side))
+        Some(continued_by(conn, call, hashes)?.unwrap_or((side, None)))
     } else {
         continued_by(conn, call, hashes)?
     };
-    Ok(found.map_or(Lands::New(None), |s| Lands::In(Box::new(s))))
+    Ok(found.map_or(Lands::New(None), |(s, walked)| {
+        Lands::In(Box::new(s), walked)
+    }))
 }
 
 /// Where a call under a conversation header lands whose session is `session`: there, unless
@@ -110,7 +114,7 @@ fn under_header(
     // and count against the caller's rate of new sessions. An agent's call opening another
     // conversation forks from any session, a side one too (whose task is a title's).
     if !call.has_tools {
-        return Ok(Lands::In(Box::new(session)));
+        return Ok(Lands::In(Box::new(session), None));
     }
     // Where another conversation may leave this one: a depth the session holds messages
     // past, where the call has a user message.
@@ -124,7 +128,9 @@ fn under_header(
     for &at in &points {
         let fork = Fork::of(&session, conversation, hashes[at]);
         match get_live(conn, fork.id.as_str()) {
-            Ok(other) if other.owner == session.owner => return Ok(Lands::In(Box::new(other))),
+            Ok(other) if other.owner == session.owner => {
+                return Ok(Lands::In(Box::new(other), None));
+            }
             // A session of the socket API's by that id: not this caller's to continue, and
             // the fork cannot be made under it.
             Ok(_) => return Err(StoreError::Exists(fork.id.to_string())),
@@ -133,12 +139,12 @@ fn under_header(
         }
     }
     if points.is_empty() {
-        return Ok(Lands::In(Box::new(session)));
+        return Ok(Lands::In(Box::new(session), None));
     }
-    let (matched, _) = walk(conn, &session, hashes)?;
-    Ok(match points.contains(&matched) {
-        true => Lands::New(Some(Fork::of(&session, conversation, hashes[matched]))),
-        false => Lands::In(Box::new(session)),
+    let walked = walk(conn, &session, hashes)?;
+    Ok(match points.contains(&walked.0) {
+        true => Lands::New(Some(Fork::of(&session, conversation, hashes[walked.0]))),
+        false => Lands::In(Box::new(session), Some(walked)),
     })
 }
 
@@ -154,10 +160,14 @@ fn side_session(conn: &Connection, call: &ProxyCall) -> Result<Option<SessionRow
     id.map(|id| get_live(conn, &id)).transpose()
 }
 
-/// The caller's conversation the call continues: it shares the conversation's first message
-/// and either its prefix past the client's preamble, or its task, or all of a first call that
-/// was cut off between its writes.
-fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<SessionRow>> {
+/// The caller's conversation the call continues, and where the call stands in it: it shares
+/// the conversation's first message and either its prefix past the client's preamble, or its
+/// task, or all of a first call that was cut off between its writes.
+fn continued_by(
+    conn: &Connection,
+    call: &ProxyCall,
+    hashes: &[i64],
+) -> Result<Option<(SessionRow, Option<Walked>)>> {
     let candidates: Vec<String> = conn
         .prepare_cached(
             "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 AND conversation IS NULL
@@ -167,13 +177,14 @@ fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<O
             r.get(0)
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let mut best: Option<(usize, SessionRow)> = None;
+    let mut best: Option<(Walked, SessionRow)> = None;
     for id in candidates {
         let session = get_live(conn, &id)?;
         if session.kind == SessionKind::Side {
             continue;
         }
-        let (matched, _) = walk(conn, &session, hashes)?;
+        let walked = walk(conn, &session, hashes)?;
+        let matched = walked.0;
         let past_preamble = matched > session.static_seq as usize;
         let carries_task = session
             .task_hash
@@ -185,12 +196,12 @@ fn continued_by(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<O
         let cut_off =
             session.message_count <= session.static_seq && matched as u64 == session.message_count;
         if (past_preamble || carries_task || cut_off)
-            && best.as_ref().is_none_or(|(m, _)| matched > *m)
+            && best.as_ref().is_none_or(|((m, _), _)| matched > *m)
         {
-            best = Some((matched, session));
+            best = Some((walked, session));
         }
     }
-    Ok(best.map(|(_, session)| session))
+    Ok(best.map(|(walked, session)| (session, Some(walked))))
 }
 
 /// A one-off call: instructions (system messages) and one user message.

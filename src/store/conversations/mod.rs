@@ -126,11 +126,14 @@ impl Store {
     pub async fn preview_call(&self, call: ProxyCall) -> Result<Option<(SessionRow, usize)>> {
         self.read(move |conn| {
             let hashes = call.hashes();
-            let Lands::In(session) = find(conn, &call, &hashes)? else {
+            let Lands::In(session, walked) = find(conn, &call, &hashes)? else {
                 return Ok(None);
             };
             let session = *session;
-            let (matched, node) = walk(conn, &session, &hashes)?;
+            let (matched, node) = match walked {
+                Some(walked) => walked,
+                None => walk(conn, &session, &hashes)?,
+            };
             Ok((node.unwrap_or(0) == session.head_seq).then_some((session, matched)))
         })
         .await
@@ -232,20 +235,22 @@ fn place(
     rules: &dyn Fn(&SessionRow) -> AppendRules,
     resume: Option<Resume>,
 ) -> Result<(Placed, Option<Resume>)> {
-    let (session, created) = match &resume {
-        Some(resume) => (get_live(conn, &resume.session)?, false),
+    let (session, created, walked) = match &resume {
+        Some(resume) => (get_live(conn, &resume.session)?, false, None),
         None => match find(conn, call, hashes)? {
-            Lands::In(session) => (*session, false),
-            Lands::New(fork) => (create(conn, call, hashes, fork)?, true),
+            Lands::In(session, walked) => (*session, false, walked),
+            Lands::New(fork) => (create(conn, call, hashes, fork)?, true, None),
         },
     };
-    let (matched, node) = match resume {
+    let (matched, node) = match (resume, walked) {
         // Nothing moved since: the walk would end where the last write did. Walking again
         // from the first message at every write would make a call of n messages cost n²/500
         // steps of the walk.
-        Some(resume) if untouched(conn, &session, resume.node)? => {
+        (Some(resume), _) if untouched(conn, &session, resume.node)? => {
             (resume.matched, Some(resume.node))
         }
+        // Finding the session walked it, in this transaction.
+        (_, Some(walked)) => walked,
         _ => walk(conn, &session, hashes)?,
     };
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;

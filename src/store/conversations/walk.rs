@@ -17,6 +17,10 @@ pub(super) const HASHES_ALONG: &str =
     "SELECT seq, hash FROM messages INDEXED BY messages_hash_by_seq
      WHERE session_id = ?1 AND hash IS NOT NULL AND seq BETWEEN ?2 AND ?3 ORDER BY seq";
 
+/// How many of a call's messages a session's tree holds (a prefix), and the node the prefix
+/// ends at (`None`: not even the first).
+pub(super) type Walked = (usize, Option<u64>);
+
 /// The longest prefix of `hashes` the session's tree holds, and the node it ends at.
 ///
 /// A node has at most one child of a fingerprint (a call's messages are stored only past the
@@ -25,11 +29,7 @@ pub(super) const HASHES_ALONG: &str =
 /// fingerprints are read in one pass (a step down the tree is a lookup of its own, and a client
 /// resending 10,000 messages held the writer, and every other client's append, 100 ms), and
 /// the walk goes on a step at a time only from where the call leaves the branch.
-pub(super) fn walk(
-    conn: &Connection,
-    session: &SessionRow,
-    hashes: &[i64],
-) -> Result<(usize, Option<u64>)> {
+pub(super) fn walk(conn: &Connection, session: &SessionRow, hashes: &[i64]) -> Result<Walked> {
     let id = session.id.as_str();
     let (along, node) = along_branch(conn, id, &Branch::current(conn, session)?, hashes)?;
     let (further, node) = walk_from(conn, id, node, &hashes[along..])?;
@@ -72,7 +72,7 @@ pub(super) fn walk_from(
     id: &str,
     start: Option<u64>,
     hashes: &[i64],
-) -> Result<(usize, Option<u64>)> {
+) -> Result<Walked> {
     let mut child = conn.prepare_cached(CHILD_BY_HASH)?;
     let mut node: Option<u64> = start;
     for (k, hash) in hashes.iter().enumerate() {
