@@ -313,17 +313,10 @@ mod tests {
 
     /// A search reads its matches' messages by rowid, never the session's every message: its
     /// cost follows its matches (at most [`MAX_SCORED`] a stage), not the session's length.
-    /// The daemon's database has no statistics (`sqlite_stat1`), as this empty one has none.
     #[test]
     fn a_search_reads_only_its_matches_messages() {
-        let conn = unindexed_messages(&[]);
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {SEARCH}"))
-            .unwrap()
-            .query_map(params!["text : x", "s", 10, MAX_SCORED], |r| r.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let plan =
+            super::super::migrate::query_plan(SEARCH, params!["text : x", "s", 10, MAX_SCORED]);
         let at = |step: &str| plan.iter().position(|p| p.starts_with(step));
         let (scan, lookup) = (at("SCAN found"), at("SEARCH m USING INTEGER PRIMARY KEY"));
         assert!(

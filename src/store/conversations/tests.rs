@@ -6,16 +6,7 @@ use crate::message::Role;
 use crate::store::overflows::LIMIT_FROM_REFUSAL;
 use crate::store::sessions::NewSession;
 
-fn plan(query: &str, params: impl rusqlite::Params) -> Vec<String> {
-    let conn = Connection::open_in_memory().unwrap();
-    conn.execute_batch(super::super::migrate::SCHEMA).unwrap();
-    conn.prepare(&format!("EXPLAIN QUERY PLAN {query}"))
-        .unwrap()
-        .query_map(params, |r| r.get(3))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
-}
+use super::super::migrate::query_plan as plan;
 
 /// A first call of 1,202 messages whose task has no opening (so only its stored prefix
 /// can tell its retry apart), written in full or cut off after its first write, as a

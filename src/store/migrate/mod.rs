@@ -320,5 +320,20 @@ fn pin_existing_tasks(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
+/// The plan SQLite makes for `query` on the daemon's schema, a step a line: an empty
+/// database has no statistics (`sqlite_stat1`), as the daemon's file has none, so the plan is
+/// the one the daemon's statements get.
+#[cfg(test)]
+pub(super) fn query_plan(query: &str, params: impl rusqlite::Params) -> Vec<String> {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+        .unwrap()
+        .query_map(params, |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests;
