@@ -235,16 +235,24 @@ impl Shape {
             at += 1;
             match b {
                 b'"' => at = past_string(bytes, at),
-                b'{' | b'[' => {
-                    shape.containers += 1;
-                    depth += 1;
-                    shape.depth = shape.depth.max(depth);
-                }
-                b'}' | b']' => depth = depth.saturating_sub(1),
-                _ => {}
+                _ => shape.count(&mut depth, b),
             }
         }
         shape
+    }
+
+    /// Counts `b`, a byte outside strings, if it opens or closes a container; `depth` is how
+    /// deep the containers open before it nest.
+    fn count(&mut self, depth: &mut usize, b: u8) {
+        match b {
+            b'{' | b'[' => {
+                self.containers += 1;
+                *depth += 1;
+                self.depth = self.depth.max(*depth);
+            }
+            b'}' | b']' => *depth = depth.saturating_sub(1),
+            _ => {}
+        }
     }
 }
 
@@ -279,7 +287,7 @@ mod tests {
         assert_eq!(Shape::of(deep.as_bytes()).depth, 5_000);
     }
 
-    /// The shape as it was first read, a byte at a time.
+    /// The shape as it was first read, a byte at a time (strings entered and left byte by byte).
     fn shape_byte_by_byte(bytes: &[u8]) -> Shape {
         let mut shape = Shape::default();
         let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
@@ -295,13 +303,7 @@ mod tests {
             }
             match b {
                 b'"' => in_string = true,
-                b'{' | b'[' => {
-                    shape.containers += 1;
-                    depth += 1;
-                    shape.depth = shape.depth.max(depth);
-                }
-                b'}' | b']' => depth = depth.saturating_sub(1),
-                _ => {}
+                _ => shape.count(&mut depth, b),
             }
         }
         shape
