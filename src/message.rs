@@ -216,6 +216,36 @@ impl Message {
             _ => None,
         })
     }
+
+    /// Where a task whose message is `messages[task]` begins: the message before it when the
+    /// task answers that message's calls, all of them and no other (Claude Code's fork: the
+    /// fork's directive follows, in one user message, the results of the parent's `Agent`
+    /// call that made it), for neither may ever stand without the other; else its own.
+    pub fn task_start(messages: &[Message], task: usize) -> usize {
+        match task.checked_sub(1) {
+            Some(call)
+                if messages[task].is_user_text()
+                    && answers_exactly(
+                        messages[task].tool_result_ids(),
+                        messages[call].tool_call_ids(),
+                    ) =>
+            {
+                call
+            }
+            _ => task,
+        }
+    }
+}
+
+/// Whether results of the ids `answers` answer the calls of the ids `calls`, every one and
+/// no other (and there are some).
+pub(crate) fn answers_exactly<'a>(
+    answers: impl IntoIterator<Item = &'a str>,
+    calls: impl IntoIterator<Item = &'a str>,
+) -> bool {
+    let answers: std::collections::HashSet<&str> = answers.into_iter().collect();
+    let calls: std::collections::HashSet<&str> = calls.into_iter().collect();
+    !calls.is_empty() && answers == calls
 }
 
 /// What a body of messages holds: one message, an array of them, or
@@ -344,6 +374,50 @@ fn parse_items(items: &[&serde_json::value::RawValue]) -> Result<Vec<Message>, B
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task begins at the call its message answers when it answers all of that call's
+    /// message and nothing else (Claude Code's fork); otherwise at itself.
+    #[test]
+    fn a_task_answering_the_calls_before_it_begins_at_them() {
+        let calls = |ids: &[&str]| Message {
+            role: Role::Assistant,
+            parts: ids
+                .iter()
+                .map(|id| Part::ToolCall {
+                    id: id.to_string(),
+                    name: "Agent".into(),
+                    args: Value::Null,
+                })
+                .collect(),
+        };
+        let answer = |ids: &[&str], text: &str| Message {
+            role: Role::User,
+            parts: ids
+                .iter()
+                .map(|id| Part::ToolResult {
+                    call_id: id.to_string(),
+                    name: None,
+                    output: "Fork started".into(),
+                    is_error: false,
+                })
+                .chain((!text.is_empty()).then(|| Part::Text { text: text.into() }))
+                .collect(),
+        };
+        let task = Message::text(Role::User, "the task");
+        let start =
+            |call: Message, answer: Message| Message::task_start(&[task.clone(), call, answer], 2);
+        assert_eq!(start(calls(&["a"]), answer(&["a"], "your directive")), 1);
+        assert_eq!(
+            start(calls(&["a", "b"]), answer(&["b", "a"], "directive")),
+            1
+        );
+        // Results alone are no task; some of the calls, or others, cannot stand apart.
+        assert_eq!(start(calls(&["a"]), answer(&["a"], "")), 2);
+        assert_eq!(start(calls(&["a", "b"]), answer(&["a"], "directive")), 2);
+        assert_eq!(start(calls(&["a"]), answer(&["a", "z"], "directive")), 2);
+        assert_eq!(Message::task_start(std::slice::from_ref(&task), 0), 0);
+        assert_eq!(start(task.clone(), task.clone()), 2);
+    }
 
     #[test]
     fn role_names_are_the_serde_names_and_parse_back() {

@@ -10,7 +10,7 @@ use crate::compaction::instruction::is_instruction;
 use crate::compaction::microcompact::{MaskingStart, masked_parts};
 use crate::compaction::step;
 use crate::compaction::{LazyEstimator, Origin};
-use crate::message::{Message, Part, Role};
+use crate::message::{Message, Part, Role, answers_exactly};
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
@@ -498,29 +498,35 @@ enum Claim {
 
 /// Which of the batch's messages are pinned: system messages, the client's preamble (but
 /// never half a tool call: a pinned call whose result was compacted, or the reverse, would
-/// break the conversation) and the task, message `task` of the batch, when small enough.
-/// Leniently (the proxy), system messages and the preamble only while the pinned part stays
-/// within the rules' cap (what a client repeats must not fill the context), and the task,
-/// which comes once, while it stays within the most pinned messages may take, as on the
-/// socket API. Claimed in that order: system messages, then the task, then the rest of the
-/// preamble, so an agent's long preamble (SWE-agent's 4,800-token demonstration) never
-/// leaves the user's own request to the summary.
+/// break the conversation) and the task, message `task` of the batch, when small enough, with
+/// the calls it answers ([`task_messages`]). Leniently (the proxy), system messages and the
+/// preamble only while the pinned part stays within the rules' cap (what a client repeats must
+/// not fill the context), and the task, which comes once, while it stays within the most
+/// pinned messages may take, as on the socket API. Claimed in that order: system messages,
+/// then the task, then the rest of the preamble, so an agent's long preamble (SWE-agent's
+/// 4,800-token demonstration) never leaves the user's own request to the summary.
 fn pins(
     session: &SessionRow,
     messages: &[NewMessage],
     task: Option<usize>,
     rules: &AppendRules,
 ) -> Vec<bool> {
+    let task = task
+        .and_then(|t| task_messages(messages, t))
+        .filter(|range| {
+            messages[range.clone()]
+                .iter()
+                .map(|m| m.tokens)
+                .sum::<usize>()
+                <= rules.task_max_tokens
+        });
     let claim = |(i, message): (usize, &NewMessage)| {
         let seq = session.message_count + 1 + i as u64;
         let preamble =
             seq <= session.static_seq && message.calls.is_empty() && message.answers.is_empty();
-        let is_task = task == Some(i)
-            && message.answers.is_empty()
-            && message.tokens <= rules.task_max_tokens;
         if message.system {
             Some(Claim::System)
-        } else if is_task {
+        } else if task.as_ref().is_some_and(|range| range.contains(&i)) {
             Some(Claim::Task)
         } else if preamble {
             Some(Claim::Preamble)
@@ -536,15 +542,46 @@ fn pins(
             Claim::Task => rules.pin_cap.max(rules.max_pinned_tokens),
             Claim::System | Claim::Preamble => rules.pin_cap,
         };
-        for (i, message) in messages.iter().enumerate() {
-            let fits = !rules.lenient || pinned_tokens + message.tokens <= cap;
-            if claims[i] == Some(turn) && fits {
-                pinned[i] = true;
-                pinned_tokens += message.tokens;
+        // The task's messages are pinned together or not at all.
+        let units: Vec<std::ops::Range<usize>> = match (turn, &task) {
+            (Claim::Task, Some(range)) => vec![range.clone()],
+            (Claim::Task, None) => Vec::new(),
+            _ => (0..messages.len())
+                .filter(|&i| claims[i] == Some(turn))
+                .map(|i| i..i + 1)
+                .collect(),
+        };
+        for unit in units {
+            let tokens: usize = messages[unit.clone()].iter().map(|m| m.tokens).sum();
+            if !rules.lenient || pinned_tokens + tokens <= cap {
+                pinned[unit].fill(true);
+                pinned_tokens += tokens;
             }
         }
     }
     pinned
+}
+
+/// The messages message `t` of the batch, the task, is pinned as: itself; or, when it is an
+/// instruction that answers tool calls too, with the message before it in the batch if it
+/// answers that message's calls and no others (Claude Code's fork: the fork's directive
+/// follows, in one user message, the result of its parent's `Agent` call). `None` otherwise:
+/// results alone are no instruction, and a pinned result without its call would break the
+/// conversation.
+fn task_messages(messages: &[NewMessage], t: usize) -> Option<std::ops::Range<usize>> {
+    let task = &messages[t];
+    if task.answers.is_empty() {
+        return Some(t..t + 1);
+    }
+    if !task.instruction {
+        return None;
+    }
+    let calls = &messages[t.checked_sub(1)?].calls;
+    let answers_them = answers_exactly(
+        task.answers.iter().map(String::as_str),
+        calls.iter().map(|(id, _)| id.as_str()),
+    );
+    answers_them.then_some(t - 1..t + 1)
 }
 
 /// Where message `seq` of `session` is stored, as its masked or shortened forms say.

@@ -8,7 +8,7 @@ use super::super::sessions::{get_live, insert};
 use super::super::{Result, StoreError};
 use super::ProxyCall;
 use super::walk::{Walked, walk};
-use crate::message::Role;
+use crate::message::{Message, Role};
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -117,13 +117,21 @@ fn under_header(
         return Ok(Lands::In(Box::new(session), None));
     }
     // Where another conversation may leave this one: a depth the session holds messages
-    // past, where the call has a user message.
+    // past, where the call's own task begins (a user message, or the call of a Claude Code
+    // fork's parent that the fork's directive answers).
+    let begins_task = |at: usize| match call.messages.get(at) {
+        Some(m) if m.role == Role::User => true,
+        Some(_) => {
+            at + 1 < call.messages.len() && Message::task_start(&call.messages, at + 1) == at
+        }
+        None => false,
+    };
     let points: Vec<usize> = [Some(session.static_seq), session.task_seq]
         .into_iter()
         .flatten()
         .filter(|&depth| session.message_count > depth)
         .map(|depth| depth as usize)
-        .filter(|&at| call.messages.get(at).is_some_and(|m| m.role == Role::User))
+        .filter(|&at| begins_task(at))
         .collect();
     for &at in &points {
         let fork = Fork::of(&session, conversation, hashes[at]);
@@ -228,7 +236,7 @@ pub(super) fn create(
     let task = call.messages.iter().rposition(|m| m.role == Role::User);
     let preamble = shared_preamble(conn, call, hashes)?
         .unwrap_or(usize::MAX)
-        .min(task.unwrap_or(0));
+        .min(task.map_or(0, |t| Message::task_start(&call.messages, t)));
     // Side calls: under a conversation header, those without tools (a title); without one,
     // one-off calls of a caller who has a conversation going.
     let side = match &call.conversation {

@@ -2,7 +2,7 @@
 
 use super::walk::{CHILD_BY_HASH, HASHES_ALONG};
 use super::*;
-use crate::message::Role;
+use crate::message::{Part, Role};
 use crate::store::overflows::LIMIT_FROM_REFUSAL;
 use crate::store::sessions::NewSession;
 
@@ -473,4 +473,107 @@ fn the_window_taught_is_found_in_an_index() {
             .contains("USING INDEX sessions_taught (owner=? AND model=? AND limit_taught_at>?)"),
         "{found:?}"
     );
+}
+
+/// Claude Code's forks (its `Agent` tool with `subagent_type: "fork"`) call under their
+/// parent's header with the parent's history, then the fork's own `Agent` call, then one user
+/// message holding that call's result and the fork's directive. The first fork (its system
+/// prompt is not its parent's) is a session of its own; the second, which leaves the first at
+/// its own call, is one too, not a branch of the first. In each, the call and the directive
+/// are pinned together: the directive is never summarized away, and the result never stands
+/// without its call.
+#[tokio::test]
+async fn claude_code_forks_are_sessions_of_their_own_with_their_directive_pinned() {
+    let (dir, store, parent) = with_branch_a().await;
+    let pinning = |_: &SessionRow| AppendRules {
+        task_max_tokens: 10_000,
+        max_pinned_tokens: 10_000,
+        pin_cap: 10_000,
+        ..AppendRules::AS_SENT
+    };
+    let fork = |name: &str, hash: i64, steps: usize| {
+        let mut call = headed_call("task A", 100, 3);
+        // Its own system prompt, so its own id (the proxy's is of the header and the prompt).
+        call.root_hash = 43;
+        call.new_session.id = SessionId::unchecked("proxy-headed-forks".to_string());
+        let mut messages = call.messages.to_vec();
+        let id = format!("toolu_{name}");
+        messages.push(Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: id.clone(),
+                name: "Agent".into(),
+                args: serde_json::json!({"prompt": name, "subagent_type": "fork"}),
+            }],
+        });
+        messages.push(Message {
+            role: Role::User,
+            parts: vec![
+                Part::ToolResult {
+                    call_id: id,
+                    name: None,
+                    output: "Fork started".into(),
+                    is_error: false,
+                },
+                Part::Text {
+                    text: format!("<fork-boilerplate>You are a fork.</fork-boilerplate>\n\nYour directive: {name}"),
+                },
+            ],
+        });
+        // The directives open alike (the boilerplate), as Claude Code's do.
+        for (hash, opening) in [(hash, None), (hash + 1, Some(777))] {
+            call.fingerprints.push(Fingerprints { hash, opening });
+        }
+        for i in 0..steps {
+            messages.push(Message::text(Role::Assistant, format!("{name}: step {i}")));
+            messages.push(Message::text(Role::User, format!("{name}: output {i}")));
+            for hash in [hash + 2 + 2 * i as i64, hash + 3 + 2 * i as i64] {
+                call.fingerprints.push(Fingerprints {
+                    hash,
+                    opening: None,
+                });
+            }
+        }
+        call.messages = messages.into();
+        call
+    };
+    let x = store.place_call(fork("X", 500, 0), pinning).await.unwrap();
+    assert!(x.created, "a session of its own");
+    assert_ne!(x.session.id, parent.session.id);
+    let y = store.place_call(fork("Y", 600, 0), pinning).await.unwrap();
+    assert!(y.created, "not a branch of the first fork");
+    assert_eq!(
+        y.session.id.as_str(),
+        format!("{}.{:016x}", x.session.id, 600),
+        "named for its parent and the message where it leaves it"
+    );
+    for (f, name, hash) in [(&x, "X", 500), (&y, "Y", 600)] {
+        assert_eq!(
+            (f.session.static_seq, f.session.task_seq),
+            (8, Some(10)),
+            "{name}: the parent's history, then the call and the directive"
+        );
+        let later = store
+            .place_call(fork(name, hash, 2), pinning)
+            .await
+            .unwrap();
+        assert_eq!(
+            later.session.id, f.session.id,
+            "{name}'s calls stay in {name}"
+        );
+        assert_eq!(later.session.message_count, 14);
+    }
+    store.close();
+    let db = Connection::open(dir.path().join("t.db")).unwrap();
+    for f in [&x, &y] {
+        let pinned: Vec<u64> = db
+            .prepare("SELECT seq FROM messages WHERE session_id = ?1 AND pinned ORDER BY seq")
+            .unwrap()
+            .query_map([f.session.id.as_str()], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        // The parent's history holds no tool calls here, so all of it is the preamble.
+        assert_eq!(pinned, (1..=10).collect::<Vec<u64>>(), "{}", f.session.id);
+    }
 }

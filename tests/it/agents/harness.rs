@@ -125,6 +125,9 @@ pub struct Setup<'a> {
     /// `None`: their own defaults (Claude Code's is 32,000 tokens for `claude-sonnet-4-5`,
     /// 128,000 for a model it does not know; opencode's 32,000).
     pub max_output: Option<usize>,
+    /// Whether Claude Code thinks (its default for the model) or not
+    /// (`CLAUDE_CODE_DISABLE_THINKING`); the other agents think as they do.
+    pub thinking: bool,
 }
 
 /// Runs the agent to its end (at most `limit`), in `dir/work` with `dir/home` as its home.
@@ -153,6 +156,9 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
             // windows these tests give.
             if let Some(tokens) = setup.max_output {
                 command.env("CLAUDE_CODE_MAX_OUTPUT_TOKENS", tokens.to_string());
+            }
+            if !setup.thinking {
+                command.env("CLAUDE_CODE_DISABLE_THINKING", "1");
             }
             command
                 .env("ANTHROPIC_BASE_URL", setup.base)

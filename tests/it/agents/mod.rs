@@ -34,6 +34,7 @@ fn direct_with(agent: Agent, model: &str, task: Task) -> Vec<Seen> {
         prompt: PROMPT,
         key: "sk-test-direct",
         max_output: Some(AGENTS_MAX_OUTPUT),
+        thinking: true,
     };
     let result = run(&setup, Duration::from_secs(300));
     let refused = api.refused();
@@ -94,6 +95,9 @@ struct Model {
     told: usize,
     /// The completion the agent is told to ask for (see [`Setup::max_output`]).
     max_output: Option<usize>,
+    /// Whether the agent thinks, where it may (Claude Code: `CLAUDE_CODE_DISABLE_THINKING`
+    /// otherwise).
+    thinking: bool,
 }
 
 impl Model {
@@ -105,6 +109,7 @@ impl Model {
             chars_per_token,
             told: window,
             max_output: Some(AGENTS_MAX_OUTPUT),
+            thinking: true,
         }
     }
 }
@@ -138,6 +143,11 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
     };
     change(&mut task);
     let delegation = task.delegate_after.map(|_| task.sub_agents);
+    // A Claude Code fork starts from its parent's whole history, steps and all.
+    let inherited = match (agent, task.fork_context) {
+        (Agent::ClaudeCode, true) => task.delegate_after.unwrap_or(0),
+        _ => 0,
+    };
     let (name, limit) = (model.name, model.window);
     task.windows.insert(name.to_string(), limit);
     let api = ModelApi::start(task);
@@ -158,6 +168,7 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
         prompt: PROMPT,
         key: "sk-test-through",
         max_output: model.max_output,
+        thinking: model.thinking,
     };
     let result = run(&setup, Duration::from_secs(400));
     let refused = api.refused();
@@ -284,7 +295,7 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
         );
     }
     if let Some(n) = delegation {
-        each_conversation_its_own(&seen, n);
+        each_conversation_its_own(&seen, n, inherited);
     }
     drop(api);
     seen
@@ -347,6 +358,43 @@ fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
     );
 }
 
+/// Claude Code forks itself (its `Agent` tool with `subagent_type: "fork"`, which it offers
+/// the model by default): the fork's conversation is the parent's history, then the `Agent`
+/// call answered "Fork started" beside the fork's directive, then the fork's own steps, under
+/// the parent's `X-Claude-Code-Session-Id` and system prompt. Through compactd, at a window
+/// that compacts both: the task ends right, nothing is refused, each conversation compacts
+/// apart and reaches the model with its own steps only, and the fork keeps its directive
+/// (the mock knows a fork by it: without it, the fork would take up the parent's steps).
+/// Thinking off: with it on, Claude Code sends the forking call's message without the
+/// thinking block that began it, which the Messages API's rule refuses, compactd or not
+/// (seen directly against the mock).
+#[test]
+fn claude_code_hands_steps_to_a_fork_of_itself_through_compactd() {
+    let model = Model {
+        thinking: false,
+        ..Model::new("claude-opus-5-5", 48_000, 2)
+    };
+    through_with(Agent::ClaudeCode, model, |task| {
+        task.delegate_after = Some(10);
+        task.fork_context = true;
+    });
+}
+
+/// Two forks at once (two `Agent` calls in one message): each fork's conversation holds the
+/// other's call answered "This is the parent's call, not yours".
+#[test]
+fn claude_code_hands_steps_to_two_forks_of_itself_through_compactd() {
+    let model = Model {
+        thinking: false,
+        ..Model::new("claude-opus-5-5", 48_000, 2)
+    };
+    through_with(Agent::ClaudeCode, model, |task| {
+        task.delegate_after = Some(10);
+        task.sub_agents = 2;
+        task.fork_context = true;
+    });
+}
+
 /// Every step's call comes with a second one beside it in the same answer (`echo SIDE-k`),
 /// which the agent runs in parallel and sends back as two results: through compactd, with
 /// its compactions, each result stays with its call (the model API refuses a result without
@@ -390,7 +438,7 @@ fn claude_code_hands_steps_to_two_sub_agents_directly() {
         ..Task::default()
     };
     let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
-    each_conversation_its_own(&seen, 2);
+    each_conversation_its_own(&seen, 2, 0);
 }
 
 /// Codex hands steps to a sub-agent (`spawn_agent`, then `wait_agent`): the sub-agent's
@@ -437,7 +485,7 @@ fn codex_hands_steps_to_a_sub_agent_with_its_context_directly() {
         ..Task::default()
     };
     let seen = direct_with(Agent::Codex, "gpt-5-codex", task);
-    each_conversation_its_own(&seen, 1);
+    each_conversation_its_own(&seen, 1, 0);
 }
 
 /// The same with Codex straight at the model API: the mock's `spawn_agent` and `wait_agent`
@@ -450,7 +498,7 @@ fn codex_hands_steps_to_two_sub_agents_directly() {
         ..Task::default()
     };
     let seen = direct_with(Agent::Codex, "gpt-5-codex", task);
-    each_conversation_its_own(&seen, 2);
+    each_conversation_its_own(&seen, 2, 0);
 }
 
 /// opencode hands steps to a sub-agent (its `task` tool): the sub-agent is a session of
@@ -488,14 +536,15 @@ fn opencode_hands_steps_to_two_sub_agents_directly() {
         ..Task::default()
     };
     let seen = direct_with(Agent::Opencode, "mock-model", task);
-    each_conversation_its_own(&seen, 2);
+    each_conversation_its_own(&seen, 2, 0);
 }
 
 /// What every run with `n` sub-agents shows: each ran its steps; no call of one conversation
 /// carries another's steps (a sub-agent's in the main conversation or in the other
-/// sub-agent's, the main conversation's in a sub-agent's); the main conversation handed its
-/// steps over once and went on from the reports.
-fn each_conversation_its_own(seen: &[Seen], n: usize) {
+/// sub-agent's, the main conversation's in a sub-agent's, but for the first `inherited`, which
+/// a fork has from its parent); the main conversation handed its steps over once and went on
+/// from the reports.
+fn each_conversation_its_own(seen: &[Seen], n: usize, inherited: usize) {
     use crate::common::model_api::delegation::{SUB_AGENTS, SUB_STEPS};
     if seen.is_empty() {
         return;
@@ -531,9 +580,10 @@ fn each_conversation_its_own(seen: &[Seen], n: usize) {
         );
         for s in calls {
             let body = s.body.to_string();
+            let after = format!("STEP-{}-BEGIN", inherited + 1);
             assert!(
-                !body.contains("STEP-1-BEGIN"),
-                "a main step in sub-agent {name}'s call"
+                !body.contains(&after),
+                "a main step in sub-agent {name}'s call: {after}"
             );
             for other in SUB_AGENTS.iter().filter(|o| *o != name) {
                 let leak = format!("SUB{other}-");
@@ -612,6 +662,7 @@ fn claude_code_finishes_its_task_through_compactd_when_the_disk_fills() {
         prompt: PROMPT,
         key: "sk-test-full-disk",
         max_output: Some(AGENTS_MAX_OUTPUT),
+        thinking: true,
     };
     let result = run(&setup, Duration::from_secs(400));
     let log = daemon.log();
@@ -651,6 +702,7 @@ fn claude_code_asking_its_default_completion_runs_the_task_through_compactd() {
         Agent::ClaudeCode,
         Model {
             max_output: None,
+            thinking: true,
             ..Model::new("claude-sonnet-4-5", 100_000, 2)
         },
     );
@@ -729,6 +781,7 @@ fn aider_rounds(base: &str, dir: &std::path::Path, rounds: usize) -> (String, Ve
             prompt: &prompt,
             key: "sk-test-aider",
             max_output: Some(AGENTS_MAX_OUTPUT),
+            thinking: true,
         };
         let run = run(&setup, Duration::from_secs(120));
         assert!(run.ok(), "round {k}: {}", run.log());

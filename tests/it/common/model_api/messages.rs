@@ -192,12 +192,29 @@ fn newest_output(messages: &[Value]) -> Option<String> {
 /// the main conversation may quote the call that handed it.
 pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
     let first = messages.iter().find(|m| m["role"] == "user")?;
-    blocks(first)
+    let texts = |m: &Value| -> Vec<String> {
+        blocks(m)
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str().map(str::to_string))
+            .collect()
+    };
+    texts(first)
         .iter()
-        .filter(|b| b["type"] == "text")
-        .filter_map(|b| b["text"].as_str())
-        .find_map(delegation::named)
+        .find_map(|t| delegation::named(t))
+        .or_else(|| {
+            messages
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .flat_map(texts)
+                .filter(|t| t.starts_with(FORK_DIRECTIVE))
+                .find_map(|t| delegation::named(&t))
+        })
 }
+
+/// How Claude Code opens a fork's directive: the fork's conversation is its parent's, then
+/// the `Agent` call that forked it answered "Fork started", and this text.
+pub const FORK_DIRECTIVE: &str = "<fork-boilerplate>";
 
 /// The Messages API's refusal of a request of `tokens` for a model of `window`, if it refuses
 /// it: a prompt past the window, or one that leaves the completion asked for (`max_tokens`)
@@ -283,7 +300,7 @@ pub fn answer(
             for name in &delegation::SUB_AGENTS[..task.sub_agents] {
                 content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Agent",
                     "input": {"description": format!("Run sub-steps {name}"), "prompt": delegation::subtask(*name),
-                        "subagent_type": "general-purpose", "run_in_background": false}}));
+                        "subagent_type": if task.fork_context { "fork" } else { "general-purpose" }, "run_in_background": false}}));
             }
             "tool_use"
         }

@@ -47,8 +47,9 @@ pub struct Task {
     /// How many sub-agents it hands steps to at once (one call each, in one answer; at most
     /// [`delegation::SUB_AGENTS`]).
     pub sub_agents: usize,
-    /// Codex's `spawn_agent` only: the sub-agents start from the main conversation's history
-    /// (`fork_context`: Codex gives them its preamble and task, then theirs).
+    /// The sub-agents start from the main conversation's history: Codex's `spawn_agent` with
+    /// `fork_context` (its preamble and task, then theirs), Claude Code's `Agent` with
+    /// `subagent_type: "fork"` (all of it, then their directive).
     pub fork_context: bool,
     /// Each step's call comes with a second one beside it in the same answer (`echo
     /// SIDE-k`), which the agent runs in parallel.
