@@ -21,6 +21,11 @@ fn direct(agent: Agent, model: &str) {
 }
 
 fn direct_with(agent: Agent, model: &str, task: Task) -> Vec<Seen> {
+    direct_thinking(agent, model, task, true)
+}
+
+/// [`direct_with`], the agent thinking or not ([`Setup::thinking`]).
+fn direct_thinking(agent: Agent, model: &str, task: Task, thinking: bool) -> Vec<Seen> {
     if installed(agent).is_none() {
         return Vec::new();
     }
@@ -34,7 +39,7 @@ fn direct_with(agent: Agent, model: &str, task: Task) -> Vec<Seen> {
         prompt: PROMPT,
         key: "sk-test-direct",
         max_output: Some(AGENTS_MAX_OUTPUT),
-        thinking: true,
+        thinking,
     };
     let result = run(&setup, Duration::from_secs(300));
     let refused = api.refused();
@@ -393,6 +398,20 @@ fn claude_code_hands_steps_to_two_forks_of_itself_through_compactd() {
         task.sub_agents = 2;
         task.fork_context = true;
     });
+}
+
+/// The same with Claude Code straight at the model API: the mock's forks work with the real
+/// agent.
+#[test]
+fn claude_code_hands_steps_to_two_forks_of_itself_directly() {
+    let task = Task {
+        delegate_after: Some(10),
+        sub_agents: 2,
+        fork_context: true,
+        ..Task::default()
+    };
+    let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, false);
+    each_conversation_its_own(&seen, 2, 10);
 }
 
 /// Every step's call comes with a second one beside it in the same answer (`echo SIDE-k`),
