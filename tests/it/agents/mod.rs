@@ -371,8 +371,9 @@ fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
 /// apart and reaches the model with its own steps only, and the fork keeps its directive
 /// (the mock knows a fork by it: without it, the fork would take up the parent's steps).
 /// Thinking off: with it on, Claude Code sends the forking call's message without the
-/// thinking block that began it, which the Messages API's rule refuses, compactd or not
-/// (seen directly against the mock).
+/// thinking block that began it, which the mock refuses by the documented rule, compactd or
+/// not (seen with Claude Code straight at it; whether the API itself does when the user
+/// message adds text beside the results is not documented).
 #[test]
 fn claude_code_hands_steps_to_a_fork_of_itself_through_compactd() {
     let model = Model {
