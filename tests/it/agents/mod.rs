@@ -376,27 +376,26 @@ fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
 /// message adds text beside the results is not documented).
 #[test]
 fn claude_code_hands_steps_to_a_fork_of_itself_through_compactd() {
-    let model = Model {
-        thinking: false,
-        ..Model::new("claude-opus-5-5", 48_000, 2)
-    };
-    through_with(Agent::ClaudeCode, model, |task| {
-        task.delegate_after = Some(10);
-        task.fork_context = true;
-    });
+    through_forks(1);
 }
 
-/// Two forks at once (two `Agent` calls in one message): each fork's conversation holds the
-/// other's call answered "This is the parent's call, not yours".
+/// Two forks at once (two `Agent` calls in one message): each fork's conversation holds its
+/// own call only, so the two part at that call; the second is a session of its own, not a
+/// branch of the first's.
 #[test]
 fn claude_code_hands_steps_to_two_forks_of_itself_through_compactd() {
+    through_forks(2);
+}
+
+/// Claude Code, thinking off, through compactd to a model that has it fork `n` times.
+fn through_forks(n: usize) {
     let model = Model {
         thinking: false,
         ..Model::new("claude-opus-5-5", 48_000, 2)
     };
     through_with(Agent::ClaudeCode, model, |task| {
         task.delegate_after = Some(10);
-        task.sub_agents = 2;
+        task.sub_agents = n;
         task.fork_context = true;
     });
 }
