@@ -189,7 +189,9 @@ fn newest_output(messages: &[Value]) -> Option<String> {
 
 /// The sub-agent this conversation is, if it is one: its first user message (its task,
 /// which compactd keeps pinned) carries the task handed over. Only the first: a summary of
-/// the main conversation may quote the call that handed it.
+/// the main conversation may quote the call that handed it. A Claude Code fork's first user
+/// message is its parent's: a fork is known by a user text that opens with its directive's
+/// boilerplate ([`FORK_DIRECTIVE`]), which only a fork's conversation holds.
 pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
     let first = messages.iter().find(|m| m["role"] == "user")?;
     let texts = |m: &Value| -> Vec<String> {
