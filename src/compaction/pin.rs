@@ -27,8 +27,8 @@ pub struct Pins {
 impl Pins {
     pub fn of(messages: &[Message], tokens: &[usize], config: &CompactionConfig) -> Pins {
         let task = messages.iter().position(is_instruction);
-        // The task with the calls it answers, when it answers all of the message before it's
-        // and no other ([`Message::task_start`]); never a result without its call.
+        // The task with the message before it, when it answers every call of that message and
+        // no other ([`Message::task_start`]); never a result without its call.
         let pinned_task = task
             .and_then(|t| {
                 let start = Message::task_start(messages, t);
