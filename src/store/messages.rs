@@ -543,10 +543,9 @@ fn pins(
             Claim::System | Claim::Preamble => rules.pin_cap,
         };
         // The task's messages are pinned together or not at all.
-        let units: Vec<std::ops::Range<usize>> = match (turn, &task) {
-            (Claim::Task, Some(range)) => vec![range.clone()],
-            (Claim::Task, None) => Vec::new(),
-            _ => (0..messages.len())
+        let units: Vec<std::ops::Range<usize>> = match turn {
+            Claim::Task => task.iter().cloned().collect(),
+            Claim::System | Claim::Preamble => (0..messages.len())
                 .filter(|&i| claims[i] == Some(turn))
                 .map(|i| i..i + 1)
                 .collect(),
