@@ -15,7 +15,7 @@ use rusqlite::params;
 pub(super) const LIMIT_FROM_REFUSAL: &str = "upstream refusal";
 
 /// Which context the refused call was sent with: a refusal of a context the session no
-/// longer serves (a compaction landed meanwhile) changes nothing.
+/// longer serves (a compaction of it landed meanwhile) changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SentContext {
     /// A proxied call: the context exactly (its compactions and maskings) and the last
@@ -37,7 +37,7 @@ impl Store {
     /// the model's reports measure it. A completion the refusal says the client asked room for
     /// becomes the session's ([`SessionRow::completion_tokens`]), so the context is compacted
     /// to leave it free. Returns the session as it is now when it changed;
-    /// nothing changes when the session serves another context by now.
+    /// nothing changes when the refused call's branch was compacted since.
     pub async fn note_overflow(
         &self,
         id: &SessionId,
@@ -53,7 +53,12 @@ impl Store {
                 session = super::counters::switch_to(conn, &session, head)?;
             }
             let still_served = match sent {
-                SentContext::Proxied(version, _) => session.context_version() == version,
+                // A compaction of another branch, or a masking (which only shrinks what was
+                // counted), leaves the refused count standing: dropped, the call went again
+                // as it was and its second refusal reached the client.
+                SentContext::Proxied(version, _) => {
+                    !version.compacted_since(session.context_version())
+                }
                 SentContext::Served(_) if session.owner.is_some() => {
                     return Err(StoreError::Conflict(format!(
                         "session `{id}` is a conversation the proxy records for an API key; the proxy reads its model's refusals itself"

@@ -109,19 +109,29 @@ pub enum TokenSource {
     Reported,
 }
 
-/// Which context a usage report measured: a compaction or a masking since makes the context
-/// another, and a report of the one before no longer counts it.
+/// Which context a usage report measured: a compaction of its branch or a masking since
+/// makes the context another, and a report of the one before no longer counts it. The
+/// summary the branch starts from, not the session's count of compactions: a compaction of
+/// another branch leaves this one's context as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContextVersion {
-    compaction_count: u32,
+    summary_num: u32,
     masked_through_seq: u64,
 }
 
+impl ContextVersion {
+    /// Whether the branch's context was compacted since `self` (so a model's count of that
+    /// context no longer measures what the branch sends). A masking alone only shrinks it.
+    pub fn compacted_since(&self, now: ContextVersion) -> bool {
+        self.summary_num != now.summary_num
+    }
+}
+
 impl SessionRow {
-    /// The context this session serves now (see [`ContextVersion`]).
+    /// The context this session's current branch serves now (see [`ContextVersion`]).
     pub fn context_version(&self) -> ContextVersion {
         ContextVersion {
-            compaction_count: self.compaction_count,
+            summary_num: self.summary_num,
             masked_through_seq: self.masked_through_seq,
         }
     }

@@ -453,3 +453,191 @@ async fn a_call_larger_than_the_window_goes_up_shortened_and_is_answered() {
     let text = sent["messages"].to_string();
     assert!(text.contains("File written."), "the result goes up whole");
 }
+
+/// One step of a branch: the call, the model's answer appended to the branch, then the
+/// branch's next user message (`chars` characters of code).
+async fn branch_step(
+    client: &compactd::client::Client,
+    headers: &[(&str, &str)],
+    branch: &mut Vec<Value>,
+    name: &str,
+    step: usize,
+    chars: usize,
+) -> u16 {
+    let body = json!({"model": "claude-test", "max_tokens": 4000,
+        "system": "You are careful.",
+        "tools": [{"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object"}}],
+        "messages": branch});
+    let (status, _, answer) = crate::proxy_wire::send(
+        client,
+        hyper::Method::POST,
+        "/v1/messages",
+        headers,
+        Some(&body),
+    )
+    .await;
+    if status == 200 {
+        branch.push(json!({"role": "assistant", "content": answer["content"]}));
+        let code = format!("def {name}_{step}(x):\n    return x + {step}\n").repeat(chars / 20 + 1);
+        branch.push(json!({"role": "user", "content": format!("Module {step} of {name}:\n{}", &code[..chars])}));
+    }
+    status
+}
+
+/// Two branches of one conversation (a client rewriting its history, two agents under one
+/// header whose histories part at an answer) take turns, each growing past the window: each
+/// call is compacted for its own branch, and the model never gets a call over its window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interleaving_branches_of_one_conversation_never_reach_the_model_over_its_window() {
+    let mock = model(16_000, 2);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let headers = [
+        ("x-api-key", KEY),
+        ("anthropic-version", "2023-06-01"),
+        ("x-claude-code-session-id", "conversation-1"),
+    ];
+    let mut trunk =
+        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
+    assert_eq!(
+        branch_step(&client, &headers, &mut trunk, "trunk", 0, 10).await,
+        200
+    );
+    trunk.pop();
+    let (mut a, mut b) = (trunk.clone(), trunk);
+    a.push(json!({"role": "user", "content": "Take the odd modules."}));
+    b.push(json!({"role": "user", "content": "Take the even modules."}));
+    for step in 0..40 {
+        let (sa, sb) = tokio::join!(
+            branch_step(&client, &headers, &mut a, "odd", step, 2_900 + step * 7),
+            branch_step(&client, &headers, &mut b, "even", step, 3_100 - step * 5)
+        );
+        assert_eq!((sa, sb), (200, 200), "step {step}");
+    }
+    let requests = mock.requests();
+    let over: Vec<usize> = requests
+        .iter()
+        .map(|r| counted(&r.body, 2))
+        .filter(|&n| n > 16_000)
+        .collect();
+    // Each call got its own branch's context, nothing of the other's.
+    for request in &requests {
+        let text = request.body["messages"].to_string();
+        let odd = text.contains("Take the odd modules.") || text.contains("odd_");
+        let even = text.contains("Take the even modules.") || text.contains("even_");
+        assert!(!(odd && even), "a call with both branches: {text}");
+        results_follow_their_calls(request.body["messages"].as_array().unwrap());
+    }
+    let sessions = client.get("/session").await.unwrap();
+    let session = &sessions["sessions"][0];
+    assert!(
+        session["compaction_count"].as_u64().unwrap() >= 4,
+        "{session}"
+    );
+    assert!(
+        over.is_empty(),
+        "{} of {} calls over the window: {over:?}",
+        over.len(),
+        requests.len()
+    );
+}
+
+/// One branch's call is refused as too long while the other branch's call, meanwhile, was
+/// compacted: the refusal counts for its own branch, which is compacted before the call goes
+/// again. Before, the refusal was taken for one of a context no longer served (the session had
+/// a compaction more), changed nothing, and the same call went again: its second refusal
+/// reached the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_was_out() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let counts = Reply::Tokenized {
+        window: 16_000,
+        chars_per_token: 2,
+    };
+    let mock = MockModel::start(
+        vec![
+            counts.clone(),
+            counts.clone(),
+            counts.clone(),
+            Reply::Gated(gate.clone(), Box::new(counts.clone())),
+        ],
+        counts,
+    );
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let headers = [
+        ("x-api-key", KEY),
+        ("anthropic-version", "2023-06-01"),
+        ("x-claude-code-session-id", "conversation-1"),
+    ];
+    let mut odd =
+        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
+    assert_eq!(
+        branch_step(&client, &headers, &mut odd, "trunk", 0, 10).await,
+        200
+    );
+    odd.pop();
+    let mut even = odd.clone();
+    odd.push(json!({"role": "user", "content": "Take the odd modules."}));
+    even.push(json!({"role": "user", "content": "Take the even modules."}));
+    assert_eq!(
+        branch_step(&client, &headers, &mut odd, "odd", 0, 2_000).await,
+        200
+    );
+    assert_eq!(
+        branch_step(&client, &headers, &mut even, "even", 0, 100).await,
+        200
+    );
+
+    // The even branch's client sends four notes it kept (a rewritten history): text that
+    // the model's tokenizer counts at six times compactd's estimate, over the window by the
+    // model's count, under the trigger by compactd's.
+    even.pop();
+    for note in 0..4 {
+        even.push(
+            json!({"role": "user", "content": format!("Note {note}: {}", "文".repeat(2_500))}),
+        );
+        even.push(json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}));
+    }
+    even.push(json!({"role": "user", "content": "Go on with the even modules."}));
+    let even_call = {
+        let (client, headers) = (daemon.client(), headers);
+        let mut even = even.clone();
+        tokio::spawn(async move { branch_step(&client, &headers, &mut even, "even", 1, 100).await })
+    };
+    mock.wait_for_requests(4);
+    // Meanwhile the odd branch grows past the trigger and is compacted before its call goes.
+    for step in 1..12 {
+        assert_eq!(
+            branch_step(&client, &headers, &mut odd, "odd", step, 3_000).await,
+            200
+        );
+    }
+    let session = client.get("/session").await.unwrap()["sessions"][0].clone();
+    assert!(
+        session["compaction_count"].as_u64().unwrap() >= 1,
+        "{session}"
+    );
+    gate.add_permits(1);
+    assert_eq!(
+        even_call.await.unwrap(),
+        200,
+        "the agent never sees the refusal"
+    );
+    let requests = mock.requests();
+    let refused: Vec<usize> = requests
+        .iter()
+        .map(|r| counted(&r.body, 2))
+        .filter(|&n| n + 1024 > 16_000)
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "refused once, then compacted: {refused:?}"
+    );
+    let sent = &requests.last().unwrap().body;
+    assert!(counted(sent, 2) + 1024 <= 16_000);
+    let text = sent["messages"].to_string();
+    assert!(text.contains("Go on with the even modules."), "{text}");
+    assert!(!text.contains("odd_"), "{text}");
+}

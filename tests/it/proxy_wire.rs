@@ -20,7 +20,7 @@ fn daemon_for(base: &str, extra: &str) -> TestDaemon {
 }
 
 /// Sends `body` to `path` over the socket with `headers`; returns status, headers and body.
-async fn send(
+pub(crate) async fn send(
     client: &Client,
     method: Method,
     path: &str,

@@ -222,6 +222,95 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
     );
 }
 
+/// A compaction of one branch leaves another branch's refusal standing: before, the refusal
+/// was taken for one of a context no longer served, changed nothing, and the refused call
+/// went again as it was (two interleaving branches through the proxy: its second refusal
+/// reached the client). A compaction of the refused branch itself does make it stale.
+#[tokio::test]
+async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
+    use crate::compaction::{CompactionResult, Trigger};
+    use crate::provider::overflow::Overflow;
+    use crate::store::{NewCompaction, SentContext};
+    let (_dir, store, a) = with_branch_a().await;
+    let id = a.session.id.clone();
+    let sent_by = |head: u64| {
+        let (store, id) = (store.clone(), id.clone());
+        async move {
+            store
+                .context_on(&id, head)
+                .await
+                .unwrap()
+                .session
+                .context_version()
+        }
+    };
+    let compact = |session: SessionRow, boundary_seq: u64| NewCompaction {
+        session_id: session.id.clone(),
+        trigger: Trigger::Manual,
+        focus: None,
+        result: CompactionResult {
+            summary: "## 1. Primary Request and Intent\nsummary".into(),
+            read_files: vec![],
+            modified_files: vec![],
+            created_files: vec![],
+            deleted_files: vec![],
+            pre_tokens: 100,
+            post_tokens: 50,
+            compaction_num: session.compaction_count + 1,
+        },
+        first_seq: session.active_from_seq,
+        boundary_seq,
+        summary_tokens: 10,
+        summarizer: "extractive".into(),
+        chunks: 1,
+        fallback_reason: None,
+        duration_ms: 1,
+        mask_tail: None,
+    };
+    let refusal = Overflow {
+        tokens: Some(9_000),
+        limit: None,
+        completion: None,
+    };
+    let sent_a = sent_by(a.session.head_seq).await;
+    // B's call (its own messages after A's) moves the session, and B's branch is compacted.
+    let b = store
+        .place_call(headed_call("task B", 200, 2), rules)
+        .await
+        .unwrap();
+    assert_eq!(b.session.id, id, "one session, two branches");
+    let sent_b = sent_by(b.session.head_seq).await;
+    let (_, compacted, _) = store
+        .commit_compaction(compact(b.session.clone(), b.session.head_seq - 1))
+        .await
+        .unwrap();
+    assert_eq!(compacted.compaction_count, 1);
+    let noted = store
+        .note_overflow(
+            &id,
+            SentContext::Proxied(sent_a, a.session.head_seq),
+            refusal,
+            |_| true,
+        )
+        .await
+        .unwrap()
+        .expect("A's refusal stands: only B's branch was compacted");
+    assert_eq!(noted.head_seq, a.session.head_seq);
+    assert_eq!(noted.reported_tokens, Some(9_000));
+
+    // A refusal of B's context from before B's compaction changes nothing.
+    let stale = store
+        .note_overflow(
+            &id,
+            SentContext::Proxied(sent_b, b.session.head_seq),
+            refusal,
+            |_| true,
+        )
+        .await
+        .unwrap();
+    assert!(stale.is_none(), "B's refused context was compacted since");
+}
+
 /// Another conversation under the same header, instructions and preamble (a Codex
 /// sub-agent's thread) is a session of its own, from its first call on: its task is its
 /// own, its preamble the parent's, it starts from the window a refusal taught the parent,
