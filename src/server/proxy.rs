@@ -52,6 +52,13 @@ const NOT_FORWARDED: [&str; 10] = [
 /// opencode's.
 const CONVERSATION_HEADERS: [&str; 3] = ["x-claude-code-session-id", "session-id", "x-session-id"];
 
+/// The header Claude Code names a sub-agent by (a fork too) in each of its calls, beside its
+/// parent's session header: one id for all of the sub-agent's calls, another for each, none in
+/// the main conversation's (`agents::each_sub_agent_names_itself` holds the real agent to
+/// it). A sub-agent is a conversation of its own by it: a fork's history and instructions are
+/// its parent's, told apart otherwise only by one flag in its system prompt.
+const AGENT_HEADER: &str = "x-claude-code-agent-id";
+
 /// Marks a call that came over the loopback TCP listener, which any local user can reach.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Network;
@@ -258,7 +265,14 @@ impl Call {
         let conversation = CONVERSATION_HEADERS
             .iter()
             .find_map(|h| self.header(h))
-            .map(|v| v.chars().take(256).collect());
+            .map(|v| {
+                let mut conversation: String = v.chars().take(256).collect();
+                if let Some(agent) = self.header(AGENT_HEADER) {
+                    conversation.push('\0');
+                    conversation.extend(agent.chars().take(256));
+                }
+                conversation
+            });
         Ok(Identity {
             named,
             conversation,

@@ -60,7 +60,8 @@ pub struct Identity {
     /// `x-compactd-session`.
     pub named: Option<SessionId>,
     /// A conversation header the client sends (`X-Claude-Code-Session-Id`, Codex's
-    /// `session-id`, opencode's `x-session-id`): its value.
+    /// `session-id`, opencode's `x-session-id`): its value, and Claude Code's sub-agent's id
+    /// (`x-claude-code-agent-id`) after a NUL when it sends one.
     pub conversation: Option<String>,
     /// `x-compactd-context-limit`.
     pub context_limit: Option<usize>,

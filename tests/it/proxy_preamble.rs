@@ -124,3 +124,107 @@ async fn the_users_request_is_pinned_even_where_a_quarter_of_the_window_cannot_h
     assert_eq!(calls, 12, "none refused");
     assert_eq!(pinned, [true, false, true]);
 }
+
+/// A Claude Code fork whose instructions are its parent's, byte for byte: the fork's calls
+/// carry the parent's whole history, then the `Agent` call that made it and one user message
+/// holding that call's result and the fork's directive; only `x-claude-code-agent-id` tells
+/// it from its parent. It is a session of its own with its call and directive pinned: its
+/// every call, through several compactions, holds the directive whole after its call.
+/// (Keyed by instructions alone, it was a branch of its parent's session whose compaction
+/// summarized the directive away: the agent went on with its parent's steps.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_named_by_its_agent_id_keeps_its_directive_though_its_instructions_are_its_parents()
+{
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: 16_000,
+            chars_per_token: 2,
+        },
+    );
+    let daemon = crate::proxy::proxy_to(&mock);
+    let client = daemon.client();
+    let output = |step: &str| format!("output of {step}: {}", "x = 1\n".repeat(300));
+    let step = |messages: &mut Vec<Value>, id: &str, command: &str| {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Running {command}.")},
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": output(command)}]}));
+    };
+    let send = |messages: Vec<Value>, agent: Option<&'static str>| {
+        let client = daemon.client();
+        async move {
+            let mut headers = vec![
+                ("x-api-key", KEY),
+                ("anthropic-version", "2023-06-01"),
+                ("x-claude-code-session-id", "5f0c1a2e-session"),
+            ];
+            headers.extend(agent.map(|a| ("x-claude-code-agent-id", a)));
+            let body = json!({"model": "claude-test", "max_tokens": 1024,
+                "system": "You are Claude Code.",
+                "tools": [{"name": "Bash", "description": "Runs a command.", "input_schema": {"type": "object"}},
+                          {"name": "Agent", "description": "Starts an agent.", "input_schema": {"type": "object"}}],
+                "messages": messages});
+            let (status, head, answer) = crate::proxy_wire::send(
+                &client,
+                hyper::Method::POST,
+                "/v1/messages",
+                &headers,
+                Some(&body),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+            head["x-compactd-session"].to_str().unwrap().to_string()
+        }
+    };
+    let mut parent = vec![json!({"role": "user", "content": "Run the twelve steps."})];
+    let mut parent_session = String::new();
+    for i in 0..4 {
+        parent_session = send(parent.clone(), None).await;
+        step(&mut parent, &format!("toolu_p{i}"), &format!("step {i}"));
+    }
+    // The parent forks: its `Agent` call, answered in the fork's first message.
+    let directive = "<fork-boilerplate>You are a fork.</fork-boilerplate> Your directive: run sub-steps A1 to A24, nothing else.";
+    let mut fork = parent.clone();
+    fork.push(json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_fork", "name": "Agent",
+         "input": {"description": "Run sub-steps A", "prompt": "run sub-steps A1 to A24", "subagent_type": "fork"}}]}));
+    fork.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_fork", "content": "Fork started — that fork is you."},
+        {"type": "text", "text": directive}]}));
+    let fork_from = mock.requests().len();
+    let mut fork_session = String::new();
+    for i in 1..=24 {
+        fork_session = send(fork.clone(), Some("a1b2c3d4e5f6")).await;
+        step(&mut fork, &format!("toolu_a{i}"), &format!("sub-step A{i}"));
+    }
+    assert_ne!(
+        fork_session, parent_session,
+        "the fork is a session of its own"
+    );
+    let state = client
+        .get(&format!("/session/{fork_session}"))
+        .await
+        .unwrap();
+    assert!(state["compaction_count"].as_u64().unwrap() >= 2, "{state}");
+    for request in &mock.requests()[fork_from..] {
+        let messages = request.body["messages"].as_array().unwrap();
+        crate::proxy_overflow::results_follow_their_calls(messages);
+        let text = request.body["messages"].to_string();
+        assert!(
+            text.contains("Your directive: run sub-steps A1 to A24"),
+            "{text}"
+        );
+        assert!(text.contains("toolu_fork"), "{text}");
+    }
+    // The parent goes on in its own session, nothing of the fork's in its calls.
+    step(&mut parent, "toolu_p4", "step 4");
+    let before = mock.requests().len();
+    assert_eq!(send(parent.clone(), None).await, parent_session);
+    let text = mock.requests()[before].body["messages"].to_string();
+    assert!(
+        !text.contains("sub-step A") && !text.contains("toolu_fork"),
+        "{text}"
+    );
+}

@@ -412,6 +412,33 @@ fn claude_code_hands_steps_to_two_forks_of_itself_directly() {
     };
     let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, false);
     each_conversation_its_own(&seen, 2, 10);
+    each_sub_agent_names_itself(&seen, 2);
+}
+
+/// Claude Code names a sub-agent (a fork too) in its calls' `x-claude-code-agent-id`: one
+/// id for all of a sub-agent's calls, another for each sub-agent, none in the main
+/// conversation's calls. compactd keys a sub-agent's session by it.
+fn each_sub_agent_names_itself(seen: &[Seen], n: usize) {
+    if seen.is_empty() {
+        return;
+    }
+    let mut ids: std::collections::BTreeMap<char, std::collections::BTreeSet<String>> =
+        Default::default();
+    for s in seen.iter().filter(|s| s.body["tools"].is_array()) {
+        let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
+        let id = s.header("x-claude-code-agent-id").map(str::to_string);
+        match crate::common::model_api::messages::sub_agent_of(&messages) {
+            Some(name) => {
+                let id = id.unwrap_or_else(|| panic!("sub-agent {name}'s call names no agent"));
+                ids.entry(name).or_default().insert(id);
+            }
+            None => assert_eq!(id, None, "a main call names an agent"),
+        }
+    }
+    assert_eq!(ids.len(), n, "{ids:?}");
+    assert!(ids.values().all(|i| i.len() == 1), "{ids:?}");
+    let distinct: std::collections::BTreeSet<_> = ids.values().flatten().collect();
+    assert_eq!(distinct.len(), n, "{ids:?}");
 }
 
 /// Every step's call comes with a second one beside it in the same answer (`echo SIDE-k`),
@@ -458,6 +485,7 @@ fn claude_code_hands_steps_to_two_sub_agents_directly() {
     };
     let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
     each_conversation_its_own(&seen, 2, 0);
+    each_sub_agent_names_itself(&seen, 2);
 }
 
 /// Codex hands steps to a sub-agent (`spawn_agent`, then `wait_agent`): the sub-agent's
