@@ -52,12 +52,14 @@ const NOT_FORWARDED: [&str; 10] = [
 /// opencode's.
 const CONVERSATION_HEADERS: [&str; 3] = ["x-claude-code-session-id", "session-id", "x-session-id"];
 
-/// The header Claude Code names a sub-agent by (a fork too) in each of its calls, beside its
-/// parent's session header: one id for all of the sub-agent's calls, another for each, none in
-/// the main conversation's (`agents::each_sub_agent_names_itself` holds the real agent to
-/// it). A sub-agent is a conversation of its own by it: a fork's history and instructions are
-/// its parent's, told apart otherwise only by one flag in its system prompt.
-const AGENT_HEADER: &str = "x-claude-code-agent-id";
+/// Headers that name a sub-agent beside its parent's conversation header, in each of its
+/// calls: Claude Code's (a fork's too: none in the main conversation's calls), Codex's
+/// thread (the conversation header's own value in the main thread's). One id for all of a
+/// sub-agent's calls, another for each (`agents::each_sub_agent_names_itself` holds the real
+/// agents to it). A sub-agent is a conversation of its own by it: a Claude Code fork's
+/// history and instructions are its parent's, told apart otherwise by one flag in its system
+/// prompt, and a Codex sub-agent's instructions and preamble are its parent's.
+const AGENT_HEADERS: [&str; 2] = ["x-claude-code-agent-id", "thread-id"];
 
 /// Marks a call that came over the loopback TCP listener, which any local user can reach.
 #[derive(Debug, Clone, Copy)]
@@ -262,20 +264,20 @@ impl Call {
                 })
             })
             .transpose()?;
-        let conversation = CONVERSATION_HEADERS
+        let conversation: Option<String> = CONVERSATION_HEADERS
             .iter()
             .find_map(|h| self.header(h))
-            .map(|v| {
-                let mut conversation: String = v.chars().take(256).collect();
-                if let Some(agent) = self.header(AGENT_HEADER) {
-                    conversation.push('\0');
-                    conversation.extend(agent.chars().take(256));
-                }
-                conversation
-            });
+            .map(|v| v.chars().take(256).collect());
+        // Codex's main thread is named by the conversation header's own value.
+        let agent = AGENT_HEADERS
+            .iter()
+            .find_map(|h| self.header(h))
+            .map(|v| v.chars().take(256).collect::<String>())
+            .filter(|agent| conversation.as_ref().is_some_and(|c| c != agent));
         Ok(Identity {
             named,
             conversation,
+            agent,
             context_limit,
         })
     }

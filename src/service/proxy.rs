@@ -60,9 +60,12 @@ pub struct Identity {
     /// `x-compactd-session`.
     pub named: Option<SessionId>,
     /// A conversation header the client sends (`X-Claude-Code-Session-Id`, Codex's
-    /// `session-id`, opencode's `x-session-id`): its value, and Claude Code's sub-agent's id
-    /// (`x-claude-code-agent-id`) after a NUL when it sends one.
+    /// `session-id`, opencode's `x-session-id`): its value.
     pub conversation: Option<String>,
+    /// The sub-agent a call under a conversation header names (Claude Code's
+    /// `x-claude-code-agent-id`, Codex's `thread-id` of another thread): a conversation of its
+    /// own.
+    pub agent: Option<String>,
     /// `x-compactd-context-limit`.
     pub context_limit: Option<usize>,
 }
@@ -218,10 +221,20 @@ impl Service {
             });
         }
         let system_hash = text_hash(request.system.trim());
-        let conversation = identity
+        let header = identity
             .conversation
             .as_ref()
             .map(|c| hex(&Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
+        // A sub-agent under the header: 16 hex digits of its id after the header's.
+        let agent = identity
+            .agent
+            .as_ref()
+            .filter(|_| header.is_some())
+            .map(|a| hex(&Sha256::digest(a.as_bytes()))[..16].to_string());
+        let conversation = match (&header, &agent) {
+            (Some(header), Some(agent)) => Some(format!("{header}.{agent}")),
+            _ => header.clone(),
+        };
         // A conversation named by its header is told from its side calls by their
         // instructions; one without, by its first message too.
         let root_hash = match &conversation {
@@ -233,11 +246,18 @@ impl Service {
             .as_ref()
             .map(|n| caller.session_named(n))
             .transpose()?;
-        // `proxy-` and hex digits: an id by construction.
-        let id = match (&named, &conversation) {
+        // `proxy-` and hex digits: an id by construction. A sub-agent's is the one its header
+        // and instructions name, then its own digits: a Codex sub-agent has its parent's
+        // instructions, so `sqlite3` lists it beside its parent; a Claude Code sub-agent beside
+        // the others of its kind (a fork: of its parent's instructions, but for one flag).
+        let id = match (&named, &header) {
             (Some(named), _) => named.clone(),
-            (None, Some(conversation)) => {
-                SessionId::unchecked(conversation_session(conversation, system_hash))
+            (None, Some(header)) => {
+                let session = conversation_session(header, system_hash);
+                SessionId::unchecked(match &agent {
+                    Some(agent) => format!("{session}.{agent}"),
+                    None => session,
+                })
             }
             (None, None) => SessionId::unchecked(format!("proxy-{}", fresh_suffix(&caller.owner))),
         };

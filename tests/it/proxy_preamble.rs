@@ -228,3 +228,91 @@ async fn a_fork_named_by_its_agent_id_keeps_its_directive_though_its_instruction
         "{text}"
     );
 }
+
+/// A Codex sub-agent names its thread (`thread-id`) beside its parent's `session-id`; the
+/// main thread's is the session's own. One whose history is its parent's whole conversation,
+/// steps and all, then its own task (where no rule of where a sub-agent leaves its parent
+/// would tell it) is a session of its own, named beside its parent's, its task pinned; the
+/// main thread goes on in its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_named_by_its_thread_is_a_session_beside_its_parents() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: 16_000,
+            chars_per_token: 2,
+        },
+    );
+    let daemon = crate::proxy::proxy_to(&mock);
+    let client = daemon.client();
+    let send = |messages: Vec<Value>, thread: &'static str| {
+        let client = daemon.client();
+        async move {
+            let headers = [
+                ("authorization", "Bearer sk-proxy-test-0123456789abcdef"),
+                ("session-id", "0199a1b2-main"),
+                ("thread-id", thread),
+            ];
+            let body = json!({"model": "gpt-test", "messages": messages,
+                "tools": [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]});
+            let (status, head, answer) = crate::proxy_wire::send(
+                &client,
+                hyper::Method::POST,
+                "/v1/chat/completions",
+                &headers,
+                Some(&body),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+            head["x-compactd-session"].to_str().unwrap().to_string()
+        }
+    };
+    let step = |messages: &mut Vec<Value>, id: &str, command: &str| {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": "shell", "arguments": json!({"command": command}).to_string()}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id,
+            "content": format!("output of {command}: {}", "x = 1\n".repeat(300))}));
+    };
+    let mut main = vec![
+        json!({"role": "system", "content": "You are Codex."}),
+        json!({"role": "user", "content": "Run the twelve steps."}),
+    ];
+    let mut main_session = String::new();
+    for i in 0..4 {
+        main_session = send(main.clone(), "0199a1b2-main").await;
+        step(&mut main, &format!("call_m{i}"), &format!("step {i}"));
+    }
+    let mut sub = main.clone();
+    sub.push(json!({"role": "user", "content": "Run sub-steps A1 to A24, nothing else."}));
+    let from = mock.requests().len();
+    let mut sub_session = String::new();
+    for i in 1..=24 {
+        sub_session = send(sub.clone(), "0199a1b2-thread-a").await;
+        step(&mut sub, &format!("call_a{i}"), &format!("sub-step A{i}"));
+    }
+    assert_ne!(
+        sub_session, main_session,
+        "the sub-agent is a session of its own"
+    );
+    assert!(
+        sub_session.starts_with(&format!("{main_session}.")),
+        "{sub_session} beside {main_session}"
+    );
+    let state = client
+        .get(&format!("/session/{sub_session}"))
+        .await
+        .unwrap();
+    assert!(state["compaction_count"].as_u64().unwrap() >= 2, "{state}");
+    for request in &mock.requests()[from..] {
+        let text = request.body["messages"].to_string();
+        assert!(
+            text.contains("Run sub-steps A1 to A24, nothing else."),
+            "{text}"
+        );
+    }
+    step(&mut main, "call_m4", "step 4");
+    let before = mock.requests().len();
+    assert_eq!(send(main.clone(), "0199a1b2-main").await, main_session);
+    let text = mock.requests()[before].body["messages"].to_string();
+    assert!(!text.contains("sub-step A"), "{text}");
+}

@@ -412,27 +412,30 @@ fn claude_code_hands_steps_to_two_forks_of_itself_directly() {
     };
     let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, false);
     each_conversation_its_own(&seen, 2, 10);
-    each_sub_agent_names_itself(&seen, 2);
+    each_sub_agent_names_itself(&seen, 2, "x-claude-code-agent-id");
 }
 
-/// Claude Code names a sub-agent (a fork too) in its calls' `x-claude-code-agent-id`: one
-/// id for all of a sub-agent's calls, another for each sub-agent, none in the main
-/// conversation's calls. compactd keys a sub-agent's session by it.
-fn each_sub_agent_names_itself(seen: &[Seen], n: usize) {
+/// Claude Code names a sub-agent (a fork too) in its calls' `x-claude-code-agent-id`, Codex
+/// in its `thread-id`: one id for all of a sub-agent's calls, another for each, none in the
+/// main conversation's calls (Codex: its conversation header's own value). compactd keys a
+/// sub-agent's session by it.
+fn each_sub_agent_names_itself(seen: &[Seen], n: usize, header: &str) {
     if seen.is_empty() {
         return;
     }
     let mut ids: std::collections::BTreeMap<char, std::collections::BTreeSet<String>> =
         Default::default();
     for s in seen.iter().filter(|s| s.body["tools"].is_array()) {
-        let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
-        let id = s.header("x-claude-code-agent-id").map(str::to_string);
-        match crate::common::model_api::messages::sub_agent_of(&messages) {
+        let id = s.header(header).map(str::to_string);
+        match sub_agent_of_call(s) {
             Some(name) => {
                 let id = id.unwrap_or_else(|| panic!("sub-agent {name}'s call names no agent"));
                 ids.entry(name).or_default().insert(id);
             }
-            None => assert_eq!(id, None, "a main call names an agent"),
+            None => assert!(
+                id.is_none() || id.as_deref() == s.header("session-id"),
+                "a main call names an agent: {id:?}"
+            ),
         }
     }
     assert_eq!(ids.len(), n, "{ids:?}");
@@ -485,7 +488,7 @@ fn claude_code_hands_steps_to_two_sub_agents_directly() {
     };
     let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
     each_conversation_its_own(&seen, 2, 0);
-    each_sub_agent_names_itself(&seen, 2);
+    each_sub_agent_names_itself(&seen, 2, "x-claude-code-agent-id");
 }
 
 /// Codex hands steps to a sub-agent (`spawn_agent`, then `wait_agent`): the sub-agent's
@@ -546,6 +549,7 @@ fn codex_hands_steps_to_two_sub_agents_directly() {
     };
     let seen = direct_with(Agent::Codex, "gpt-5-codex", task);
     each_conversation_its_own(&seen, 2, 0);
+    each_sub_agent_names_itself(&seen, 2, "thread-id");
 }
 
 /// opencode hands steps to a sub-agent (its `task` tool): the sub-agent is a session of
@@ -586,6 +590,18 @@ fn opencode_hands_steps_to_two_sub_agents_directly() {
     each_conversation_its_own(&seen, 2, 0);
 }
 
+/// The sub-agent a call is of, by the task handed to it; `None` for the main conversation.
+fn sub_agent_of_call(s: &Seen) -> Option<char> {
+    let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
+    match s.body["input"].as_array() {
+        Some(items) => crate::common::model_api::responses::sub_agent_in(items),
+        None if s.path.ends_with("/chat/completions") => {
+            crate::common::model_api::chat::sub_agent_of(&messages)
+        }
+        None => crate::common::model_api::messages::sub_agent_of(&messages),
+    }
+}
+
 /// What every run with `n` sub-agents shows: each ran its steps; no call of one conversation
 /// carries another's steps (a sub-agent's in the main conversation or in the other
 /// sub-agent's, the main conversation's in a sub-agent's, but for the first `inherited`, which
@@ -600,20 +616,10 @@ fn each_conversation_its_own(seen: &[Seen], n: usize, inherited: usize) {
         .iter()
         .filter(|s| s.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
         .collect();
-    let handed_to = |s: &Seen| {
-        let messages = s.body["messages"].as_array().cloned().unwrap_or_default();
-        match s.body["input"].as_array() {
-            Some(items) => crate::common::model_api::responses::sub_agent_in(items),
-            None if s.path.ends_with("/chat/completions") => {
-                crate::common::model_api::chat::sub_agent_of(&messages)
-            }
-            None => crate::common::model_api::messages::sub_agent_of(&messages),
-        }
-    };
     let mut main = Vec::new();
     let mut subs: std::collections::BTreeMap<char, Vec<&Seen>> = Default::default();
     for s in with_tools {
-        match handed_to(s) {
+        match sub_agent_of_call(s) {
             Some(name) => subs.entry(name).or_default().push(s),
             None => main.push(s),
         }
