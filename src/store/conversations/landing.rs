@@ -26,9 +26,11 @@ pub(super) enum Lands {
     New(Option<Fork>),
 }
 
-/// Another conversation under a conversation header that names one already: a Codex
-/// sub-agent's thread, which calls the model under its parent's `session-id` with the same
-/// instructions and preamble (with `fork_context`, the parent's task too), then its own task.
+/// Another conversation under a conversation header that names one already, of a client that
+/// does not name its sub-agents (as Claude Code's `x-claude-code-agent-id` and Codex's
+/// `thread-id` do: keyed by those, a sub-agent has a conversation of its own from its first
+/// call): a sub-agent's thread, which calls the model under its parent's header with the same
+/// instructions and preamble (or the parent's task too), then its own task.
 /// It is a session of its own, keyed by the header and the message where it leaves the
 /// parent's conversation, as a call without a header that shares only a preamble starts a
 /// session of its own: a branch of the parent's session would have its task neither known

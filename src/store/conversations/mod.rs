@@ -13,8 +13,9 @@
 //! messages once.
 //!
 //! Which session ([`landing`]): the one the client names, or the one its conversation header
-//! names (Claude Code's, Codex's, opencode's; unless the call leaves that conversation right
-//! after the client's preamble with a task of its own: [`landing::Fork`]), or else the one of
+//! names (Claude Code's, Codex's, opencode's, with the sub-agent the call names if it names
+//! one; unless the call leaves that conversation right after the client's preamble with a task
+//! of its own: [`landing::Fork`]), or else the one of
 //! the caller's that the call continues: whose first message it shares and whose prefix it
 //! shares past the client's own preamble, or whose task it carries (a client restoring its
 //! history into a freshly built request). A one-off call (instructions and one user message,
@@ -47,7 +48,8 @@ pub struct ProxyCall {
     pub owner: String,
     /// The session the client named (already in the caller's namespace), if it did.
     pub named: Option<String>,
-    /// A hash of the conversation header the client sent, if it did.
+    /// A hash of the conversation header the client sent, if it did (then `.` and 16 hex
+    /// digits of the sub-agent's id when the call names one).
     pub conversation: Option<String>,
     /// A fingerprint of the call's own instructions (system, instructions) and first message.
     pub root_hash: i64,
