@@ -169,7 +169,8 @@ CREATE TABLE maskings (
     outputs     INTEGER NOT NULL,                       -- tool outputs this masking hid
     pre_tokens  INTEGER NOT NULL,                       -- estimated context tokens before
     post_tokens INTEGER NOT NULL,                       -- and after
-    created_at  TEXT NOT NULL
+    created_at  TEXT NOT NULL,
+    head_seq    INTEGER                                 -- the newest message of the branch it masked (NULL: made before v17, masks every branch)
 );
 CREATE INDEX maskings_by_session ON maskings (session_id, id);
 

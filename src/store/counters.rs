@@ -30,8 +30,8 @@ pub(super) fn recount_active(conn: &Connection, session: &SessionRow) -> Result<
 }
 
 /// Makes the branch ending at `head` the session's current one: its latest compaction (the
-/// newest whose boundary lies on it), its pinned messages and task, and every counter, as if
-/// the session had only ever had this branch. Reported usage is dropped (it measured another
+/// newest whose boundary lies on it), its latest masking, its pinned messages and task, and
+/// every counter, as if the session had only ever had this branch. Reported usage is dropped (it measured another
 /// branch). Returns the session after it.
 pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> Result<SessionRow> {
     if head == session.head_seq {
@@ -55,6 +55,24 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
         .map_or((0, 1, 0), |(num, boundary, tokens, chars)| {
             (num, boundary, tokens.unwrap_or(chars.div_ceil(4) + 16))
         });
+    // The newest masking of this branch (made while its head was on it): another branch's
+    // masks only that branch's outputs, never this one's newest. One made before maskings
+    // named their branch masks every branch, as it did.
+    let masked_through: u64 = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT through_seq, head_seq FROM maskings WHERE session_id = ?1 ORDER BY id DESC",
+        )?;
+        let mut rows = stmt.query([&session.id])?;
+        let mut through = 0;
+        while let Some(row) = rows.next()? {
+            let head: Option<u64> = row.get(1)?;
+            if head.is_none_or(|h| branch.contains(h)) {
+                through = row.get(0)?;
+                break;
+            }
+        }
+        through
+    };
     // The task of a proxied conversation: the first pinned user message past the client's
     // preamble (whose own user messages, few-shot examples, are pinned too).
     let task_seq: Option<u64> = match session.task_hash {
@@ -88,7 +106,8 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
                                         WHERE session_id = ?1 AND role = 'user' AND {filter}), 0),
              turn_attempts = 0,
              reported_tokens = NULL,
-             tokens_since_report = 0
+             tokens_since_report = 0,
+             masked_through_seq = ?8
          WHERE id = ?1"
     ))?
     .execute(params![
@@ -98,7 +117,8 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
         summary_num,
         summary_tokens,
         task_seq,
-        step_calls
+        step_calls,
+        masked_through
     ])?;
     let switched = super::sessions::get_live(conn, session.id.as_str())?;
     recount_active(conn, &switched)

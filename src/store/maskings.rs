@@ -138,10 +138,10 @@ fn write_masking(
     let after = super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)?;
     let (post_tokens, _) = after.context_tokens();
     conn.prepare_cached(&format!(
-        "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+        "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at, head_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6)"
     ))?
-    .execute(params![session.id, through, outputs, pre_tokens, post_tokens])?;
+    .execute(params![session.id, through, outputs, pre_tokens, post_tokens, session.head_seq])?;
     let row = conn
         .prepare_cached(&format!(
             "SELECT {} FROM maskings WHERE id = ?1",

@@ -311,6 +311,79 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
     assert!(stale.is_none(), "B's refused context was compacted since");
 }
 
+/// [`headed_call`] whose rounds are tool calls each answered by an output of 2,000 characters
+/// (`{task} output {i}` and x's).
+fn headed_call_with_outputs(task: &str, base: i64, steps: usize) -> ProxyCall {
+    let mut call = headed_call(task, base, steps);
+    let mut messages = call.messages[..2].to_vec();
+    for i in 0..steps {
+        let id = format!("{base}_{i}");
+        messages.push(Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: id.clone(),
+                name: "bash".into(),
+                args: serde_json::json!({"command": format!("step {i}")}),
+            }],
+        });
+        messages.push(Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: id,
+                name: None,
+                output: format!("{task} output {i} {}", "x".repeat(2_000)),
+                is_error: false,
+            }],
+        });
+    }
+    call.messages = messages.into();
+    call
+}
+
+/// A masking of one branch masks that branch's outputs only: the other branch's newest stay
+/// whole in its context. Before, a session's mask was one seq for all its branches, and a
+/// masking of the branch written last hid every output of the other (their seqs all below).
+#[tokio::test]
+async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let a = store
+        .place_call(headed_call_with_outputs("task A", 100, 6), rules)
+        .await
+        .unwrap();
+    // B: A's task, then other steps (a client that rewrote its history after the task).
+    let task_a = headed_call_with_outputs("task A", 100, 0);
+    let mut b = headed_call_with_outputs("task B", 200, 6);
+    let mut messages = b.messages.to_vec();
+    messages[1] = task_a.messages[1].clone();
+    b.messages = messages.into();
+    b.fingerprints[1] = task_a.fingerprints[1];
+    let b = store.place_call(b, rules).await.unwrap();
+    let id = a.session.id.clone();
+    assert_eq!(b.session.id, id, "one session, two branches");
+    let (masking, masked) = store.mask_outputs(&id, 2, 1).await.unwrap();
+    assert!(
+        masking.is_some_and(|m| m.outputs == 4),
+        "B's four oldest outputs"
+    );
+    assert!(masked.masked_through_seq > a.session.head_seq);
+
+    let whole = |snapshot: &crate::store::ContextSnapshot, task: &str| -> usize {
+        snapshot
+            .tail
+            .iter()
+            .map(|m| m.parts.get().to_string())
+            .filter(|t| t.contains(&format!("{task} output")) && t.contains(&"x".repeat(2_000)))
+            .count()
+    };
+    let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
+    assert_eq!(whole(&of_a, "task A"), 6, "A's outputs are whole");
+    assert_eq!(of_a.session.masked_through_seq, 0);
+    let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
+    assert_eq!(whole(&of_b, "task B"), 2, "B's newest two only");
+    assert_eq!(of_b.session.masked_through_seq, masked.masked_through_seq);
+}
+
 /// Another conversation under the same header, instructions and preamble (a Codex
 /// sub-agent's thread) is a session of its own, from its first call on: its task is its
 /// own, its preamble the parent's, it starts from the window a refusal taught the parent,

@@ -173,6 +173,11 @@ const UPGRADES: &[Upgrade] = &[
         sql: "ALTER TABLE sessions ADD COLUMN limit_taught_at TEXT;",
         then: None,
     },
+    // 17: which branch a masking masked (those made before mask every branch, as they did).
+    Upgrade {
+        sql: "ALTER TABLE maskings ADD COLUMN head_seq INTEGER;",
+        then: None,
+    },
 ];
 
 /// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
@@ -198,6 +203,7 @@ pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// index, and its dump reads as 8; versions 11, 12 and 13 changed only indexes, a view and a
 /// check, and their dumps read as 10.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (17, "maskings", "head_seq"),
     (16, "sessions", "limit_taught_at"),
     (15, "sessions", "completion_tokens"),
     (14, "sessions", "token_rate"),

@@ -396,6 +396,7 @@ fn version_10s_index_by_parent_becomes_the_partial_one() {
          ALTER TABLE sessions DROP COLUMN completion_tokens;
          DROP INDEX sessions_taught;
          ALTER TABLE sessions DROP COLUMN limit_taught_at;
+         ALTER TABLE maskings DROP COLUMN head_seq;
          PRAGMA user_version = 10;",
     )
     .unwrap();
