@@ -31,8 +31,8 @@ pub(super) fn recount_active(conn: &Connection, session: &SessionRow) -> Result<
 
 /// Makes the branch ending at `head` the session's current one: its latest compaction (the
 /// newest whose boundary lies on it), its latest masking, its pinned messages and task, and
-/// every counter, as if the session had only ever had this branch. Reported usage is dropped (it measured another
-/// branch). Returns the session after it.
+/// every counter, as if the session had only ever had this branch. Reported usage is dropped
+/// (it measured another branch). Returns the session after it.
 pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> Result<SessionRow> {
     if head == session.head_seq {
         return Ok(session.clone());
