@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 /// A mock upstream whose tokenizer counts a token every `chars_per_token` characters, its
 /// window `window` tokens.
-fn model(window: usize, chars_per_token: usize) -> MockModel {
+pub(crate) fn model(window: usize, chars_per_token: usize) -> MockModel {
     MockModel::start(
         vec![],
         Reply::Tokenized {
@@ -454,11 +454,30 @@ async fn a_call_larger_than_the_window_goes_up_shortened_and_is_answered() {
     assert!(text.contains("File written."), "the result goes up whole");
 }
 
+/// The headers of [`branch_step`]'s calls: one conversation, both branches.
+const BRANCH_HEADERS: [(&str, &str); 3] = [
+    ("x-api-key", KEY),
+    ("anthropic-version", "2023-06-01"),
+    ("x-claude-code-session-id", "conversation-1"),
+];
+
+/// A conversation's first call (its task), then its two branches, each the task and an
+/// instruction of its own ("odd" and "even").
+async fn two_branches(client: &compactd::client::Client) -> (Vec<Value>, Vec<Value>) {
+    let mut odd =
+        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
+    assert_eq!(branch_step(client, &mut odd, "trunk", 0, 10).await, 200);
+    odd.pop();
+    let mut even = odd.clone();
+    odd.push(json!({"role": "user", "content": "Take the odd modules."}));
+    even.push(json!({"role": "user", "content": "Take the even modules."}));
+    (odd, even)
+}
+
 /// One step of a branch: the call, the model's answer appended to the branch, then the
 /// branch's next user message (`chars` characters of code).
 async fn branch_step(
     client: &compactd::client::Client,
-    headers: &[(&str, &str)],
     branch: &mut Vec<Value>,
     name: &str,
     step: usize,
@@ -472,7 +491,7 @@ async fn branch_step(
         client,
         hyper::Method::POST,
         "/v1/messages",
-        headers,
+        &BRANCH_HEADERS,
         Some(&body),
     )
     .await;
@@ -492,25 +511,11 @@ async fn interleaving_branches_of_one_conversation_never_reach_the_model_over_it
     let mock = model(16_000, 2);
     let daemon = proxy_to(&mock);
     let client = daemon.client();
-    let headers = [
-        ("x-api-key", KEY),
-        ("anthropic-version", "2023-06-01"),
-        ("x-claude-code-session-id", "conversation-1"),
-    ];
-    let mut trunk =
-        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
-    assert_eq!(
-        branch_step(&client, &headers, &mut trunk, "trunk", 0, 10).await,
-        200
-    );
-    trunk.pop();
-    let (mut a, mut b) = (trunk.clone(), trunk);
-    a.push(json!({"role": "user", "content": "Take the odd modules."}));
-    b.push(json!({"role": "user", "content": "Take the even modules."}));
+    let (mut a, mut b) = two_branches(&client).await;
     for step in 0..40 {
         let (sa, sb) = tokio::join!(
-            branch_step(&client, &headers, &mut a, "odd", step, 2_900 + step * 7),
-            branch_step(&client, &headers, &mut b, "even", step, 3_100 - step * 5)
+            branch_step(&client, &mut a, "odd", step, 2_900 + step * 7),
+            branch_step(&client, &mut b, "even", step, 3_100 - step * 5)
         );
         assert_eq!((sa, sb), (200, 200), "step {step}");
     }
@@ -565,29 +570,9 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
     );
     let daemon = proxy_to(&mock);
     let client = daemon.client();
-    let headers = [
-        ("x-api-key", KEY),
-        ("anthropic-version", "2023-06-01"),
-        ("x-claude-code-session-id", "conversation-1"),
-    ];
-    let mut odd =
-        vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
-    assert_eq!(
-        branch_step(&client, &headers, &mut odd, "trunk", 0, 10).await,
-        200
-    );
-    odd.pop();
-    let mut even = odd.clone();
-    odd.push(json!({"role": "user", "content": "Take the odd modules."}));
-    even.push(json!({"role": "user", "content": "Take the even modules."}));
-    assert_eq!(
-        branch_step(&client, &headers, &mut odd, "odd", 0, 2_000).await,
-        200
-    );
-    assert_eq!(
-        branch_step(&client, &headers, &mut even, "even", 0, 100).await,
-        200
-    );
+    let (mut odd, mut even) = two_branches(&client).await;
+    assert_eq!(branch_step(&client, &mut odd, "odd", 0, 2_000).await, 200);
+    assert_eq!(branch_step(&client, &mut even, "even", 0, 100).await, 200);
 
     // The even branch's client sends four notes it kept (a rewritten history): text that
     // the model's tokenizer counts at six times compactd's estimate, over the window by the
@@ -601,15 +586,14 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
     }
     even.push(json!({"role": "user", "content": "Go on with the even modules."}));
     let even_call = {
-        let (client, headers) = (daemon.client(), headers);
-        let mut even = even.clone();
-        tokio::spawn(async move { branch_step(&client, &headers, &mut even, "even", 1, 100).await })
+        let (client, mut even) = (daemon.client(), even.clone());
+        tokio::spawn(async move { branch_step(&client, &mut even, "even", 1, 100).await })
     };
     mock.wait_for_requests(4);
     // Meanwhile the odd branch grows past the trigger and is compacted before its call goes.
     for step in 1..12 {
         assert_eq!(
-            branch_step(&client, &headers, &mut odd, "odd", step, 3_000).await,
+            branch_step(&client, &mut odd, "odd", step, 3_000).await,
             200
         );
     }

@@ -125,6 +125,19 @@ async fn the_users_request_is_pinned_even_where_a_quarter_of_the_window_cannot_h
     assert_eq!(pinned, [true, false, true]);
 }
 
+/// POSTs a proxied call, which must be answered; returns the session it landed in.
+async fn landed(
+    client: &compactd::client::Client,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> String {
+    let (status, head, answer) =
+        crate::proxy_wire::send(client, hyper::Method::POST, path, headers, Some(body)).await;
+    assert_eq!(status, 200, "{answer}");
+    head["x-compactd-session"].to_str().unwrap().to_string()
+}
+
 /// A Claude Code fork whose instructions are its parent's, byte for byte: the fork's calls
 /// carry the parent's whole history, then the `Agent` call that made it and one user message
 /// holding that call's result and the fork's directive; only `x-claude-code-agent-id` tells
@@ -135,13 +148,7 @@ async fn the_users_request_is_pinned_even_where_a_quarter_of_the_window_cannot_h
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_named_by_its_agent_id_keeps_its_directive_though_its_instructions_are_its_parents()
 {
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: 16_000,
-            chars_per_token: 2,
-        },
-    );
+    let mock = crate::proxy_overflow::model(16_000, 2);
     let daemon = crate::proxy::proxy_to(&mock);
     let client = daemon.client();
     let output = |step: &str| format!("output of {step}: {}", "x = 1\n".repeat(300));
@@ -166,16 +173,7 @@ async fn a_fork_named_by_its_agent_id_keeps_its_directive_though_its_instruction
                 "tools": [{"name": "Bash", "description": "Runs a command.", "input_schema": {"type": "object"}},
                           {"name": "Agent", "description": "Starts an agent.", "input_schema": {"type": "object"}}],
                 "messages": messages});
-            let (status, head, answer) = crate::proxy_wire::send(
-                &client,
-                hyper::Method::POST,
-                "/v1/messages",
-                &headers,
-                Some(&body),
-            )
-            .await;
-            assert_eq!(status, 200, "{answer}");
-            head["x-compactd-session"].to_str().unwrap().to_string()
+            landed(&client, "/v1/messages", &headers, &body).await
         }
     };
     let mut parent = vec![json!({"role": "user", "content": "Run the twelve steps."})];
@@ -236,13 +234,7 @@ async fn a_fork_named_by_its_agent_id_keeps_its_directive_though_its_instruction
 /// main thread goes on in its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sub_agent_named_by_its_thread_is_a_session_beside_its_parents() {
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: 16_000,
-            chars_per_token: 2,
-        },
-    );
+    let mock = crate::proxy_overflow::model(16_000, 2);
     let daemon = crate::proxy::proxy_to(&mock);
     let client = daemon.client();
     let send = |messages: Vec<Value>, thread: &'static str| {
@@ -255,16 +247,7 @@ async fn a_sub_agent_named_by_its_thread_is_a_session_beside_its_parents() {
             ];
             let body = json!({"model": "gpt-test", "messages": messages,
                 "tools": [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]});
-            let (status, head, answer) = crate::proxy_wire::send(
-                &client,
-                hyper::Method::POST,
-                "/v1/chat/completions",
-                &headers,
-                Some(&body),
-            )
-            .await;
-            assert_eq!(status, 200, "{answer}");
-            head["x-compactd-session"].to_str().unwrap().to_string()
+            landed(&client, "/v1/chat/completions", &headers, &body).await
         }
     };
     let step = |messages: &mut Vec<Value>, id: &str, command: &str| {
