@@ -48,18 +48,19 @@ const NOT_FORWARDED: [&str; 10] = [
     "keep-alive",
 ];
 
-/// Headers that name a conversation, as the agents send them: Claude Code's, Codex's and
-/// opencode's.
-const CONVERSATION_HEADERS: [&str; 3] = ["x-claude-code-session-id", "session-id", "x-session-id"];
-
-/// Headers that name a sub-agent beside its parent's conversation header, in each of its
-/// calls: Claude Code's (a fork's too: none in the main conversation's calls), Codex's
-/// thread (the conversation header's own value in the main thread's). One id for all of a
-/// sub-agent's calls, another for each (`agents::each_sub_agent_names_itself` holds the real
-/// agents to it). A sub-agent is a conversation of its own by it: a Claude Code fork's
+/// Headers that name a conversation, as the agents send them (Claude Code's, Codex's and
+/// opencode's), each with the header that names a sub-agent beside it in each of the
+/// sub-agent's calls: Claude Code's (a fork's too; none in the main conversation's calls),
+/// Codex's thread (the conversation header's own value in the main thread's). One id for all
+/// of a sub-agent's calls, another for each (`agents::each_sub_agent_names_itself` holds the
+/// real agents to it). A sub-agent is a conversation of its own by it: a Claude Code fork's
 /// history and instructions are its parent's, told apart otherwise by one flag in its system
 /// prompt, and a Codex sub-agent's instructions and preamble are its parent's.
-const AGENT_HEADERS: [&str; 2] = ["x-claude-code-agent-id", "thread-id"];
+const CONVERSATION_HEADERS: [(&str, Option<&str>); 3] = [
+    ("x-claude-code-session-id", Some("x-claude-code-agent-id")),
+    ("session-id", Some("thread-id")),
+    ("x-session-id", None),
+];
 
 /// Marks a call that came over the loopback TCP listener, which any local user can reach.
 #[derive(Debug, Clone, Copy)]
@@ -264,16 +265,21 @@ impl Call {
                 })
             })
             .transpose()?;
-        let conversation: Option<String> = CONVERSATION_HEADERS
+        let named_by = |header: &str| -> Option<String> {
+            self.header(header).map(|v| v.chars().take(256).collect())
+        };
+        let (conversation, agent) = CONVERSATION_HEADERS
             .iter()
-            .find_map(|h| self.header(h))
-            .map(|v| v.chars().take(256).collect());
-        // Codex's main thread is named by the conversation header's own value.
-        let agent = AGENT_HEADERS
-            .iter()
-            .find_map(|h| self.header(h))
-            .map(|v| v.chars().take(256).collect::<String>())
-            .filter(|agent| conversation.as_ref().is_some_and(|c| c != agent));
+            .find_map(|(header, agent)| {
+                let conversation = named_by(header)?;
+                // Codex's main thread is named by the conversation header's own value.
+                let agent = agent
+                    .and_then(named_by)
+                    .filter(|agent| *agent != conversation);
+                Some((conversation, agent))
+            })
+            .unzip();
+        let agent = agent.flatten();
         Ok(Identity {
             named,
             conversation,
