@@ -225,11 +225,11 @@ impl Service {
             .conversation
             .as_ref()
             .map(|c| hex(&Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
-        // A sub-agent under the header: 16 hex digits of its id after the header's.
+        // A sub-agent under the header: 16 hex digits of its id after the header's (without a
+        // header, below, it names nothing).
         let agent = identity
             .agent
             .as_ref()
-            .filter(|_| header.is_some())
             .map(|a| hex(&Sha256::digest(a.as_bytes()))[..16].to_string());
         let conversation = match (&header, &agent) {
             (Some(header), Some(agent)) => Some(format!("{header}.{agent}")),
