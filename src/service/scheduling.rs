@@ -195,7 +195,12 @@ impl Service {
             .saving_due(session.context_tokens().0, session.pinned_tokens)?;
         let (row, now) = match self
             .store
-            .mask_outputs(&session.id, PRESERVE_RECENT_OUTPUTS, min_saving)
+            .mask_outputs(
+                &session.id,
+                session.head_seq,
+                PRESERVE_RECENT_OUTPUTS,
+                min_saving,
+            )
             .await
         {
             Ok(masked) => masked,

@@ -152,19 +152,32 @@ fn write_masking(
 }
 
 impl Store {
-    /// [`mask`] in a write of its own, for the session as it is then. Returns the masking, if
-    /// one was made, and the session after it: a caller holding an older row of the session
-    /// sees whether its outputs were masked meanwhile (by another request) even when this
-    /// call found nothing left to mask.
+    /// [`mask`] in a write of its own, for the branch of `head` as it is then. Returns the
+    /// masking, if one was made, and the session after it: a caller holding an older row of
+    /// the session sees whether its outputs were masked meanwhile (by another request) even
+    /// when this call found nothing left to mask.
+    ///
+    /// Another branch's call may have moved the session since the caller read it (a proxied
+    /// client calling from two branches at once): the session is moved back to the branch
+    /// of `head` first, as reading that branch's context does, so a masking due on one
+    /// branch never lands on the other. A later call of the same branch (`head` still on
+    /// the current branch) leaves it where it is.
     pub async fn mask_outputs(
         &self,
         session_id: &SessionId,
+        head: u64,
         keep_recent: usize,
         min_saving: usize,
     ) -> Result<(Option<MaskingRow>, SessionRow)> {
         let session_id = session_id.to_string();
         self.write(move |conn| {
-            let session = get_live(conn, &session_id)?;
+            let live = get_live(conn, &session_id)?;
+            let on_branch =
+                head == live.head_seq || super::path::Branch::current(conn, &live)?.contains(head);
+            let session = match on_branch {
+                true => live,
+                false => super::counters::switch_to(conn, &live, head)?,
+            };
             Ok(match mask(conn, &session, keep_recent, min_saving)? {
                 Some((row, after)) => (Some(row), after),
                 None => (None, session),
@@ -253,15 +266,16 @@ mod tests {
             .await
             .unwrap();
         let before = appended.session.masked_through_seq;
+        let head = appended.session.head_seq;
 
-        let (first, after) = store.mask_outputs(&id, 3, 1).await.unwrap();
+        let (first, after) = store.mask_outputs(&id, head, 3, 1).await.unwrap();
         assert!(
             first.is_some_and(|m| m.outputs >= 17),
             "the old outputs are masked"
         );
         assert!(after.masked_through_seq > before);
 
-        let (second, now) = store.mask_outputs(&id, 3, 1).await.unwrap();
+        let (second, now) = store.mask_outputs(&id, head, 3, 1).await.unwrap();
         assert!(second.is_none(), "nothing is left to mask");
         assert_eq!(now.masked_through_seq, after.masked_through_seq);
         assert_eq!(now.context_tokens(), after.context_tokens());

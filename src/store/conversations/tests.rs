@@ -361,7 +361,10 @@ async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
     let b = store.place_call(b, rules).await.unwrap();
     let id = a.session.id.clone();
     assert_eq!(b.session.id, id, "one session, two branches");
-    let (masking, masked) = store.mask_outputs(&id, 2, 1).await.unwrap();
+    let (masking, masked) = store
+        .mask_outputs(&id, b.session.head_seq, 2, 1)
+        .await
+        .unwrap();
     assert!(
         masking.is_some_and(|m| m.outputs == 4),
         "B's four oldest outputs"
@@ -382,6 +385,52 @@ async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
     let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
     assert_eq!(whole(&of_b, "task B"), 2, "B's newest two only");
     assert_eq!(of_b.session.masked_through_seq, masked.masked_through_seq);
+}
+
+/// A masking asked for by one branch's call (after its append) while another branch's call
+/// has moved the session since lands on the asking branch: the other's outputs stay whole.
+#[tokio::test]
+async fn a_masking_lands_on_the_branch_that_asked_though_another_moved_the_session() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let a = store
+        .place_call(headed_call_with_outputs("task A", 100, 6), rules)
+        .await
+        .unwrap();
+    let task_a = headed_call_with_outputs("task A", 100, 0);
+    let mut b = headed_call_with_outputs("task B", 200, 6);
+    let mut messages = b.messages.to_vec();
+    messages[1] = task_a.messages[1].clone();
+    b.messages = messages.into();
+    b.fingerprints[1] = task_a.fingerprints[1];
+    let b = store.place_call(b, rules).await.unwrap();
+    let id = a.session.id.clone();
+    assert_eq!(b.session.id, id, "one session, two branches");
+
+    // A's masking, asked for with A's head, the session being on B's.
+    let (masking, masked) = store
+        .mask_outputs(&id, a.session.head_seq, 2, 1)
+        .await
+        .unwrap();
+    assert!(
+        masking.is_some_and(|m| m.outputs == 4),
+        "A's four oldest outputs"
+    );
+    assert!(masked.masked_through_seq <= a.session.head_seq);
+    assert_eq!(masked.head_seq, a.session.head_seq, "on A's branch");
+
+    let whole = |snapshot: &crate::store::ContextSnapshot, task: &str| -> usize {
+        snapshot
+            .tail
+            .iter()
+            .map(|m| m.parts.get().to_string())
+            .filter(|t| t.contains(&format!("{task} output")) && t.contains(&"x".repeat(2_000)))
+            .count()
+    };
+    let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
+    assert_eq!(whole(&of_b, "task B"), 6, "B's outputs are whole");
+    let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
+    assert_eq!(whole(&of_a, "task A"), 2, "A's newest two only");
 }
 
 /// Another conversation under the same header, instructions and preamble (a Codex
