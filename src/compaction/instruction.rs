@@ -3,8 +3,9 @@
 //! Not every user-role text is something the user asked for. Agents and their CLIs put their
 //! own notes in user messages: Claude Code's "Caveat: the messages below were generated..."
 //! note, the echoes of local slash commands (`<command-name>`, `<local-command-stdout>`), the
-//! "[Request interrupted by user]" marker, and summaries of earlier sessions pasted in as the
-//! first message. A summary that quotes those as user requests misleads the agent that
+//! "[Request interrupted by user]" marker, summaries of earlier sessions pasted in as the
+//! first message, and the notification of a background task's end
+//! ([`super::notification`]). A summary that quotes those as user requests misleads the agent that
 //! continues from it; the summarizer, the session's pinned task and the replay probes all ask
 //! this module instead of looking at the role alone.
 
@@ -19,6 +20,9 @@ pub enum UserText {
     PastedSummary,
     /// A note of the agent's CLI: command echoes, caveats, interruption markers.
     Meta,
+    /// Notifications of background tasks that ended, and nothing else: what they report is
+    /// kept, as work done, not as something asked for.
+    Notification,
 }
 
 /// Openings of summaries that continue an earlier conversation.
@@ -45,6 +49,8 @@ pub fn classify_user_text(text: &str) -> UserText {
         UserText::PastedSummary
     } else if META_OPENINGS.iter().any(|o| text.starts_with(o)) {
         UserText::Meta
+    } else if super::notification::is_only_notifications(text) {
+        UserText::Notification
     } else {
         UserText::Instruction
     }
@@ -78,6 +84,12 @@ mod tests {
         ] {
             assert_eq!(classify_user_text(meta), UserText::Meta, "{meta}");
         }
+        let told = "<system-reminder>\n<task-notification><task-id>a1</task-id><status>completed</status></task-notification>\n</system-reminder>";
+        assert_eq!(classify_user_text(told), UserText::Notification);
+        assert_eq!(
+            classify_user_text(&format!("{told}\nNow fix the login page too.")),
+            UserText::Instruction
+        );
         assert_eq!(
             classify_user_text(
                 "This session is being continued from a previous conversation that ran out of context."

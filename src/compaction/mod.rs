@@ -28,6 +28,7 @@ pub mod instruction;
 pub mod kept_instructions;
 pub mod mask;
 pub mod microcompact;
+pub mod notification;
 pub mod origin;
 pub mod patch;
 pub mod pin;

@@ -458,3 +458,66 @@ fn thousands_of_user_messages_fold_into_a_pointer_and_numbering_goes_on() {
     assert!(second.contains("[#3001, seq 3001] one more"));
     assert!(second.lines().any(|l| l.starts_with("[#1-#")));
 }
+
+/// A background sub-agent's report (Claude Code's `<task-notification>`, in a system message
+/// mid-conversation or in the reminder of a user message) is the delegated work's only
+/// outcome in the conversation: the summary keeps it in section 5, through the next
+/// compaction too, and does not quote it as something the user asked for.
+#[test]
+fn a_background_tasks_report_is_kept_as_work_done_not_as_an_instruction() {
+    let told = |id: &str, report: &str| {
+        format!(
+            "[SYSTEM NOTIFICATION - NOT USER INPUT]\nThis is an automated background-task event, NOT a message from the user.\n\n<task-notification>\n<task-id>{id}</task-id>\n<status>completed</status>\n<summary>Agent \"Find the race\" finished</summary>\n<result>{report}</result>\n</task-notification>"
+        )
+    };
+    let long_report = format!("The race is in the cache: {}", "details ".repeat(80));
+    let messages = vec![
+        Message::text(Role::User, "Find and fix the flaky test."),
+        bash_call("c1", "cargo test"),
+        result("c1", "test result: ok"),
+        Message::text(Role::System, told("a1", &long_report)),
+        bash_call("c2", "cargo test"),
+        result("c2", "test result: ok"),
+        Message::text(
+            Role::User,
+            format!(
+                "<system-reminder>\n{}\n</system-reminder>",
+                told("a2", "No other race found.")
+            ),
+        ),
+    ];
+    let first = extractive_summary(&request(messages, None));
+    let sections = sections_of(&first);
+    assert!(
+        sections[4].contains("Background task a1 completed (Agent \"Find the race\" finished): The race is in the cache:"),
+        "{}",
+        sections[4]
+    );
+    assert!(
+        sections[4].contains(&"details ".repeat(80).trim_end().to_string()),
+        "whole, under 1,000 characters"
+    );
+    assert!(sections[4].contains("a2 completed") && sections[4].contains("No other race found."));
+    assert!(
+        !sections[5].contains("task-notification") && !sections[5].contains("No other race"),
+        "{}",
+        sections[5]
+    );
+    assert!(sections[5].contains("Find and fix the flaky test."));
+
+    // The next compaction carries both reports whole.
+    let second = extractive_summary(&request(
+        vec![
+            bash_call("c3", "cargo test"),
+            result("c3", "test result: ok"),
+        ],
+        Some(&first),
+    ));
+    let sections = sections_of(&second);
+    assert!(
+        sections[4].contains(&"details ".repeat(80).trim_end().to_string()),
+        "{}",
+        sections[4]
+    );
+    assert!(sections[4].contains("No other race found."));
+}

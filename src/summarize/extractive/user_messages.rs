@@ -4,7 +4,8 @@
 //! An instruction of at most 2,000 characters is quoted whole; a longer one is cut there with
 //! a pointer to its stored original (`seq S`). The session's task, when too large to pin, is
 //! kept up to the pin size instead; when pinned, its entry points to the copy at the start of
-//! the context. CLI notes are left out (they are not instructions) and a pasted summary of
+//! the context. CLI notes and notifications of background tasks are left out (they are not
+//! instructions; section 5 keeps what a notification reports) and a pasted summary of
 //! earlier work is named, not quoted. The summary grows for them (up to its ceiling) before any
 //! is shortened; past that, older entries are shortened, oldest first, each naming its seq, and
 //! for sessions with thousands of them the oldest are folded into one line naming their seqs
@@ -139,7 +140,8 @@ impl UserMessages {
     pub(super) fn push(&mut self, text: &str, seq: Option<u64>, max_chars: usize) {
         let text = text.trim();
         let shown = match classify_user_text(text) {
-            UserText::Meta => return,
+            // A notification's report is work done (section 5), not an instruction.
+            UserText::Meta | UserText::Notification => return,
             UserText::PastedSummary => format!(
                 "(a pasted summary of earlier work, {} characters; not an instruction)",
                 text.chars().count()

@@ -1,27 +1,35 @@
-//! Section 5, Problem Solving (the assistant's notes along the way), and section 8, Current
-//! Work (the last action, its outcome, and what the assistant last said).
+//! Section 5, Problem Solving (the assistant's notes along the way, and what background tasks
+//! reported when they ended), and section 8, Current Work (the last action, its outcome, and
+//! what the assistant last said).
 
 use super::errors::Outcome;
 use super::text::{
     assistant_texts, bullet_blocks, call_line, first_line, keep_last, shorten, squash,
 };
 use super::{Detail, Sources};
+use crate::compaction::notification::{TaskNotification, notifications};
 use crate::compaction::truncate::truncate_chars;
-use crate::message::Part;
+use crate::message::{Part, Role};
 use std::fmt::Write;
 
 /// Assistant texts shorter than this are acknowledgements, not notes.
 const NOTE_MIN_CHARS: usize = 40;
+/// How an entry for a background task's end begins.
+const NOTIFIED: &str = "- Background task ";
 
 pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
-    let (kept, note_chars, prose_chars) = match detail {
-        Detail::Full => (10, 300, usize::MAX),
-        Detail::Reduced => (5, 200, 2_000),
-        Detail::Floor => (2, 120, 600),
+    // A report says more than a note: it is all the conversation keeps of a sub-agent's work.
+    let (kept, note_chars, report_chars, prose_chars) = match detail {
+        Detail::Full => (10, 300, 1_000, usize::MAX),
+        Detail::Reduced => (5, 200, 400, 2_000),
+        Detail::Floor => (2, 120, 200, 600),
     };
     let mut entries: Vec<String> = bullet_blocks(sources.prior[4].as_deref())
         .into_iter()
-        .map(|e| shorten(&e, note_chars + 2))
+        .map(|e| match e.starts_with(NOTIFIED) {
+            true => shorten(&e, report_chars + 300),
+            false => shorten(&e, note_chars + 2),
+        })
         .collect();
     if let Some(text) = sources.unstructured_prior {
         let text = squash(text);
@@ -30,13 +38,42 @@ pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
             format!("- Earlier summary: {}", truncate_chars(&text, prose_chars)),
         );
     }
-    for text in assistant_texts(&sources.request.messages) {
-        let text = text.trim();
-        if text.chars().count() >= NOTE_MIN_CHARS {
-            entries.push(format!("- {}", shorten(&squash(text), note_chars)));
+    for message in &sources.request.messages {
+        match message.role {
+            Role::Assistant => {
+                let text = message.joined_text();
+                let text = text.trim();
+                if text.chars().count() >= NOTE_MIN_CHARS {
+                    entries.push(format!("- {}", shorten(&squash(text), note_chars)));
+                }
+            }
+            // A background task's end, told in a system message or a user message's reminder:
+            // its report is the delegated work's only outcome in the conversation.
+            Role::System | Role::User => {
+                for told in notifications(&message.joined_text()) {
+                    entries.push(notified(&told, report_chars));
+                }
+            }
+            Role::Tool => {}
         }
     }
     keep_last(&entries, kept)
+}
+
+/// `- Background task a67… completed (Agent "Run the tests" finished): <its report>`.
+fn notified(told: &TaskNotification, report_chars: usize) -> String {
+    let mut line = format!(
+        "{NOTIFIED}{} {}",
+        told.task_id.as_deref().unwrap_or("(no id)"),
+        told.status.as_deref().unwrap_or("ended")
+    );
+    if let Some(summary) = &told.summary {
+        let _ = write!(line, " ({})", shorten(&squash(summary), 200));
+    }
+    if let Some(result) = &told.result {
+        let _ = write!(line, ": {}", shorten(&squash(result), report_chars));
+    }
+    line
 }
 
 pub(super) fn current_work(sources: &Sources, detail: Detail) -> String {

@@ -363,6 +363,45 @@ fn claude_code_hands_steps_to_two_sub_agents_at_once_through_compactd() {
     );
 }
 
+/// Two sub-agents run in the background (`run_in_background`): Claude Code answers each
+/// `Agent` call at once, the main conversation goes on with its own steps while the
+/// sub-agents run theirs (three conversations calling at once under one header), and each
+/// report comes in a notification (a system message of its own, mid-conversation, or a
+/// reminder in the next call's user message when the main conversation has ended its turn
+/// waiting; Claude Code's print mode waits for its background agents). The main conversation
+/// ends only once it can read both reports. Through compactd, handed over after step 3, the
+/// reports come while the main conversation has steps to go and compacts: the summary keeps
+/// them (before, the extractive summary dropped a system message's report, and the main
+/// conversation waited for reports it had been given, in every run). Each conversation still
+/// reaches the model with its own steps only, and nothing is refused.
+#[test]
+fn claude_code_hands_steps_to_two_sub_agents_in_the_background_through_compactd() {
+    through_with(
+        Agent::ClaudeCode,
+        Model::new("claude-opus-5-5", 48_000, 2),
+        |task| {
+            task.delegate_after = Some(3);
+            task.sub_agents = 2;
+            task.background = true;
+        },
+    );
+}
+
+/// The same with Claude Code straight at the model API: the mock's background sub-agents
+/// work with the real agent.
+#[test]
+fn claude_code_hands_steps_to_two_sub_agents_in_the_background_directly() {
+    let task = Task {
+        delegate_after: Some(10),
+        sub_agents: 2,
+        background: true,
+        ..Task::default()
+    };
+    let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, false);
+    each_conversation_its_own(&seen, 2, 0);
+    each_sub_agent_names_itself(&seen, 2, "x-claude-code-agent-id");
+}
+
 /// Claude Code forks itself (its `Agent` tool with `subagent_type: "fork"`, which it offers
 /// the model by default): the fork's conversation is the parent's history, then the `Agent`
 /// call answered "Fork started" beside the fork's directive, then the fork's own steps, under

@@ -67,8 +67,23 @@ pub enum Turn {
     Sub { step: usize, command: String },
 }
 
-/// The turn of a conversation whose newest tool output is `newest` (see [`Turn`]).
-pub fn next_turn(task: &Task, sub_agent: Option<char>, newest: Option<&str>, shell: bool) -> Turn {
+/// How Claude Code answers an `Agent` call run in the background (`run_in_background`): at
+/// once, before the sub-agent has done anything; its report comes later, in a notification.
+pub const LAUNCHED: &str = "Async agent launched successfully.";
+/// What the main conversation says when its own steps are done and a sub-agent running in
+/// the background has not reported yet.
+pub const WAITING: &str = "Waiting for the sub-agents to report.";
+
+/// The turn of a conversation whose newest tool output is `newest` (see [`Turn`]), the
+/// sub-agents whose reports it has read in a notification being `notified` (background
+/// sub-agents report so, [`Task::background`]).
+pub fn next_turn(
+    task: &Task,
+    sub_agent: Option<char>,
+    newest: Option<&str>,
+    shell: bool,
+    notified: &[char],
+) -> Turn {
     let Some(after) = task.delegate_after.filter(|_| shell) else {
         return Turn::Act(decide(task, newest, shell));
     };
@@ -78,9 +93,23 @@ pub fn next_turn(task: &Task, sub_agent: Option<char>, newest: Option<&str>, she
             SubTurn::Report(text) => Turn::Act(Action::Finish(text)),
         };
     }
+    // The sub-agents run in the background: the main conversation goes on with its own
+    // steps, and ends only once every sub-agent has reported.
+    if newest.is_some_and(|o| o.starts_with(LAUNCHED)) {
+        return Turn::Act(decide(task, Some(&format!("STEP-{after}-END")), shell));
+    }
     let handed = newest.is_some_and(|o| o.contains(SUBTASK_DONE));
     match decide(task, newest, shell) {
         Action::Run { step, .. } if step == after + 1 && !handed => Turn::Delegate,
+        Action::Finish(_) if task.background && notified.len() < task.sub_agents => {
+            Turn::Act(Action::Text(WAITING.into()))
+        }
         action => Turn::Act(action),
     }
+}
+
+/// The sub-agents whose reports `text` holds (a notification of background sub-agents).
+pub fn reported_in(text: &str) -> impl Iterator<Item = char> + '_ {
+    text.match_indices(SUBTASK_DONE)
+        .filter_map(|(at, _)| text[at + SUBTASK_DONE.len()..].chars().nth(1))
 }

@@ -187,6 +187,21 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .find(|output| !super::is_side_output(output))
 }
 
+/// The sub-agents whose reports the conversation has read in a notification (a text, not a
+/// tool's result: Claude Code tells of a background sub-agent's end so).
+fn notified(messages: &[Value]) -> Vec<char> {
+    let mut names: Vec<char> = messages
+        .iter()
+        .flat_map(blocks)
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .flat_map(|t| delegation::reported_in(&t).collect::<Vec<_>>())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// The sub-agent this conversation is, if it is one: its first user message (its task,
 /// which compactd keeps pinned) carries the task handed over. Only the first: a summary of
 /// the main conversation may quote the call that handed it. A Claude Code fork's first user
@@ -254,7 +269,14 @@ pub fn answer(
         .flatten()
         .any(|t| t["name"] == "Bash");
     let newest = newest_output(&messages);
-    let turn = delegation::next_turn(task, sub_agent_of(&messages), newest.as_deref(), shell);
+    let notified = notified(&messages);
+    let turn = delegation::next_turn(
+        task,
+        sub_agent_of(&messages),
+        newest.as_deref(),
+        shell,
+        &notified,
+    );
     let mut content = Vec::new();
     if thinking_on(body) {
         let thought = match &turn {
@@ -302,7 +324,7 @@ pub fn answer(
             for name in &delegation::SUB_AGENTS[..task.sub_agents] {
                 content.push(json!({"type": "tool_use", "id": format!("toolu_{:08}", shared.next_id()), "name": "Agent",
                     "input": {"description": format!("Run sub-steps {name}"), "prompt": delegation::subtask(*name),
-                        "subagent_type": if task.fork_context { "fork" } else { "general-purpose" }, "run_in_background": false}}));
+                        "subagent_type": if task.fork_context { "fork" } else { "general-purpose" }, "run_in_background": task.background}}));
             }
             "tool_use"
         }

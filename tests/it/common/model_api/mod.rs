@@ -54,6 +54,8 @@ pub struct Task {
     /// Each step's call comes with a second one beside it in the same answer (`echo
     /// SIDE-k`), which the agent runs in parallel.
     pub parallel_calls: bool,
+    /// Claude Code's sub-agents run in the background (`run_in_background`).
+    pub background: bool,
 }
 
 impl Default for Task {
@@ -67,6 +69,7 @@ impl Default for Task {
             sub_agents: 1,
             fork_context: false,
             parallel_calls: false,
+            background: false,
         }
     }
 }

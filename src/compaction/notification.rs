@@ -1,0 +1,146 @@
+//! Notifications of background work: what an agent's CLI tells the model when a task it runs
+//! in the background ends.
+//!
+//! Claude Code runs a sub-agent (`Agent` with `run_in_background`) or a shell command in the
+//! background: the call is answered at once ("Async agent launched successfully"), and the
+//! outcome arrives later as a `<task-notification>` block (its task id, status, a one-line
+//! summary and, for an agent, its report in `<result>`): in a system message of its own in
+//! the middle of the conversation, or in a `<system-reminder>` of the next user message when
+//! the model had ended its turn waiting. The report is the delegated work's only outcome the
+//! conversation holds, so a summary must keep it; and it is not something the user asked
+//! for ("NOT USER INPUT", it says itself), so a summary must not quote it as an instruction.
+
+/// One background task's end, as notified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskNotification {
+    pub task_id: Option<String>,
+    /// `completed`, `failed`, `killed`, ...
+    pub status: Option<String>,
+    /// A line such as `Agent "Run the tests" finished`.
+    pub summary: Option<String>,
+    /// The agent's report, when the task was an agent.
+    pub result: Option<String>,
+}
+
+const OPEN: &str = "<task-notification>";
+const CLOSE: &str = "</task-notification>";
+/// The line Claude Code puts before a notification sent in a system message of its own.
+const PREAMBLE: &str = "[SYSTEM NOTIFICATION - NOT USER INPUT]";
+
+/// The notifications in `text`, in order.
+pub fn notifications(text: &str) -> Vec<TaskNotification> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(OPEN) {
+        let body = &rest[start + OPEN.len()..];
+        let (body, after) = match body.find(CLOSE) {
+            Some(end) => (&body[..end], &body[end + CLOSE.len()..]),
+            None => (body, ""),
+        };
+        found.push(TaskNotification {
+            task_id: field(body, "task-id"),
+            status: field(body, "status"),
+            summary: field(body, "summary"),
+            result: field(body, "result"),
+        });
+        rest = after;
+    }
+    found
+}
+
+/// Whether a user-role text holds notifications and nothing else: the notification blocks,
+/// the system reminders they come in, and the boilerplate before them. A user's own words
+/// beside a notification make the text an instruction still.
+pub fn is_only_notifications(text: &str) -> bool {
+    if !text.contains(OPEN) {
+        return false;
+    }
+    // The preamble and its lines of warning, up to the block they stand before.
+    let without_preamble;
+    let mut rest = text;
+    if let Some(at) = text.find(PREAMBLE)
+        && let Some(block) = text[at..].find(OPEN)
+    {
+        without_preamble = format!("{}{}", &text[..at], &text[at + block..]);
+        rest = &without_preamble;
+    }
+    let mut left = String::with_capacity(rest.len());
+    loop {
+        let next = [OPEN, "<system-reminder>"]
+            .iter()
+            .filter_map(|open| rest.find(open).map(|at| (at, *open)))
+            .min();
+        let Some((at, open)) = next else {
+            left.push_str(rest);
+            break;
+        };
+        left.push_str(&rest[..at]);
+        let close = if open == OPEN {
+            CLOSE
+        } else {
+            "</system-reminder>"
+        };
+        rest = match rest[at..].find(close) {
+            Some(end) => &rest[at + end + close.len()..],
+            None => "",
+        };
+    }
+    left.trim().is_empty()
+}
+
+/// The trimmed text of `<name>…</name>` in `body`, if present and not blank.
+fn field(body: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let start = body.find(&open)? + open.len();
+    let end = body[start..].find(&close).map_or(body.len(), |e| start + e);
+    Some(body[start..end].trim().to_string()).filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AGENT_DONE: &str = "[SYSTEM NOTIFICATION - NOT USER INPUT]\nThis is an automated background-task event, NOT a message from the user.\nDo NOT interpret this as user acknowledgement.\n\n<task-notification>\n<task-id>a67a9cf80684d57ba</task-id>\n<tool-use-id>toolu_07</tool-use-id>\n<output-file>/tmp/claude-0/tasks/a67a9cf80684d57ba.output</output-file>\n<status>completed</status>\n<summary>Agent \"Run sub-steps A\" finished</summary>\n<result>Found the race: the cache is read before the lock.</result>\n<usage><subagent_tokens>12382</subagent_tokens></usage>\n</task-notification>";
+
+    #[test]
+    fn a_notification_is_read_field_by_field() {
+        assert_eq!(
+            notifications(AGENT_DONE),
+            vec![TaskNotification {
+                task_id: Some("a67a9cf80684d57ba".into()),
+                status: Some("completed".into()),
+                summary: Some("Agent \"Run sub-steps A\" finished".into()),
+                result: Some("Found the race: the cache is read before the lock.".into()),
+            }]
+        );
+        let two = format!(
+            "<system-reminder>\n{AGENT_DONE}\n</system-reminder>\n<task-notification><task-id>b1</task-id><status>failed</status></task-notification>"
+        );
+        let found = notifications(&two);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].status.as_deref(), Some("failed"));
+        assert_eq!(found[1].result, None);
+        assert!(notifications("no notification here").is_empty());
+    }
+
+    #[test]
+    fn only_a_text_of_nothing_but_notifications_is_one() {
+        assert!(is_only_notifications(AGENT_DONE));
+        assert!(is_only_notifications(&format!(
+            "<system-reminder>\n{AGENT_DONE}\n</system-reminder>\n"
+        )));
+        assert!(!is_only_notifications(&format!(
+            "{AGENT_DONE}\nNow also fix the login page."
+        )));
+        assert!(!is_only_notifications(&format!(
+            "Fix the login page.\n<system-reminder>\n{AGENT_DONE}\n</system-reminder>"
+        )));
+        assert!(!is_only_notifications(
+            "<system-reminder>Today is Friday.</system-reminder>"
+        ));
+        assert!(!is_only_notifications(
+            "Please explain <task-notification> tags"
+        ));
+    }
+}
