@@ -2,7 +2,7 @@
 //!
 //! It fills the nine sections from the conversation itself, one file per kind of section:
 //! [`request`] (1: the original and the current request), [`concepts`] (2), [`files`] (3),
-//! [`errors`] (4), [`work`] (5 and 8: notes, the last action and its outcome),
+//! [`errors`] (4), [`work`] (5 and 8: notes and [`reports`], the last action and its outcome),
 //! [`user_messages`] (6: every instruction, carried from summary to summary), [`todos`] (7) and
 //! [`next_step`] (9). Each section is carried forward from the prior summary where the new
 //! messages do not replace it.
@@ -20,6 +20,7 @@ mod concepts;
 mod errors;
 mod files;
 mod next_step;
+mod reports;
 mod request;
 mod text;
 mod todos;

@@ -521,3 +521,49 @@ fn a_background_tasks_report_is_kept_as_work_done_not_as_an_instruction() {
     );
     assert!(sections[4].contains("No other race found."));
 }
+
+/// A sub-agent's report (the result of Claude Code's `Agent` call, opencode's `task`,
+/// Codex's `wait_agent`) is kept in section 5 though it was not the last action, and a day of
+/// notes after it does not push it out; the answer to a call run in the background (its
+/// launch) is not a report.
+#[test]
+fn a_sub_agents_report_outlives_the_notes_after_it() {
+    let delegate = |id: &str, name: &str, description: &str| Message {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args: json!({"description": description, "prompt": "Look for the race."}),
+        }],
+    };
+    let mut messages = vec![
+        Message::text(Role::User, "Find and fix the flaky test."),
+        delegate("a1", "Agent", "Find the race"),
+        result("a1", "The race is in src/cache.rs: read before the lock."),
+        delegate("a2", "multi_agent_v1.wait_agent", "Wait"),
+        result(
+            "a2",
+            r#"{"status":{"t1":{"completed":"No race in src/db.rs."}}}"#,
+        ),
+        delegate("a3", "Agent", "Watch the logs"),
+        result("a3", "Async agent launched successfully.\nagentId: a9"),
+    ];
+    for n in 0..12 {
+        messages.push(Message::text(
+            Role::Assistant,
+            format!("Note {n}: looking at the next part of the cache code now."),
+        ));
+    }
+    let summary = extractive_summary(&request(messages, None));
+    let sections = sections_of(&summary);
+    assert!(
+        sections[4].contains(
+            "- Sub-agent report (Find the race): The race is in src/cache.rs: read before the lock."
+        ),
+        "{}",
+        sections[4]
+    );
+    assert!(sections[4].contains("No race in src/db.rs."));
+    assert!(!sections[4].contains("Async agent launched"));
+    assert!(sections[4].contains("Note 11") && !sections[4].contains("Note 1:"));
+}

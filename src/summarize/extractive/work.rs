@@ -1,22 +1,16 @@
-//! Section 5, Problem Solving (the assistant's notes along the way, and what background tasks
-//! reported when they ended), and section 8, Current Work (the last action, its outcome, and
-//! what the assistant last said).
+//! Section 5, Problem Solving (the assistant's notes along the way, and the reports of
+//! delegated work: [`super::reports`]), and section 8, Current Work (the last action, its
+//! outcome, and what the assistant last said).
 
 use super::errors::Outcome;
-use super::text::{
-    assistant_texts, bullet_blocks, call_line, first_line, keep_last, shorten, squash,
-};
+use super::text::{assistant_texts, bullet_blocks, call_line, first_line, shorten, squash};
 use super::{Detail, Sources};
-use crate::compaction::notification::{TaskNotification, notifications};
 use crate::compaction::truncate::truncate_chars;
 use crate::message::{Part, Role};
 use std::fmt::Write;
 
 /// Assistant texts shorter than this are acknowledgements, not notes.
 const NOTE_MIN_CHARS: usize = 40;
-/// How an entry for a background task's end begins.
-const NOTIFIED: &str = "- Background task ";
-
 pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
     // A report says more than a note: it is all the conversation keeps of a sub-agent's work.
     let (kept, note_chars, report_chars, prose_chars) = match detail {
@@ -26,7 +20,7 @@ pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
     };
     let mut entries: Vec<String> = bullet_blocks(sources.prior[4].as_deref())
         .into_iter()
-        .map(|e| match e.starts_with(NOTIFIED) {
+        .map(|e| match super::reports::is_report(&e) {
             true => shorten(&e, report_chars + 300),
             false => shorten(&e, note_chars + 2),
         })
@@ -38,42 +32,44 @@ pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
             format!("- Earlier summary: {}", truncate_chars(&text, prose_chars)),
         );
     }
-    for message in &sources.request.messages {
-        match message.role {
-            Role::Assistant => {
-                let text = message.joined_text();
-                let text = text.trim();
-                if text.chars().count() >= NOTE_MIN_CHARS {
-                    entries.push(format!("- {}", shorten(&squash(text), note_chars)));
-                }
+    // Notes and reports in the order they came.
+    let messages = &sources.request.messages;
+    let mut reports = super::reports::reports(messages, report_chars)
+        .into_iter()
+        .peekable();
+    for (index, message) in messages.iter().enumerate() {
+        if message.role == Role::Assistant {
+            let text = message.joined_text();
+            let text = text.trim();
+            if text.chars().count() >= NOTE_MIN_CHARS {
+                entries.push(format!("- {}", shorten(&squash(text), note_chars)));
             }
-            // A background task's end, told in a system message or a user message's reminder:
-            // its report is the delegated work's only outcome in the conversation.
-            Role::System | Role::User => {
-                for told in notifications(&message.joined_text()) {
-                    entries.push(notified(&told, report_chars));
-                }
-            }
-            Role::Tool => {}
+        }
+        while let Some((_, report)) = reports.next_if(|(at, _)| *at == index) {
+            entries.push(report);
         }
     }
-    keep_last(&entries, kept)
-}
-
-/// `- Background task a67… completed (Agent "Run the tests" finished): <its report>`.
-fn notified(told: &TaskNotification, report_chars: usize) -> String {
-    let mut line = format!(
-        "{NOTIFIED}{} {}",
-        told.task_id.as_deref().unwrap_or("(no id)"),
-        told.status.as_deref().unwrap_or("ended")
-    );
-    if let Some(summary) = &told.summary {
-        let _ = write!(line, " ({})", shorten(&squash(summary), 200));
+    // The newest `kept` notes and, beside them, the newest `kept` reports: a day of notes
+    // never pushes out what a sub-agent found.
+    let is_report: Vec<bool> = entries
+        .iter()
+        .map(|e| super::reports::is_report(e))
+        .collect();
+    let reports_total = is_report.iter().filter(|r| **r).count();
+    let notes_total = entries.len() - reports_total;
+    let (mut reports_seen, mut notes_seen) = (0, 0);
+    let mut out = String::new();
+    for (entry, report) in entries.iter().zip(is_report) {
+        let (seen, total) = match report {
+            true => (&mut reports_seen, reports_total),
+            false => (&mut notes_seen, notes_total),
+        };
+        *seen += 1;
+        if total - *seen < kept {
+            let _ = writeln!(out, "{entry}");
+        }
     }
-    if let Some(result) = &told.result {
-        let _ = write!(line, ": {}", shorten(&squash(result), report_chars));
-    }
-    line
+    out
 }
 
 pub(super) fn current_work(sources: &Sources, detail: Detail) -> String {

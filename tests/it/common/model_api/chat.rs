@@ -133,7 +133,13 @@ pub fn answer(
     let turn = match shell {
         Some(_) => {
             let newest = newest_output(&messages);
-            delegation::next_turn(task, sub_agent_of(&messages), newest.as_deref(), true, &[])
+            delegation::next_turn(
+                task,
+                sub_agent_of(&messages),
+                newest.as_deref(),
+                true,
+                &delegation::reported(body),
+            )
         }
         None => Turn::Act(super::aider::answer(&messages)),
     };

@@ -4,6 +4,10 @@
 //! sub-agent's conversation is the one whose task is [`subtask`]: it runs its steps
 //! (`SUBA-k-BEGIN` ... `SUBA-k-END` for the first), then reports; the report ends with the
 //! step the main conversation handed over after, so the main conversation goes on from there.
+//! The main conversation gives its final answer only while its context still holds every
+//! sub-agent's report (a tool's result, a notification, or a summary that kept it), as a
+//! model would need it to; otherwise it says it lost one ([`LOST`]), or, its sub-agents
+//! running in the background ([`Task::background`]), that it waits for them ([`WAITING`]).
 
 use super::{Action, Task, decide};
 
@@ -73,16 +77,18 @@ pub const LAUNCHED: &str = "Async agent launched successfully.";
 /// What the main conversation says when its own steps are done and a sub-agent running in
 /// the background has not reported yet.
 pub const WAITING: &str = "Waiting for the sub-agents to report.";
+/// What the main conversation says when its own steps are done and a sub-agent's report,
+/// which it was given, is nowhere in its context (summarized away).
+pub const LOST: &str = "A sub-agent's report is not in my context any more.";
 
 /// The turn of a conversation whose newest tool output is `newest` (see [`Turn`]), the
-/// sub-agents whose reports it has read in a notification being `notified` (background
-/// sub-agents report so, [`Task::background`]).
+/// sub-agents whose reports its context holds being `reported` ([`reported`]).
 pub fn next_turn(
     task: &Task,
     sub_agent: Option<char>,
     newest: Option<&str>,
     shell: bool,
-    notified: &[char],
+    reported: &[char],
 ) -> Turn {
     let Some(after) = task.delegate_after.filter(|_| shell) else {
         return Turn::Act(decide(task, newest, shell));
@@ -101,15 +107,32 @@ pub fn next_turn(
     let handed = newest.is_some_and(|o| o.contains(SUBTASK_DONE));
     match decide(task, newest, shell) {
         Action::Run { step, .. } if step == after + 1 && !handed => Turn::Delegate,
-        Action::Finish(_) if task.background && notified.len() < task.sub_agents => {
-            Turn::Act(Action::Text(WAITING.into()))
-        }
+        action @ Action::Finish(_) => Turn::Act(finish(task, reported, action)),
         action => Turn::Act(action),
     }
 }
 
-/// The sub-agents whose reports `text` holds (a notification of background sub-agents).
-pub fn reported_in(text: &str) -> impl Iterator<Item = char> + '_ {
-    text.match_indices(SUBTASK_DONE)
+/// The main conversation's last answer once its own steps are done: its final answer when
+/// it can read every sub-agent's report, else that it waits for them (in the background,
+/// they may not have reported yet) or that it lost one (a report it was given, summarized
+/// away without a trace).
+pub fn finish(task: &Task, reported: &[char], done: Action) -> Action {
+    match reported.len() >= task.sub_agents {
+        true => done,
+        false if task.background => Action::Text(WAITING.into()),
+        false => Action::Finish(LOST.into()),
+    }
+}
+
+/// The sub-agents whose reports a request holds anywhere (a tool's result, a notification,
+/// a summary quoting them).
+pub fn reported(body: &serde_json::Value) -> Vec<char> {
+    let text = body.to_string();
+    let mut names: Vec<char> = text
+        .match_indices(SUBTASK_DONE)
         .filter_map(|(at, _)| text[at + SUBTASK_DONE.len()..].chars().nth(1))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }

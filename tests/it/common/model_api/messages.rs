@@ -187,21 +187,6 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .find(|output| !super::is_side_output(output))
 }
 
-/// The sub-agents whose reports the conversation has read in a notification (a text, not a
-/// tool's result: Claude Code tells of a background sub-agent's end so).
-fn notified(messages: &[Value]) -> Vec<char> {
-    let mut names: Vec<char> = messages
-        .iter()
-        .flat_map(blocks)
-        .filter(|b| b["type"] == "text")
-        .filter_map(|b| b["text"].as_str().map(str::to_string))
-        .flat_map(|t| delegation::reported_in(&t).collect::<Vec<_>>())
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    names
-}
-
 /// The sub-agent this conversation is, if it is one: its first user message (its task,
 /// which compactd keeps pinned) carries the task handed over. Only the first: a summary of
 /// the main conversation may quote the call that handed it. A Claude Code fork's first user
@@ -269,13 +254,12 @@ pub fn answer(
         .flatten()
         .any(|t| t["name"] == "Bash");
     let newest = newest_output(&messages);
-    let notified = notified(&messages);
     let turn = delegation::next_turn(
         task,
         sub_agent_of(&messages),
         newest.as_deref(),
         shell,
-        &notified,
+        &delegation::reported(body),
     );
     let mut content = Vec::new();
     if thinking_on(body) {

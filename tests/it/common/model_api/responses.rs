@@ -135,7 +135,7 @@ fn spawned_and_finished(items: &[Value]) -> (Vec<String>, HashSet<String>) {
     (spawned, finished)
 }
 
-fn next_turn(task: &Task, items: &[Value], shell: bool) -> Turn {
+fn next_turn(task: &Task, items: &[Value], shell: bool, reported: &[char]) -> Turn {
     let newest = newest_output(items);
     let Some(after) = task.delegate_after.filter(|_| shell) else {
         return Turn::Act(decide(task, newest.as_deref(), shell));
@@ -157,6 +157,7 @@ fn next_turn(task: &Task, items: &[Value], shell: bool) -> Turn {
     }
     match decide(task, newest.as_deref(), shell) {
         Action::Run { step, .. } if step == after + 1 && spawned.is_empty() => Turn::Spawn,
+        action @ Action::Finish(_) => Turn::Act(delegation::finish(task, reported, action)),
         action => Turn::Act(action),
     }
 }
@@ -180,7 +181,7 @@ pub fn answer(
         .into_iter()
         .flatten()
         .any(|t| t["name"] == "exec_command");
-    let turn = next_turn(task, &items, shell);
+    let turn = next_turn(task, &items, shell, &delegation::reported(body));
     let mut output = Vec::new();
     let wants_reasoning = body["include"]
         .as_array()

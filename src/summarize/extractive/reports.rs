@@ -1,0 +1,92 @@
+//! Reports of delegated work, for section 5: what a sub-agent reported when it ended (the
+//! result of Claude Code's `Agent` call, opencode's `task`, Codex's `wait_agent`) and what a
+//! background task's notification said ([`crate::compaction::notification`]).
+//!
+//! A report is all the conversation keeps of a sub-agent's work (its own steps are in its own
+//! session), so it is kept where the assistant's notes are, longer than a note and carried
+//! from summary to summary. Before, a report that was not the last action at compaction time
+//! was summarized away without a trace: the real Claude Code and opencode, handing steps to a
+//! sub-agent through compactd, went on to their last step without the report they had been
+//! given (`tests/it/agents`).
+
+use super::text::{calls_by_id, shorten, squash};
+use crate::compaction::notification::{TaskNotification, notifications};
+use crate::message::{Message, Part, Role};
+use serde_json::Value;
+use std::fmt::Write;
+
+/// How the entries of reports begin: a prior summary's are told from notes by it.
+const PREFIXES: [&str; 2] = ["- Background task ", "- Sub-agent report"];
+
+/// Tools whose result is a sub-agent's report (matched on the name's last segment, case
+/// aside: Codex namespaces its tools).
+const DELEGATION_TOOLS: &[&str] = &["agent", "task", "wait_agent"];
+
+/// How Claude Code answers an `Agent` call run in the background: not a report (that comes
+/// in a notification).
+const LAUNCHED: &str = "Async agent launched";
+
+/// Whether a prior summary's entry is a report.
+pub(super) fn is_report(entry: &str) -> bool {
+    PREFIXES.iter().any(|p| entry.starts_with(p))
+}
+
+/// The reports in `messages`, in order, each at most about `max_chars` of its text.
+pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, String)> {
+    let calls = calls_by_id(messages);
+    let mut found = Vec::new();
+    for (index, message) in messages.iter().enumerate() {
+        if matches!(message.role, Role::System | Role::User) {
+            for told in notifications(&message.joined_text()) {
+                found.push((index, notified(&told, max_chars)));
+            }
+        }
+        for part in &message.parts {
+            let Part::ToolResult {
+                call_id, output, ..
+            } = part
+            else {
+                continue;
+            };
+            let Some((name, args)) = calls.get(call_id.as_str()) else {
+                continue;
+            };
+            if is_delegation(name) && !output.trim_start().starts_with(LAUNCHED) {
+                found.push((index, reported(args, output, max_chars)));
+            }
+        }
+    }
+    found
+}
+
+fn is_delegation(name: &str) -> bool {
+    let last = name.rsplit(['.', '/']).next().unwrap_or(name);
+    DELEGATION_TOOLS.contains(&last.to_ascii_lowercase().as_str())
+}
+
+/// `- Sub-agent report (Run the tests): <the report>`.
+fn reported(args: &Value, output: &str, max_chars: usize) -> String {
+    let mut line = PREFIXES[1].to_string();
+    if let Some(description) = args.get("description").and_then(Value::as_str) {
+        let _ = write!(line, " ({})", shorten(&squash(description), 200));
+    }
+    let _ = write!(line, ": {}", shorten(&squash(output), max_chars));
+    line
+}
+
+/// `- Background task a67… completed (Agent "Run the tests" finished): <its report>`.
+fn notified(told: &TaskNotification, max_chars: usize) -> String {
+    let mut line = format!(
+        "{}{} {}",
+        PREFIXES[0],
+        told.task_id.as_deref().unwrap_or("(no id)"),
+        told.status.as_deref().unwrap_or("ended")
+    );
+    if let Some(summary) = &told.summary {
+        let _ = write!(line, " ({})", shorten(&squash(summary), 200));
+    }
+    if let Some(result) = &told.result {
+        let _ = write!(line, ": {}", shorten(&squash(result), max_chars));
+    }
+    line
+}
