@@ -347,7 +347,7 @@ async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Res
             .await
         {
             Ok(turn) => turn,
-            Err(ServiceError::Store(why)) if why.refuses_writes() => {
+            Err(ServiceError::Store(why)) if why.leaves_a_call_unrecorded() => {
                 return unrecorded(call, service, path, &caller, (request, body), &why).await;
             }
             Err(e) => return Err(e.into()),
@@ -367,7 +367,9 @@ async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Res
                 match service.proxy_overflow(&turn, overflow).await {
                     Ok(()) => {}
                     // Nothing can be compacted now: the refusal goes to the client as it came.
-                    Err(ServiceError::Store(why)) if why.refuses_writes() => return Ok(response),
+                    Err(ServiceError::Store(why)) if why.leaves_a_call_unrecorded() => {
+                        return Ok(response);
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -378,7 +380,8 @@ async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Res
 }
 
 /// A call sent upstream while the store takes no writes (its disk full, a file removed or
-/// overwritten under the daemon): the context the session has stored (read, not written) and
+/// overwritten under the daemon, its write lock held by another process past the bounded
+/// wait): the context the session has stored (read, not written) and
 /// the call's messages after it, or the client's own conversation when there is nothing to
 /// read; the answer is not recorded. An agent sends its whole conversation with every call, so
 /// once writes go on, its next call stores what this one could not: nothing is lost, and the
@@ -420,6 +423,7 @@ async fn unrecorded(
     }
     let code = match why {
         StoreError::Full => ErrorCode::StorageFull,
+        StoreError::Busy => ErrorCode::Busy,
         _ => ErrorCode::StorageGone,
     };
     response = response.header("x-compactd-unrecorded", code.as_str());
@@ -719,9 +723,9 @@ impl Recording {
             .await
         {
             Ok(()) => {}
-            // The store says a full disk or a file gone once; the client's next call, which
-            // carries this answer, records it once writes go on.
-            Err(ServiceError::Store(e)) if e.refuses_writes() => {
+            // The store says a full disk, a file gone or a database locked from outside once;
+            // the client's next call, which carries this answer, records it once writes go on.
+            Err(ServiceError::Store(e)) if e.leaves_a_call_unrecorded() => {
                 tracing::debug!(session = %self.id, error = %e, "proxied answer not recorded");
             }
             Err(e) => {

@@ -919,6 +919,50 @@ async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
     assert_eq!(counted(&daemon.db(), "agent"), 1 + 4 * 2);
 }
 
+/// A person's transaction holds the database's write lock, taken while no daemon held it (here
+/// between a stop and a start; while a daemon runs, only in the instant between a commit and
+/// its hold): a proxied agent does not stop. Each call waits the bounded 2 s for the lock, then
+/// goes upstream with what the session has stored and the call's newer messages, unrecorded
+/// and marked `busy`; once the person lets go, the next call stores all it carries, and the
+/// system `sqlite3` finds every message of the conversation once, in order. Before, each call
+/// answered 503 `busy`, and an agent retried until it gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let (mut daemon, mock, mut history) = proxying_daemon();
+    for i in 0..3 {
+        let unrecorded = agent_step(&daemon.client(), &mock, &mut history, i).await;
+        assert_eq!(unrecorded, None, "step {i}");
+    }
+    assert!(daemon.terminate().success());
+    let person = rusqlite::Connection::open(daemon.db()).unwrap();
+    person.execute_batch("BEGIN IMMEDIATE").unwrap();
+    daemon.spawn();
+    let client = daemon.client();
+    for i in 3..6 {
+        let unrecorded = agent_step(&client, &mock, &mut history, i).await;
+        assert_eq!(unrecorded.as_deref(), Some("busy"), "step {i}");
+    }
+    assert_eq!(counted(&daemon.db(), "agent"), 1 + 3 * 2, "nothing written");
+    person.execute_batch("ROLLBACK").unwrap();
+    drop(person);
+    let unrecorded = agent_step(&client, &mock, &mut history, 6).await;
+    assert_eq!(unrecorded, None);
+    let stored = sqlite3(
+        &daemon.db(),
+        "select count(*), group_concat(substr(json_extract(parts, '$[0].text'), 1, 8), '|') from (select parts from messages where session_id = 'agent' order by seq)",
+    )
+    .unwrap();
+    let expected: Vec<String> = history
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().chars().take(8).collect())
+        .collect();
+    assert_eq!(stored, format!("{}|{}", history.len(), expected.join("|")));
+}
+
 /// A copy put over the live database, where reads are refused too (a context read from the
 /// mix of old pages and the WAL's could be unsound): an agent's call goes upstream as the
 /// agent sent it, unrecorded, and the agent goes on.

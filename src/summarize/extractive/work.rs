@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 /// Assistant texts shorter than this are acknowledgements, not notes.
 const NOTE_MIN_CHARS: usize = 40;
+
 pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
     // A report says more than a note: it is all the conversation keeps of a sub-agent's work.
     let (kept, note_chars, report_chars, prose_chars) = match detail {
@@ -49,8 +50,12 @@ pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
             entries.push(report);
         }
     }
-    // The newest `kept` notes and, beside them, the newest `kept` reports: a day of notes
-    // never pushes out what a sub-agent found.
+    newest_of_each(&entries, kept)
+}
+
+/// The newest `kept` notes and, beside them, the newest `kept` reports, in their order: a day
+/// of notes never pushes out what a sub-agent found.
+fn newest_of_each(entries: &[String], kept: usize) -> String {
     let is_report: Vec<bool> = entries
         .iter()
         .map(|e| super::reports::is_report(e))
