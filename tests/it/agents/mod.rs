@@ -785,6 +785,74 @@ fn claude_code_finishes_its_task_through_compactd_when_the_disk_fills() {
     );
 }
 
+/// Claude Code through compactd while a person's `sqlite3` transaction holds the database's
+/// write lock (taken before the daemon started: while it runs, it holds the lock itself), let
+/// go in the middle of the task: the agent finishes, the model API refuses nothing (the calls
+/// under the lock went upstream unrecorded, each after the bounded 2 s wait), and once the
+/// lock is let go the session stores the whole conversation the agent sent last. (Before, each
+/// call under the lock answered 503 `busy`: Claude Code retried for 207 s, then stopped with
+/// `API Error: 503`.)
+#[test]
+fn claude_code_finishes_its_task_through_compactd_while_a_person_holds_the_write_lock() {
+    if installed(Agent::ClaudeCode).is_none() {
+        return;
+    }
+    let api = ModelApi::start(Task::default());
+    let port = free_port();
+    let config = format!(
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{base}/v1\"\nanthropic_upstream = \"{base}\"\n",
+        base = api.base,
+    );
+    let mut daemon = crate::common::TestDaemon::builder().config(&config).start();
+    assert!(daemon.terminate().success());
+    let person = rusqlite::Connection::open(daemon.db()).unwrap();
+    person.execute_batch("BEGIN IMMEDIATE").unwrap();
+    daemon.spawn();
+    let dir = tempfile::TempDir::new().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let setup = Setup {
+        agent: Agent::ClaudeCode,
+        base: &base,
+        model: "claude-opus-5-5",
+        dir: dir.path(),
+        prompt: PROMPT,
+        key: "sk-test-locked",
+        max_output: Some(AGENTS_MAX_OUTPUT),
+        thinking: true,
+    };
+    // The person lets go once the model has answered this many calls (or the agent ended).
+    let under_lock = 6;
+    let ended = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        let (api, ended) = (&api, &ended);
+        scope.spawn(move || {
+            while api.seen().len() < under_lock && !ended.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            person.execute_batch("ROLLBACK").unwrap();
+        });
+        let result = run(&setup, Duration::from_secs(400));
+        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        result
+    });
+    let log = daemon.log();
+    result.assert_done(&format!("daemon log:\n{log}"));
+    assert!(api.refused().is_empty(), "{:?}", api.refused());
+    assert!(!log.contains("could not record"), "{log}");
+    let sessions = sessions(&daemon);
+    let main: Vec<_> = sessions.iter().filter(|s| s.1 == "proxy").collect();
+    assert_eq!(main.len(), 1, "{sessions:?}");
+    let last = api
+        .seen()
+        .into_iter()
+        .rfind(|s| s.path.ends_with("/messages") && s.body["model"] == "claude-opus-5-5")
+        .unwrap();
+    let sent = last.body["messages"].as_array().unwrap().len() as u64;
+    // The last call's messages and its answer, all stored once writes went on.
+    assert!(main[0].3 > sent, "{sessions:?}, {sent} sent last");
+}
+
 /// Claude Code asking its own default completion, 32,000 tokens of a 100,000-token window
 /// (compactd's own reserve is 20,000): compactd keeps it free beside every prompt, and the
 /// Messages API never refuses a prompt for leaving it no room.
