@@ -4,10 +4,10 @@
 //! own notes in user messages: Claude Code's "Caveat: the messages below were generated..."
 //! note, the echoes of local slash commands (`<command-name>`, `<local-command-stdout>`), the
 //! "[Request interrupted by user]" marker, summaries of earlier sessions pasted in as the
-//! first message, and the notification of a background task's end
-//! ([`super::notification`]). A summary that quotes those as user requests misleads the agent that
-//! continues from it; the summarizer, the session's pinned task and the replay probes all ask
-//! this module instead of looking at the role alone.
+//! first message, and the notification of a background task's end ([`super::notification`]).
+//! A summary that quotes those as user requests misleads the agent that continues from it;
+//! the summarizer, the session's pinned task and the replay probes all ask this module
+//! instead of looking at the role alone.
 
 use crate::message::Message;
 

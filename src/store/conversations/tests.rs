@@ -340,18 +340,13 @@ fn headed_call_with_outputs(task: &str, base: i64, steps: usize) -> ProxyCall {
     call
 }
 
-/// A masking of one branch masks that branch's outputs only: the other branch's newest stay
-/// whole in its context. Before, a session's mask was one seq for all its branches, and a
-/// masking of the branch written last hid every output of the other (their seqs all below).
-#[tokio::test]
-async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
-    let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+/// One session, two branches: A's task and six steps with outputs; A's task, then B's six
+/// (a client that rewrote its history after the task). The session is left on B's.
+async fn two_branches_of_six_outputs(store: &Store) -> (super::Placed, super::Placed) {
     let a = store
         .place_call(headed_call_with_outputs("task A", 100, 6), rules)
         .await
         .unwrap();
-    // B: A's task, then other steps (a client that rewrote its history after the task).
     let task_a = headed_call_with_outputs("task A", 100, 0);
     let mut b = headed_call_with_outputs("task B", 200, 6);
     let mut messages = b.messages.to_vec();
@@ -359,8 +354,29 @@ async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
     b.messages = messages.into();
     b.fingerprints[1] = task_a.fingerprints[1];
     let b = store.place_call(b, rules).await.unwrap();
+    assert_eq!(b.session.id, a.session.id, "one session, two branches");
+    (a, b)
+}
+
+/// How many of `task`'s outputs a context holds whole (not masked).
+fn whole_outputs(snapshot: &crate::store::ContextSnapshot, task: &str) -> usize {
+    snapshot
+        .tail
+        .iter()
+        .map(|m| m.parts.get().to_string())
+        .filter(|t| t.contains(&format!("{task} output")) && t.contains(&"x".repeat(2_000)))
+        .count()
+}
+
+/// A masking of one branch masks that branch's outputs only: the other branch's newest stay
+/// whole in its context. Before, a session's mask was one seq for all its branches, and a
+/// masking of the branch written last hid every output of the other (their seqs all below).
+#[tokio::test]
+async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let (a, b) = two_branches_of_six_outputs(&store).await;
     let id = a.session.id.clone();
-    assert_eq!(b.session.id, id, "one session, two branches");
     let (masking, masked) = store
         .mask_outputs(&id, b.session.head_seq, 2, 1)
         .await
@@ -371,19 +387,11 @@ async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
     );
     assert!(masked.masked_through_seq > a.session.head_seq);
 
-    let whole = |snapshot: &crate::store::ContextSnapshot, task: &str| -> usize {
-        snapshot
-            .tail
-            .iter()
-            .map(|m| m.parts.get().to_string())
-            .filter(|t| t.contains(&format!("{task} output")) && t.contains(&"x".repeat(2_000)))
-            .count()
-    };
     let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
-    assert_eq!(whole(&of_a, "task A"), 6, "A's outputs are whole");
+    assert_eq!(whole_outputs(&of_a, "task A"), 6, "A's outputs are whole");
     assert_eq!(of_a.session.masked_through_seq, 0);
     let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
-    assert_eq!(whole(&of_b, "task B"), 2, "B's newest two only");
+    assert_eq!(whole_outputs(&of_b, "task B"), 2, "B's newest two only");
     assert_eq!(of_b.session.masked_through_seq, masked.masked_through_seq);
 }
 
@@ -393,19 +401,8 @@ async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
 async fn a_masking_lands_on_the_branch_that_asked_though_another_moved_the_session() {
     let dir = tempfile::TempDir::new().unwrap();
     let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
-    let a = store
-        .place_call(headed_call_with_outputs("task A", 100, 6), rules)
-        .await
-        .unwrap();
-    let task_a = headed_call_with_outputs("task A", 100, 0);
-    let mut b = headed_call_with_outputs("task B", 200, 6);
-    let mut messages = b.messages.to_vec();
-    messages[1] = task_a.messages[1].clone();
-    b.messages = messages.into();
-    b.fingerprints[1] = task_a.fingerprints[1];
-    let b = store.place_call(b, rules).await.unwrap();
+    let (a, b) = two_branches_of_six_outputs(&store).await;
     let id = a.session.id.clone();
-    assert_eq!(b.session.id, id, "one session, two branches");
 
     // A's masking, asked for with A's head, the session being on B's.
     let (masking, masked) = store
@@ -419,18 +416,10 @@ async fn a_masking_lands_on_the_branch_that_asked_though_another_moved_the_sessi
     assert!(masked.masked_through_seq <= a.session.head_seq);
     assert_eq!(masked.head_seq, a.session.head_seq, "on A's branch");
 
-    let whole = |snapshot: &crate::store::ContextSnapshot, task: &str| -> usize {
-        snapshot
-            .tail
-            .iter()
-            .map(|m| m.parts.get().to_string())
-            .filter(|t| t.contains(&format!("{task} output")) && t.contains(&"x".repeat(2_000)))
-            .count()
-    };
     let of_b = store.context_on(&id, b.session.head_seq).await.unwrap();
-    assert_eq!(whole(&of_b, "task B"), 6, "B's outputs are whole");
+    assert_eq!(whole_outputs(&of_b, "task B"), 6, "B's outputs are whole");
     let of_a = store.context_on(&id, a.session.head_seq).await.unwrap();
-    assert_eq!(whole(&of_a, "task A"), 2, "A's newest two only");
+    assert_eq!(whole_outputs(&of_a, "task A"), 2, "A's newest two only");
 }
 
 /// Another conversation under the same header, instructions and preamble (a Codex
