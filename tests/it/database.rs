@@ -951,16 +951,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
     drop(person);
     let unrecorded = agent_step(&client, &mock, &mut history, 6).await;
     assert_eq!(unrecorded, None);
-    let stored = sqlite3(
-        &daemon.db(),
-        "select count(*), group_concat(substr(json_extract(parts, '$[0].text'), 1, 8), '|') from (select parts from messages where session_id = 'agent' order by seq)",
-    )
-    .unwrap();
-    let expected: Vec<String> = history
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().chars().take(8).collect())
-        .collect();
-    assert_eq!(stored, format!("{}|{}", history.len(), expected.join("|")));
+    crate::common::assert_stored_whole(&daemon.db(), "agent", &history);
 }
 
 /// A copy put over the live database, where reads are refused too (a context read from the

@@ -242,16 +242,7 @@ async fn a_full_disk_never_stops_a_proxied_agent_and_room_again_stores_all_it_sa
     let headers = step(&client, &mut history, 26).await;
     assert!(headers.get("x-compactd-unrecorded").is_none());
     // Every message of the conversation is stored once, in order, and the last answer after it.
-    let stored = sqlite3(
-        &db,
-        "select count(*), group_concat(substr(coalesce(json_extract(parts, '$[0].text'), ''), 1, 8), '|') from (select parts from messages where session_id = 'agent' order by seq)",
-    )
-    .unwrap();
-    let expected: Vec<String> = history
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().chars().take(8).collect())
-        .collect();
-    assert_eq!(stored, format!("{}|{}", history.len(), expected.join("|")));
+    crate::common::assert_stored_whole(&db, "agent", &history);
     assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
 }
 

@@ -391,15 +391,7 @@ fn claude_code_hands_steps_to_two_sub_agents_in_the_background_through_compactd(
 /// work with the real agent.
 #[test]
 fn claude_code_hands_steps_to_two_sub_agents_in_the_background_directly() {
-    let task = Task {
-        delegate_after: Some(10),
-        sub_agents: 2,
-        background: true,
-        ..Task::default()
-    };
-    let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, false);
-    each_conversation_its_own(&seen, 2, 0);
-    each_sub_agent_names_itself(&seen, 2, "x-claude-code-agent-id");
+    claude_code_hands_steps_to_two_directly(|task| task.background = true, false);
 }
 
 /// Claude Code forks itself (its `Agent` tool with `subagent_type: "fork"`, which it offers
@@ -443,15 +435,7 @@ fn through_forks(n: usize) {
 /// agent.
 #[test]
 fn claude_code_hands_steps_to_two_forks_of_itself_directly() {
-    let task = Task {
-        delegate_after: Some(10),
-        sub_agents: 2,
-        fork_context: true,
-        ..Task::default()
-    };
-    let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, false);
-    each_conversation_its_own(&seen, 2, 10);
-    each_sub_agent_names_itself(&seen, 2, "x-claude-code-agent-id");
+    claude_code_hands_steps_to_two_directly(|task| task.fork_context = true, false);
 }
 
 /// Claude Code names a sub-agent (a fork too) in its calls' `x-claude-code-agent-id`, Codex
@@ -520,13 +504,23 @@ fn opencode_with_parallel_calls_runs_the_task_through_compactd() {
 /// the real agent.
 #[test]
 fn claude_code_hands_steps_to_two_sub_agents_directly() {
-    let task = Task {
+    claude_code_hands_steps_to_two_directly(|_| {}, true);
+}
+
+/// Claude Code, `thinking` or not, straight at the model API, handing steps to two sub-agents
+/// after step 10 as `change` has it (forks, in the background): each conversation reaches the
+/// model with its own steps only, and each sub-agent names itself in its calls.
+fn claude_code_hands_steps_to_two_directly(change: impl FnOnce(&mut Task), thinking: bool) {
+    let mut task = Task {
         delegate_after: Some(10),
         sub_agents: 2,
         ..Task::default()
     };
-    let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
-    each_conversation_its_own(&seen, 2, 0);
+    change(&mut task);
+    // A fork starts from its parent's whole history, steps and all.
+    let inherited = if task.fork_context { 10 } else { 0 };
+    let seen = direct_thinking(Agent::ClaudeCode, "claude-opus-5-5", task, thinking);
+    each_conversation_its_own(&seen, 2, inherited);
     each_sub_agent_names_itself(&seen, 2, "x-claude-code-agent-id");
 }
 

@@ -304,6 +304,23 @@ pub fn sqlite3_of(program: &Path, db: &Path, sql: &str) -> Result<String, String
     }
 }
 
+/// Asserts that the system `sqlite3` finds in `db` every message of a proxied conversation
+/// (session `session`, each message's text opening with what `history`'s does) once, in order.
+pub fn assert_stored_whole(db: &Path, session: &str, history: &[serde_json::Value]) {
+    let stored = sqlite3(
+        db,
+        &format!(
+            "select count(*), group_concat(substr(coalesce(json_extract(parts, '$[0].text'), ''), 1, 8), '|') from (select parts from messages where session_id = '{session}' order by seq)"
+        ),
+    )
+    .unwrap();
+    let expected: Vec<String> = history
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().chars().take(8).collect())
+        .collect();
+    assert_eq!(stored, format!("{}|{}", history.len(), expected.join("|")));
+}
+
 /// Whether a program is on PATH.
 pub fn have(program: &str) -> bool {
     Command::new("sh")
