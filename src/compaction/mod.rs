@@ -41,6 +41,7 @@ pub mod sections;
 pub mod shell;
 pub mod shell_lex;
 pub mod step;
+pub mod tags;
 pub mod trigger;
 pub mod truncate;
 

@@ -64,28 +64,11 @@ pub fn is_only_notifications(text: &str) -> bool {
         without_preamble = format!("{}{}", &text[..at], &text[at + block..]);
         rest = &without_preamble;
     }
-    let mut left = String::with_capacity(rest.len());
-    loop {
-        let next = [OPEN, "<system-reminder>"]
-            .iter()
-            .filter_map(|open| rest.find(open).map(|at| (at, *open)))
-            .min();
-        let Some((at, open)) = next else {
-            left.push_str(rest);
-            break;
-        };
-        left.push_str(&rest[..at]);
-        let close = if open == OPEN {
-            CLOSE
-        } else {
-            "</system-reminder>"
-        };
-        rest = match rest[at..].find(close) {
-            Some(end) => &rest[at + end + close.len()..],
-            None => "",
-        };
-    }
-    left.trim().is_empty()
+    // The system reminders they come in, and the blocks themselves.
+    let left = super::tags::without(rest, "system-reminder");
+    super::tags::without(&left, "task-notification")
+        .trim()
+        .is_empty()
 }
 
 /// The trimmed text of `<name>…</name>` in `body`, if present and not blank.

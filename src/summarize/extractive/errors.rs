@@ -151,7 +151,8 @@ fn unwrap_output(output: &str) -> (Option<i64>, &str) {
 /// The lines that say what went wrong, at most `max`: `error:`/`FAILED` lines first, then the
 /// last traceback frame and the final exception line; else the last line of output.
 fn decisive_lines(output: &str, max: usize) -> Vec<String> {
-    let output = without_reminders(output);
+    // Without the `<system-reminder>` blocks some agents append to tool results.
+    let output = crate::compaction::tags::without(output, "system-reminder");
     let lines: Vec<&str> = output
         .lines()
         .map(str::trim)
@@ -192,24 +193,6 @@ fn decisive_lines(output: &str, max: usize) -> Vec<String> {
         .into_iter()
         .map(|l| truncate_chars(l, 200).into_owned())
         .collect()
-}
-
-/// Output without the `<system-reminder>` blocks some agents append to tool results.
-fn without_reminders(output: &str) -> std::borrow::Cow<'_, str> {
-    if !output.contains("<system-reminder>") {
-        return std::borrow::Cow::Borrowed(output);
-    }
-    let mut out = String::with_capacity(output.len());
-    let mut rest = output;
-    while let Some(start) = rest.find("<system-reminder>") {
-        out.push_str(&rest[..start]);
-        rest = match rest[start..].find("</system-reminder>") {
-            Some(end) => &rest[start + end + "</system-reminder>".len()..],
-            None => "",
-        };
-    }
-    out.push_str(rest);
-    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
