@@ -29,6 +29,26 @@ pub(super) fn recount_active(conn: &Connection, session: &SessionRow) -> Result<
         .query_row([&session.id], SessionRow::from_row)?)
 }
 
+/// The first of the session's rows `sql` reads (newest first) whose seq lies on `branch`, or
+/// names none (it holds for every branch): `read` gives each row's seq and value.
+fn newest_on<T>(
+    conn: &Connection,
+    sql: &str,
+    session: &SessionRow,
+    read: impl Fn(&rusqlite::Row) -> rusqlite::Result<(Option<u64>, T)>,
+    branch: &Branch,
+) -> Result<Option<T>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query([&session.id])?;
+    while let Some(row) = rows.next()? {
+        let (seq, value) = read(row)?;
+        if seq.is_none_or(|s| branch.contains(s)) {
+            return Ok(Some(value));
+        }
+    }
+    Ok(None)
+}
+
 /// Makes the branch ending at `head` the session's current one: its latest compaction (the
 /// newest whose boundary lies on it), its latest masking, its pinned messages and task, and
 /// every counter, as if the session had only ever had this branch. Reported usage is dropped
@@ -40,39 +60,31 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
     let branch = Branch::to(conn, session, head)?;
     let filter = branch.filter();
     // The newest compaction that summarized a prefix of this branch.
-    let compactions: Vec<(u32, u64, Option<usize>, usize)> = conn
-        .prepare_cached(
-            "SELECT num, boundary_seq, summary_tokens, length(summary) FROM compactions
-             WHERE session_id = ?1 ORDER BY num DESC",
-        )?
-        .query_map([&session.id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let (summary_num, active_from, summary_tokens) = compactions
-        .into_iter()
-        .find(|(_, boundary, _, _)| branch.contains(*boundary))
-        .map_or((0, 1, 0), |(num, boundary, tokens, chars)| {
-            (num, boundary, tokens.unwrap_or(chars.div_ceil(4) + 16))
-        });
+    let (summary_num, active_from, summary_tokens) = newest_on(
+        conn,
+        "SELECT num, boundary_seq, summary_tokens, length(summary) FROM compactions
+         WHERE session_id = ?1 ORDER BY num DESC",
+        session,
+        |r| {
+            let (num, boundary, tokens, chars): (u32, u64, Option<usize>, usize) =
+                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            let summary_tokens = tokens.unwrap_or(chars.div_ceil(4) + 16);
+            Ok((Some(boundary), (num, boundary, summary_tokens)))
+        },
+        &branch,
+    )?
+    .unwrap_or((0, 1, 0));
     // The newest masking of this branch (made while its head was on it): another branch's
     // masks only that branch's outputs, never this one's newest. One made before maskings
     // named their branch masks every branch, as it did.
-    let masked_through: u64 = {
-        let mut stmt = conn.prepare_cached(
-            "SELECT through_seq, head_seq FROM maskings WHERE session_id = ?1 ORDER BY id DESC",
-        )?;
-        let mut rows = stmt.query([&session.id])?;
-        let mut through = 0;
-        while let Some(row) = rows.next()? {
-            let head: Option<u64> = row.get(1)?;
-            if head.is_none_or(|h| branch.contains(h)) {
-                through = row.get(0)?;
-                break;
-            }
-        }
-        through
-    };
+    let masked_through: u64 = newest_on(
+        conn,
+        "SELECT through_seq, head_seq FROM maskings WHERE session_id = ?1 ORDER BY id DESC",
+        session,
+        |r| Ok((r.get(1)?, r.get(0)?)),
+        &branch,
+    )?
+    .unwrap_or(0);
     // The task of a proxied conversation: the first pinned user message past the client's
     // preamble (whose own user messages, few-shot examples, are pinned too).
     let task_seq: Option<u64> = match session.task_hash {
