@@ -2,13 +2,16 @@
 //! in the background ends.
 //!
 //! Claude Code runs a sub-agent (`Agent` with `run_in_background`) or a shell command in the
-//! background: the call is answered at once ("Async agent launched successfully"), and the
-//! outcome arrives later as a `<task-notification>` block (its task id, status, a one-line
-//! summary and, for an agent, its report in `<result>`): in a system message of its own in
-//! the middle of the conversation, or in a `<system-reminder>` of the next user message when
-//! the model had ended its turn waiting. The report is the delegated work's only outcome the
-//! conversation holds, so a summary must keep it; and it is not something the user asked
-//! for ("NOT USER INPUT", it says itself), so a summary must not quote it as an instruction.
+//! background: the call is answered at once ("Async agent launched successfully", or the
+//! file a command's output goes to), and the outcome arrives later as a `<task-notification>`
+//! block (its task id, status, a one-line summary, the file its output went to and, for an
+//! agent, its report in `<result>`): in a system message of its own in the middle of the
+//! conversation (to Claude Opus 5.5), inside the result of the next tool call the model makes
+//! (to Claude Sonnet 4.5), or in a `<system-reminder>` of the next user message when the
+//! model had ended its turn waiting. The report, or the file a command's output is in, is
+//! all the conversation holds of the work, so a summary must keep it; and it is not
+//! something the user asked for ("NOT USER INPUT", it says itself), so a summary must not
+//! quote it as an instruction.
 
 /// One background task's end, as notified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +21,8 @@ pub struct TaskNotification {
     pub status: Option<String>,
     /// A line such as `Agent "Run the tests" finished`.
     pub summary: Option<String>,
+    /// The file the task's output went to (a shell command's output is only there).
+    pub output_file: Option<String>,
     /// The agent's report, when the task was an agent.
     pub result: Option<String>,
 }
@@ -41,6 +46,7 @@ pub fn notifications(text: &str) -> Vec<TaskNotification> {
             task_id: field(body, "task-id"),
             status: field(body, "status"),
             summary: field(body, "summary"),
+            output_file: field(body, "output-file"),
             result: field(body, "result"),
         });
         rest = after;
@@ -94,6 +100,7 @@ mod tests {
                 task_id: Some("a67a9cf80684d57ba".into()),
                 status: Some("completed".into()),
                 summary: Some("Agent \"Run sub-steps A\" finished".into()),
+                output_file: Some("/tmp/claude-0/tasks/a67a9cf80684d57ba.output".into()),
                 result: Some("Found the race: the cache is read before the lock.".into()),
             }]
         );

@@ -1,29 +1,36 @@
 //! Reports of delegated work, for section 5: what a sub-agent reported when it ended (the
-//! result of Claude Code's `Agent` call, opencode's `task`, Codex's `wait_agent`) and what a
-//! background task's notification said ([`crate::compaction::notification`]).
+//! result of Claude Code's `Agent` call, opencode's `task`, Codex's `wait_agent`), what a
+//! background task's notification said ([`crate::compaction::notification`]), and, until
+//! that notification comes, that the task was started and where its output goes.
 //!
 //! A report is all the conversation keeps of a sub-agent's work (its own steps are in its own
 //! session), so it is kept where the assistant's notes are, longer than a note and carried
 //! from summary to summary. Before, a report that was not the last action at compaction time
 //! was summarized away without a trace: the real Claude Code and opencode, handing steps to a
 //! sub-agent through compactd, went on to their last step without the report they had been
-//! given (`tests/it/agents`).
+//! given (`tests/it/agents`). A shell command run in the background is told ended without
+//! its output, which is in a file: the file is kept, or the model cannot read it (Claude Code
+//! ended saying it lost its build).
 
 use super::text::{calls_by_id, shorten, squash};
 use crate::compaction::notification::{TaskNotification, notifications};
+use crate::compaction::tags;
 use crate::message::{Message, Part, Role};
 use serde_json::Value;
 use std::fmt::Write;
 
 /// How the entries of reports begin: a prior summary's are told from notes by it.
 const PREFIXES: [&str; 2] = ["- Background task ", "- Sub-agent report"];
+/// How the entry of a background task that was started begins (its end has its id there).
+const STARTED: &str = "- Background task started";
 
 /// Tools whose result is a sub-agent's report (matched on the name's last segment, case
 /// aside: Codex namespaces its tools).
 const DELEGATION_TOOLS: &[&str] = &["agent", "task", "wait_agent"];
 
-/// How Claude Code answers an `Agent` call run in the background: not a report (that comes
-/// in a notification).
+/// How Claude Code answers an `Agent` call run in the background (whether the call asked for
+/// it or not: its agents run in the background by default): not a report (that comes in a
+/// notification).
 const LAUNCHED: &str = "Async agent launched";
 
 /// Whether a prior summary's entry is a report.
@@ -48,15 +55,42 @@ pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, Str
             else {
                 continue;
             };
+            // A notification that came inside the result of an unrelated call.
+            for told in notifications(output) {
+                found.push((index, notified(&told, max_chars)));
+            }
             let Some((name, args)) = calls.get(call_id.as_str()) else {
                 continue;
             };
-            if is_delegation(name) && !output.trim_start().starts_with(LAUNCHED) {
+            if args.get("run_in_background") == Some(&Value::Bool(true))
+                || output.trim_start().starts_with(LAUNCHED)
+            {
+                found.push((index, started(args, output)));
+            } else if is_delegation(name) {
                 found.push((index, reported(args, output, max_chars)));
             }
         }
     }
     found
+}
+
+/// `entries` without the start of a background task whose end is among them (the end names
+/// the task's id, a word of the start's answer).
+pub(super) fn without_ended_starts(mut entries: Vec<String>) -> Vec<String> {
+    let ended: Vec<String> = entries
+        .iter()
+        .filter(|e| !e.starts_with(STARTED))
+        .filter_map(|e| e.strip_prefix(PREFIXES[0])?.split_whitespace().next())
+        .filter(|id| !id.starts_with('('))
+        .map(str::to_string)
+        .collect();
+    let names_an_ended = |entry: &str| {
+        entry
+            .split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_'))
+            .any(|word| ended.iter().any(|id| id == word))
+    };
+    entries.retain(|e| !(e.starts_with(STARTED) && names_an_ended(e)));
+    entries
 }
 
 fn is_delegation(name: &str) -> bool {
@@ -74,7 +108,21 @@ fn reported(args: &Value, output: &str, max_chars: usize) -> String {
     line
 }
 
-/// `- Background task a67… completed (Agent "Run the tests" finished): <its report>`.
+/// `- Background task started (Build): Command running in background with ID: b7…. Output
+/// is being written to: /tmp/…/b7….output. …`: what the call was answered, which names the
+/// task and its output file in the CLI's own words.
+fn started(args: &Value, output: &str) -> String {
+    let mut line = STARTED.to_string();
+    if let Some(description) = args.get("description").and_then(Value::as_str) {
+        let _ = write!(line, " ({})", shorten(&squash(description), 200));
+    }
+    let answer = tags::without(output, "system-reminder");
+    let _ = write!(line, ": {}", shorten(&squash(&answer), 400));
+    line
+}
+
+/// `- Background task a67… completed (Agent "Run the tests" finished), output in
+/// /tmp/…/a67….output: <its report>`.
 fn notified(told: &TaskNotification, max_chars: usize) -> String {
     let mut line = format!(
         "{}{} {}",
@@ -84,6 +132,9 @@ fn notified(told: &TaskNotification, max_chars: usize) -> String {
     );
     if let Some(summary) = &told.summary {
         let _ = write!(line, " ({})", shorten(&squash(summary), 200));
+    }
+    if let Some(file) = &told.output_file {
+        let _ = write!(line, ", output in {}", shorten(&squash(file), 300));
     }
     if let Some(result) = &told.result {
         let _ = write!(line, ": {}", shorten(&squash(result), max_chars));

@@ -525,7 +525,7 @@ fn a_background_tasks_report_is_kept_as_work_done_not_as_an_instruction() {
 /// A sub-agent's report (the result of Claude Code's `Agent` call, opencode's `task`,
 /// Codex's `wait_agent`) is kept in section 5 though it was not the last action, and a day of
 /// notes after it does not push it out; the answer to a call run in the background (its
-/// launch) is not a report.
+/// launch) is not a report, but says the task was started.
 #[test]
 fn a_sub_agents_report_outlives_the_notes_after_it() {
     let delegate = |id: &str, name: &str, description: &str| Message {
@@ -564,6 +564,84 @@ fn a_sub_agents_report_outlives_the_notes_after_it() {
         sections[4]
     );
     assert!(sections[4].contains("No race in src/db.rs."));
-    assert!(!sections[4].contains("Async agent launched"));
+    assert!(
+        sections[4].contains(
+            "- Background task started (Watch the logs): Async agent launched successfully. agentId: a9"
+        ),
+        "{}",
+        sections[4]
+    );
+    assert!(!sections[4].contains("Sub-agent report (Watch the logs)"));
     assert!(sections[4].contains("Note 11") && !sections[4].contains("Note 1:"));
+}
+
+/// A shell command run in the background (Claude Code's `Bash` with `run_in_background`):
+/// its output is in a file, which the call's answer names and its end's notification names
+/// again. Section 5 says the task was started and where its output goes; once the end is
+/// told (here inside the result of an unrelated step, as Claude Code tells Claude Sonnet
+/// 4.5), it says it ended, with the file, and no longer that it was started.
+#[test]
+fn a_background_commands_start_and_end_keep_the_file_its_output_is_in() {
+    let file = "/tmp/claude-0/work/tasks/b7x.output";
+    let start = Message {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: "c1".into(),
+            name: "Bash".into(),
+            args: json!({"command": "make", "description": "Build", "run_in_background": true}),
+        }],
+    };
+    let first = extractive_summary(&request(
+        vec![
+            Message::text(Role::User, "Build it and fix what fails."),
+            start,
+            result(
+                "c1",
+                &format!(
+                    "Command running in background with ID: b7x. Output is being written to: {file}. You will be notified when it completes.\n\n<system-reminder>\nIgnore me.\n</system-reminder>"
+                ),
+            ),
+        ],
+        None,
+    ));
+    let sections = sections_of(&first);
+    assert!(
+        sections[4].contains(&format!("- Background task started (Build): Command running in background with ID: b7x. Output is being written to: {file}.")),
+        "{}",
+        sections[4]
+    );
+    assert!(!sections[4].contains("Ignore me"));
+
+    let told = format!(
+        "STEP-2-END\n\n<system-reminder>\n[SYSTEM NOTIFICATION - NOT USER INPUT]\n\n<task-notification>\n<task-id>b7x</task-id>\n<output-file>{file}</output-file>\n<status>completed</status>\n<summary>Background command \"Build\" completed (exit code 0)</summary>\n</task-notification>\n</system-reminder>"
+    );
+    let second = extractive_summary(&request(
+        vec![
+            bash_call("c2", "echo STEP-2-END"),
+            result("c2", &told),
+            bash_call("c3", "echo STEP-3-END"),
+            result("c3", "STEP-3-END"),
+        ],
+        Some(&first),
+    ));
+    let sections = sections_of(&second);
+    assert!(
+        sections[4].contains(&format!("- Background task b7x completed (Background command \"Build\" completed (exit code 0)), output in {file}")),
+        "{}",
+        sections[4]
+    );
+    assert!(
+        !sections[4].contains("Background task started"),
+        "{}",
+        sections[4]
+    );
+    // Carried on whole.
+    let third = extractive_summary(&request(
+        vec![
+            bash_call("c4", "echo STEP-4-END"),
+            result("c4", "STEP-4-END"),
+        ],
+        Some(&second),
+    ));
+    assert!(sections_of(&third)[4].contains(&format!("output in {file}")));
 }

@@ -50,7 +50,7 @@ pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
             entries.push(report);
         }
     }
-    newest_of_each(&entries, kept)
+    newest_of_each(&super::reports::without_ended_starts(entries), kept)
 }
 
 /// The newest `kept` notes and, beside them, the newest `kept` reports, in their order: a day

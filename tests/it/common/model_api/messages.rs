@@ -10,7 +10,7 @@
 //! - the prompt fits the model's window, and beside it the completion asked for (`max_tokens`).
 
 use super::delegation::{self, Turn};
-use super::{Action, Shared, Task, sse};
+use super::{Action, Shared, Task, background_command, sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -261,12 +261,35 @@ pub fn answer(
         shell,
         &delegation::reported(body),
     );
+    // A build run in the background: its start and its reading are shell calls of their own.
+    let mut build_call = None;
+    let turn = match turn {
+        Turn::Act(then) if task.background_command && shell => {
+            match background_command::next_turn(task, newest.as_deref(), then, &body.to_string()) {
+                background_command::Turn::Act(action) => Turn::Act(action),
+                background_command::Turn::Start => {
+                    build_call = Some(
+                        json!({"command": background_command::COMMAND, "description": "Build", "run_in_background": true}),
+                    );
+                    Turn::Act(Action::Text(String::new()))
+                }
+                background_command::Turn::Read(file) => {
+                    build_call = Some(
+                        json!({"command": format!("cat {file}"), "description": "Read the build's output"}),
+                    );
+                    Turn::Act(Action::Text(String::new()))
+                }
+            }
+        }
+        turn => turn,
+    };
     let mut content = Vec::new();
     if thinking_on(body) {
         let thought = match &turn {
             Turn::Act(Action::Run { step, .. }) => format!("Step {step} next."),
             Turn::Sub { step, .. } => format!("Sub-step {step} next."),
             Turn::Delegate => "Handing the sub-steps over.".into(),
+            _ if build_call.is_some() => "The build next.".into(),
             _ => "Done.".into(),
         };
         let shown = if body["thinking"]["display"] == "omitted" {
@@ -284,6 +307,10 @@ pub fn answer(
         "tool_use"
     };
     let stop = match turn {
+        _ if build_call.is_some() => {
+            let input = build_call.take().unwrap_or_default();
+            call(&mut content, "The build.".into(), "Bash", input)
+        }
         Turn::Act(Action::Run { step, command }) => {
             let stop = call(
                 &mut content,

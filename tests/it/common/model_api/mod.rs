@@ -14,6 +14,7 @@
 //! the output it just got would run a step again or answer otherwise.
 
 pub mod aider;
+pub mod background_command;
 pub mod chat;
 pub mod count;
 pub mod delegation;
@@ -56,6 +57,10 @@ pub struct Task {
     pub parallel_calls: bool,
     /// Claude Code's sub-agents run in the background (`run_in_background`).
     pub background: bool,
+    /// Anthropic Messages (Claude Code's `Bash` with `run_in_background`): before its first
+    /// step the model starts a build in the background, and ends by reading its output
+    /// ([`background_command`]).
+    pub background_command: bool,
 }
 
 impl Default for Task {
@@ -70,6 +75,7 @@ impl Default for Task {
             fork_context: false,
             parallel_calls: false,
             background: false,
+            background_command: false,
         }
     }
 }
