@@ -51,9 +51,13 @@ pub async fn status(client: &Client, out: Output) -> Result<()> {
             ),
             None => size(h.disk.database_bytes),
         };
-        let database = match &h.writes_refused {
-            Some(why) => format!("{} ({taken}; WRITES REFUSED: {why})", h.database),
-            None => format!("{} ({taken})", h.database),
+        let database = match (&h.writes_refused, h.write_lock_held_elsewhere) {
+            (Some(why), _) => format!("{} ({taken}; WRITES REFUSED: {why})", h.database),
+            (None, true) => format!(
+                "{} ({taken}; WRITE LOCK HELD BY ANOTHER PROCESS: appends wait and fail busy until it lets go)",
+                h.database
+            ),
+            (None, false) => format!("{} ({taken})", h.database),
         };
         format!(
             "compactd {} running on {} (pid {}, up {})\ndatabase:   {database}\nconfig:     {} ({config})\nsummarizer: {}\nproxy:      {} -> {} (OpenAI), {} (Anthropic)\nmemory:     requests {} of {} MiB, compactions {} of {} MiB\nsummaries:  {} running (at most {}), {} waiting\nsessions:   {}\n",

@@ -21,6 +21,11 @@ pub struct Health {
     /// Why every write is refused now (503 `storage_gone` or 507 `storage_full`), if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes_refused: Option<String>,
+    /// Another process held the database's write lock at the daemon's last try (a
+    /// transaction left open in `sqlite3`?): appends wait up to 2 s and answer 503 `busy`,
+    /// proxied calls go upstream unrecorded, until it lets go. Absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub write_lock_held_elsewhere: bool,
     pub version: String,
     pub uptime_s: u64,
     pub pid: u32,

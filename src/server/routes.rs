@@ -42,6 +42,7 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
             None => "ok".into(),
         },
         writes_refused: refused.map(|r| r.why),
+        write_lock_held_elsewhere: service.store().write_lock_held_elsewhere(),
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: service.uptime_s(),
         pid: std::process::id(),

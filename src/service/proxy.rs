@@ -15,7 +15,7 @@ use crate::protocol::{ContextView, SessionId};
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
     AppendRules, Branch, ContextVersion, Fingerprints, NewMessage, NewSession, ProxyCall,
-    SessionKind,
+    SessionKind, StoreError,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -106,6 +106,7 @@ impl Service {
             return Err(ServiceError::BadRequest("no messages".into()));
         }
         let call = self.proxy_call(caller, &identity, request)?;
+        self.unless_locked_elsewhere()?;
         let placed = self.store.place_call(call, self.proxy_rules()).await?;
         if placed.created && !caller.local {
             self.session_rate
@@ -159,6 +160,16 @@ impl Service {
         }))
     }
 
+    /// [`StoreError::Busy`] at once while another process holds the database's write lock
+    /// (see `store::outside_lock`): a proxied write would wait for it and fail, and the call
+    /// goes on unrecorded either way, so it does not wait.
+    fn unless_locked_elsewhere(&self) -> Result<(), ServiceError> {
+        match self.store.write_lock_held_elsewhere() {
+            true => Err(ServiceError::Store(StoreError::Busy)),
+            false => Ok(()),
+        }
+    }
+
     /// Records the model's answer to a proxied call (after the message it answered, the last
     /// of the call) and what the call really cost (when the call was `sent` with the context
     /// the session still serves).
@@ -177,6 +188,7 @@ impl Service {
         reply
             .validate()
             .map_err(|error| ServiceError::InvalidMessage { index: 0, error })?;
+        self.unless_locked_elsewhere()?;
         // What was not recorded of a huge answer still counts: the client sends it back whole.
         let tokens = self.estimator.message(&reply) + unrecorded_chars.div_ceil(4);
         let bound = self.settings().config.proxy.max_recorded_bytes;

@@ -46,6 +46,8 @@ pub(super) struct DatabaseFile {
     size_seen: AtomicU64,
     wal_seen: AtomicU64,
     overwritten: OnceLock<Overwrite>,
+    /// Whether another process held the write lock at the writer's last try.
+    pub(super) outside_lock: super::outside_lock::OutsideLock,
 }
 
 /// The files SQLite keeps beside a database in WAL mode, in the order of `side_files`.
@@ -95,6 +97,7 @@ impl DatabaseFile {
             size_seen: AtomicU64::new(metadata.len()),
             wal_seen: AtomicU64::new(0),
             overwritten: OnceLock::new(),
+            outside_lock: Default::default(),
         })
     }
 

@@ -26,6 +26,7 @@ mod mark;
 mod maskings;
 mod messages;
 mod migrate;
+mod outside_lock;
 mod overflows;
 mod path;
 mod reading;
@@ -171,6 +172,12 @@ impl Store {
     /// removed, replaced or overwritten under the daemon, or the disk full.
     pub fn writes_refused(&self) -> Option<WritesRefused> {
         self.writer.refused_because()
+    }
+
+    /// Whether another process held the database's write lock at the writer's last try (each
+    /// write, each idle second): writes wait for it and fail `busy` meanwhile.
+    pub fn write_lock_held_elsewhere(&self) -> bool {
+        self.writer.write_lock_held_elsewhere()
     }
 
     /// The database file and its WAL (bytes), and the space free on their file system (for

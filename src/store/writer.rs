@@ -180,6 +180,11 @@ impl Writer {
         })
     }
 
+    /// See [`super::outside_lock`].
+    pub(super) fn write_lock_held_elsewhere(&self) -> bool {
+        self.shared.database.outside_lock.held()
+    }
+
     /// The database file and its WAL (bytes), and the space free on their file system.
     pub(super) fn disk_usage(&self) -> (u64, Option<u64>) {
         let database = &self.shared.database;
@@ -540,7 +545,11 @@ fn begin(conn: &Connection, database: &DatabaseFile) -> Result<()> {
     match conn.is_autocommit() {
         true => {
             database.wal_rebaseline();
-            run_statement(conn, "BEGIN IMMEDIATE")
+            let begun = run_statement(conn, "BEGIN IMMEDIATE");
+            database
+                .outside_lock
+                .tried(matches!(begun, Err(StoreError::Busy)));
+            begun
         }
         false => Ok(()),
     }
@@ -555,9 +564,14 @@ fn begin(conn: &Connection, database: &DatabaseFile) -> Result<()> {
 /// lock was free for microseconds only: the WAL's size stays the one to hold it to, unless
 /// another process has the lock now.
 fn hold(conn: &Connection, database: &DatabaseFile) {
-    if conn.is_autocommit()
-        && without_waiting(conn, || run_statement(conn, "BEGIN IMMEDIATE")).is_err()
-    {
+    if !conn.is_autocommit() {
+        return;
+    }
+    let taken = without_waiting(conn, || run_statement(conn, "BEGIN IMMEDIATE"));
+    database
+        .outside_lock
+        .tried(matches!(taken, Err(StoreError::Busy)));
+    if taken.is_err() {
         database.wal_rebaseline();
     }
 }
@@ -705,7 +719,8 @@ mod tests {
     /// While the daemon serves, no other process takes the write lock: the connection holds
     /// it between writes. Should a person hold it anyway (taken in the instant between a
     /// commit and the hold, made to last here), a write waits a bounded time and fails as
-    /// busy, and the next one, once the person lets go, commits and holds the lock again.
+    /// busy, and the next one, once the person lets go, commits and holds the lock again. The
+    /// store tells whether the lock was held elsewhere at its last try.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_write_lock_is_held_between_writes_and_one_taken_meanwhile_is_a_bounded_busy() {
         let dir = tempfile::TempDir::new().unwrap();
@@ -734,8 +749,10 @@ mod tests {
         let busy = insert(store.clone()).await;
         assert!(matches!(busy, Err(StoreError::Busy)), "{busy:?}");
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert!(store.write_lock_held_elsewhere());
         person.execute_batch("ROLLBACK").unwrap();
         insert(store.clone()).await.unwrap();
+        assert!(!store.write_lock_held_elsewhere());
         assert!(
             person.execute_batch("BEGIN IMMEDIATE").is_err(),
             "held again"

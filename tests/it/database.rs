@@ -921,11 +921,13 @@ async fn a_proxied_agent_goes_on_unrecorded_while_writes_are_refused() {
 
 /// A person's transaction holds the database's write lock, taken while no daemon held it (here
 /// between a stop and a start; while a daemon runs, only in the instant between a commit and
-/// its hold): a proxied agent does not stop. Each call waits the bounded 2 s for the lock, then
-/// goes upstream with what the session has stored and the call's newer messages, unrecorded
-/// and marked `busy`; once the person lets go, the next call stores all it carries, and the
-/// system `sqlite3` finds every message of the conversation once, in order. Before, each call
-/// answered 503 `busy`, and an agent retried until it gave up.
+/// its hold): a proxied agent does not stop, nor wait. The daemon finds the lock taken when it
+/// tries it (`/health` and `compactd status` say so, the log once); each call goes upstream at
+/// once with what the session has stored and the call's newer messages, unrecorded and marked
+/// `busy`; once the person lets go, the daemon says so within its next idle second, the next
+/// call stores all it carries, and the system `sqlite3` finds every message of the
+/// conversation once, in order. Before, each call answered 503 `busy`, and an agent retried
+/// until it gave up; then each waited the 2 s a write waits for a lock before it went on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock() {
     if !have("sqlite3") {
@@ -942,16 +944,54 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
     person.execute_batch("BEGIN IMMEDIATE").unwrap();
     daemon.spawn();
     let client = daemon.client();
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["write_lock_held_elsewhere"], true, "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+    let status = std::process::Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("status")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("WRITE LOCK HELD BY ANOTHER PROCESS"),
+        "{status}"
+    );
     for i in 3..6 {
+        let started = std::time::Instant::now();
         let unrecorded = agent_step(&client, &mock, &mut history, i).await;
         assert_eq!(unrecorded.as_deref(), Some("busy"), "step {i}");
+        // A write waits 2 s for the lock before it fails: a call that tried one took longer.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "step {i} waited for the lock: {:?}",
+            started.elapsed()
+        );
     }
     assert_eq!(counted(&daemon.db(), "agent"), 1 + 3 * 2, "nothing written");
     person.execute_batch("ROLLBACK").unwrap();
     drop(person);
+    let free = crate::common::eventually(std::time::Duration::from_secs(10), || async {
+        let health = client.get("/health").await.unwrap();
+        health
+            .get("write_lock_held_elsewhere")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(free.is_some(), "the lock's release was never noticed");
     let unrecorded = agent_step(&client, &mock, &mut history, 6).await;
     assert_eq!(unrecorded, None);
     crate::common::assert_stored_whole(&daemon.db(), "agent", &history);
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("another process holds the database's write lock")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(log.matches("write lock is free again").count(), 1, "{log}");
 }
 
 /// A copy put over the live database, where reads are refused too (a context read from the

@@ -866,10 +866,10 @@ fn stored_and_sent_last(daemon: &crate::common::TestDaemon, api: &ModelApi) -> (
 /// Claude Code through compactd while a person's `sqlite3` transaction holds the database's
 /// write lock (taken before the daemon started: while it runs, it holds the lock itself), let
 /// go in the middle of the task: the agent finishes, the model API refuses nothing (the calls
-/// under the lock went upstream unrecorded, each after the bounded 2 s wait), and once the
-/// lock is let go the session stores the whole conversation the agent sent last. (Before, each
-/// call under the lock answered 503 `busy`: Claude Code retried for 207 s, then stopped with
-/// `API Error: 503`.)
+/// under the lock went upstream unrecorded, at once), and once the lock is let go the session
+/// stores the whole conversation the agent sent last. (At first, each call under the lock
+/// answered 503 `busy`: Claude Code retried for 207 s, then stopped with `API Error: 503`;
+/// then each waited the 2 s a write waits for a lock, and the run took 14 s.)
 #[test]
 fn claude_code_finishes_its_task_through_compactd_while_a_person_holds_the_write_lock() {
     if installed(Agent::ClaudeCode).is_none() {
