@@ -1,7 +1,8 @@
 //! Reports of delegated work, for section 5: what a sub-agent reported when it ended (the
 //! result of Claude Code's `Agent` call, opencode's `task`, Codex's `wait_agent`), what a
 //! background task's notification said ([`crate::compaction::notification`]), and, until
-//! that notification comes, that the task was started and where its output goes.
+//! that notification comes (or a poll sees the process end), that the task was started and
+//! where its output goes (Claude Code: a file; Codex: the session to poll).
 //!
 //! A report is all the conversation keeps of a sub-agent's work (its own steps are in its own
 //! session), so it is kept where the assistant's notes are, longer than a note and carried
@@ -10,7 +11,8 @@
 //! sub-agent through compactd, went on to their last step without the report they had been
 //! given (`tests/it/agents`). A shell command run in the background is told ended without
 //! its output, which is in a file: the file is kept, or the model cannot read it (Claude Code
-//! ended saying it lost its build).
+//! ended saying it lost its build); Codex's running process is read through its session,
+//! kept likewise.
 
 use super::text::{calls_by_id, shorten, squash};
 use crate::compaction::notification::{TaskNotification, notifications};
@@ -32,6 +34,11 @@ const DELEGATION_TOOLS: &[&str] = &["agent", "task", "wait_agent"];
 /// it or not: its agents run in the background by default): not a report (that comes in a
 /// notification).
 const LAUNCHED: &str = "Async agent launched";
+/// How Codex answers a command that outlived its call's wait (`exec_command`): the process
+/// goes on, and the model reads more of it and its end with `write_stdin` on that session.
+const RUNNING: &str = "Process running with session ID ";
+/// How Codex tells, in a later `write_stdin`, that such a process ended.
+const EXITED: &str = "Process exited with code ";
 
 /// Whether a prior summary's entry is a report.
 pub(super) fn is_report(entry: &str) -> bool {
@@ -62,9 +69,9 @@ pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, Str
             let Some((name, args)) = calls.get(call_id.as_str()) else {
                 continue;
             };
-            if args.get("run_in_background") == Some(&Value::Bool(true))
-                || output.trim_start().starts_with(LAUNCHED)
-            {
+            if let Some(ended) = process_ended(args, output) {
+                found.push((index, ended));
+            } else if left_running(args, output) {
                 found.push((index, started(args, output)));
             } else if is_delegation(name) {
                 found.push((index, reported(args, output, max_chars)));
@@ -108,13 +115,38 @@ fn reported(args: &Value, output: &str, max_chars: usize) -> String {
     line
 }
 
+/// Whether a call's answer says the task it started goes on in the background: asked so
+/// (Claude Code's `run_in_background`), an agent launched (Claude Code runs them so by
+/// default), or a process left running (Codex; a poll of it says so again, and is not a start).
+fn left_running(args: &Value, output: &str) -> bool {
+    args.get("run_in_background") == Some(&Value::Bool(true))
+        || output.trim_start().starts_with(LAUNCHED)
+        || (output.contains(RUNNING) && args.get("session_id").is_none())
+}
+
+/// `- Background task 10691 exited with code 0`, for a poll of a process left running
+/// (Codex's `write_stdin` on its session) that saw it end.
+fn process_ended(args: &Value, output: &str) -> Option<String> {
+    let session = args.get("session_id")?;
+    let code: String = output
+        .split(EXITED)
+        .nth(1)?
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    Some(format!("{}{session} exited with code {code}", PREFIXES[0]))
+}
+
 /// `- Background task started (Build): Command running in background with ID: b7…. Output
 /// is being written to: /tmp/…/b7….output. …`: what the call was answered, which names the
 /// task and its output file in the CLI's own words.
 fn started(args: &Value, output: &str) -> String {
     let mut line = STARTED.to_string();
-    if let Some(description) = args.get("description").and_then(Value::as_str) {
-        let _ = write!(line, " ({})", shorten(&squash(description), 200));
+    let named = ["description", "cmd", "command"]
+        .iter()
+        .find_map(|key| args.get(key)?.as_str());
+    if let Some(named) = named {
+        let _ = write!(line, " ({})", shorten(&squash(named), 200));
     }
     let answer = tags::without(output, "system-reminder");
     let _ = write!(line, ": {}", shorten(&squash(&answer), 400));

@@ -645,3 +645,82 @@ fn a_background_commands_start_and_end_keep_the_file_its_output_is_in() {
     ));
     assert!(sections_of(&third)[4].contains(&format!("output in {file}")));
 }
+
+/// Codex leaves a command that outlives its call's wait running and answers with its session,
+/// which the model polls (`write_stdin`): section 5 keeps the session while the process runs
+/// (a poll that finds it running again is not another start), and once a poll sees it exit,
+/// says so instead.
+#[test]
+fn a_process_left_running_keeps_its_session_until_a_poll_sees_it_end() {
+    let call = |id: &str, name: &str, args: serde_json::Value| Message {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args,
+        }],
+    };
+    let running = |id: &str| {
+        result(
+            id,
+            "Chunk ID: 0f1f83\nWall time: 0.2509 seconds\nProcess running with session ID 10691\nOriginal token count: 0\nOutput:\n",
+        )
+    };
+    let first = extractive_summary(&request(
+        vec![
+            Message::text(Role::User, "Build it while you fix the docs."),
+            call(
+                "c1",
+                "exec_command",
+                json!({"cmd": "make -j8", "yield_time_ms": 250}),
+            ),
+            running("c1"),
+            call(
+                "c2",
+                "write_stdin",
+                json!({"session_id": 10691, "chars": ""}),
+            ),
+            running("c2"),
+            bash_call("c3", "sed -i s/a/b/ README.md"),
+            result("c3", ""),
+        ],
+        None,
+    ));
+    let sections = sections_of(&first);
+    assert_eq!(
+        sections[4].matches("Background task started").count(),
+        1,
+        "{}",
+        sections[4]
+    );
+    assert!(
+        sections[4].contains("- Background task started (make -j8): Chunk ID: 0f1f83 Wall time: 0.2509 seconds Process running with session ID 10691"),
+        "{}",
+        sections[4]
+    );
+    let second = extractive_summary(&request(
+        vec![
+            call(
+                "c4",
+                "write_stdin",
+                json!({"session_id": 10691, "chars": ""}),
+            ),
+            result(
+                "c4",
+                "Chunk ID: 1a2b3c\nWall time: 2.7 seconds\nProcess exited with code 2\nOutput:\nmake: *** [all] Error 2\n",
+            ),
+        ],
+        Some(&first),
+    ));
+    let sections = sections_of(&second);
+    assert!(
+        sections[4].contains("- Background task 10691 exited with code 2"),
+        "{}",
+        sections[4]
+    );
+    assert!(
+        !sections[4].contains("Background task started"),
+        "{}",
+        sections[4]
+    );
+}

@@ -473,6 +473,51 @@ fn assert_build_told_and_read(seen: &[Seen], told_in: &str) {
     );
 }
 
+/// Codex runs a build that outlives its call's yield time: Codex leaves it running and
+/// answers with its session, which the model polls (`write_stdin`) once its 20 steps are
+/// done, ending with the build's output. Through compactd at a window that compacts the
+/// thread many times after the build started, the summary keeps the running process's
+/// session.
+#[test]
+fn codex_polls_a_build_left_running_through_compactd() {
+    let seen = through_with(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2), |task| {
+        task.background_command = true
+    });
+    assert_build_polled(&seen);
+}
+
+/// The same with Codex straight at the model API.
+#[test]
+fn codex_polls_a_build_left_running_directly() {
+    let task = Task {
+        background_command: true,
+        ..Task::default()
+    };
+    assert_build_polled(&direct_with(Agent::Codex, "gpt-5-codex", task));
+}
+
+/// What the model API saw: the build left running (its session in a call's output), then its
+/// output read.
+fn assert_build_polled(seen: &[Seen]) {
+    if seen.is_empty() {
+        return; // Codex is not installed.
+    }
+    let running = seen.iter().position(|s| {
+        s.body["input"]
+            .to_string()
+            .contains("Process running with session ID")
+    });
+    let read = seen.iter().rposition(|s| {
+        s.body["input"]
+            .to_string()
+            .contains(background_command::OUTPUT)
+    });
+    assert!(
+        running.is_some_and(|r| read.is_some_and(|read| read > r)),
+        "the build was left running (request {running:?}), then its output read (request {read:?})"
+    );
+}
+
 /// Claude Code forks itself (its `Agent` tool with `subagent_type: "fork"`, which it offers
 /// the model by default): the fork's conversation is the parent's history, then the `Agent`
 /// call answered "Fork started" beside the fork's directive, then the fork's own steps, under

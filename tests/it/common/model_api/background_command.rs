@@ -5,6 +5,9 @@
 //! to Claude Sonnet 4.5 inside the result of whatever step the model runs next (Claude Code
 //! 2.1.332, seen with both). The output itself is read from the file.
 //!
+//! Codex leaves a command that outlives its call's yield time running, answers with the
+//! process's session, and the model polls it (`write_stdin`) for more output and its end.
+//!
 //! The mock model plays a build started that way before its first step
 //! ([`Task::background_command`]): it runs its steps meanwhile and, once they are done, reads
 //! the build's output from the file a notification named, and ends quoting it. A model does
@@ -16,6 +19,10 @@ use super::{Action, Task};
 
 /// The build: its output is known only to whoever reads it.
 pub const COMMAND: &str = "echo BUILD-CODE-$((6*7))";
+/// The build as Codex runs it: long enough to outlive the call's yield time
+/// ([`CODEX_YIELD_MS`]), so Codex leaves it running and answers with its session.
+pub const CODEX_COMMAND: &str = "sleep 3; echo BUILD-CODE-$((6*7))";
+pub const CODEX_YIELD_MS: u64 = 250;
 /// What the build prints.
 pub const OUTPUT: &str = "BUILD-CODE-42";
 /// What the model says when its steps are done and its context holds the build's start but
@@ -28,15 +35,47 @@ pub const LOST: &str = "The build I started is not in my context any more.";
 pub enum Turn {
     /// Start the build in the background.
     Start,
-    /// Read the build's output from this file.
+    /// Read the build's output from this handle (Claude Code: the file; Codex: the session).
     Read(String),
     /// What the task does next otherwise.
     Act(Action),
 }
 
+/// What the context tells of the build: where to read its output, and whether it ended.
+pub struct Told {
+    pub handle: Option<String>,
+    pub ended: bool,
+}
+
+/// What Claude Code's context tells: the file named by the call's answer or a notification,
+/// and the notification's `completed`.
+pub fn told_by_claude_code(context: &str) -> Told {
+    Told {
+        handle: output_file(context),
+        ended: context.contains("completed (exit code 0)"),
+    }
+}
+
+/// What Codex's context tells: the session of the process left running (`exec_command`
+/// answers `Process running with session ID N` when the command outlives its yield time), which
+/// `write_stdin` polls, waiting for its end.
+pub fn told_by_codex(context: &str) -> Told {
+    const RUNNING: &str = "Process running with session ID ";
+    let handle = context.find(RUNNING).map(|at| {
+        context[at + RUNNING.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+    });
+    Told {
+        handle: handle.filter(|id| !id.is_empty()),
+        ended: true,
+    }
+}
+
 /// The model's turn, given the newest tool output, what the task would do next (`then`) and
-/// the whole request as text (`context`).
-pub fn next_turn(task: &Task, newest: Option<&str>, then: Action, context: &str) -> Turn {
+/// what the context tells of the build.
+pub fn next_turn(task: &Task, newest: Option<&str>, then: Action, told: Told) -> Turn {
     let Some(newest) = newest else {
         return Turn::Start;
     };
@@ -49,9 +88,8 @@ pub fn next_turn(task: &Task, newest: Option<&str>, then: Action, context: &str)
     let Action::Finish(_) = then else {
         return Turn::Act(then);
     };
-    let ended = context.contains("completed (exit code 0)");
-    match output_file(context) {
-        Some(file) if ended => Turn::Read(file),
+    match told.handle {
+        Some(handle) if told.ended => Turn::Read(handle),
         Some(_) => Turn::Act(Action::Text(WAITING.into())),
         None => Turn::Act(Action::Finish(LOST.into())),
     }

@@ -265,7 +265,8 @@ pub fn answer(
     let mut build_call = None;
     let turn = match turn {
         Turn::Act(then) if task.background_command && shell => {
-            match background_command::next_turn(task, newest.as_deref(), then, &body.to_string()) {
+            let told = background_command::told_by_claude_code(&body.to_string());
+            match background_command::next_turn(task, newest.as_deref(), then, told) {
                 background_command::Turn::Act(action) => Turn::Act(action),
                 background_command::Turn::Start => {
                     build_call = Some(

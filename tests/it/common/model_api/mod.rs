@@ -57,9 +57,9 @@ pub struct Task {
     pub parallel_calls: bool,
     /// Claude Code's sub-agents run in the background (`run_in_background`).
     pub background: bool,
-    /// Anthropic Messages (Claude Code's `Bash` with `run_in_background`): before its first
-    /// step the model starts a build in the background, and ends by reading its output
-    /// ([`background_command`]).
+    /// Before its first step the model starts a build in the background (Claude Code's `Bash`
+    /// with `run_in_background`; Codex's `exec_command` outliving its yield time), and ends by
+    /// reading its output (the file; `write_stdin` on its session) ([`background_command`]).
     pub background_command: bool,
 }
 

@@ -9,7 +9,7 @@
 //! - message content is not empty; the prompt fits the model's window.
 
 use super::delegation::{self, SubTurn};
-use super::{Action, Shared, Task, decide, sse};
+use super::{Action, Shared, Task, background_command, decide, sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -98,9 +98,16 @@ fn newest_output(items: &[Value]) -> Option<String> {
 /// sub-steps, then its report ([`delegation`]).
 enum Turn {
     Act(Action),
+    /// Start the build of [`Task::background_command`].
+    StartBuild,
+    /// Poll the build's process, of this session, to its end.
+    PollBuild(String),
     Spawn,
     Wait(Vec<String>),
-    Sub { step: usize, command: String },
+    Sub {
+        step: usize,
+        command: String,
+    },
 }
 
 /// The sub-agent this thread is, if it is one: a user message of its opening (before any call
@@ -137,6 +144,16 @@ fn spawned_and_finished(items: &[Value]) -> (Vec<String>, HashSet<String>) {
 
 fn next_turn(task: &Task, items: &[Value], shell: bool, reported: &[char]) -> Turn {
     let newest = newest_output(items);
+    if task.background_command && shell {
+        let context = serde_json::to_string(items).unwrap_or_default();
+        let then = decide(task, newest.as_deref(), shell);
+        let told = background_command::told_by_codex(&context);
+        return match background_command::next_turn(task, newest.as_deref(), then, told) {
+            background_command::Turn::Act(action) => Turn::Act(action),
+            background_command::Turn::Start => Turn::StartBuild,
+            background_command::Turn::Read(session) => Turn::PollBuild(session),
+        };
+    }
     let Some(after) = task.delegate_after.filter(|_| shell) else {
         return Turn::Act(decide(task, newest.as_deref(), shell));
     };
@@ -214,6 +231,27 @@ pub fn answer(
                     json!({"cmd": super::side_command(step)}),
                 );
             }
+        }
+        Turn::StartBuild => {
+            message(&mut output, "Starting the build.".into());
+            let yield_time_ms = background_command::CODEX_YIELD_MS;
+            let cmd = background_command::CODEX_COMMAND;
+            call(
+                &mut output,
+                "exec_command",
+                None,
+                json!({"cmd": cmd, "yield_time_ms": yield_time_ms}),
+            );
+        }
+        Turn::PollBuild(session) => {
+            message(&mut output, "Reading the build's output.".into());
+            let session_id: u64 = session.parse().unwrap_or_default();
+            call(
+                &mut output,
+                "write_stdin",
+                None,
+                json!({"session_id": session_id, "chars": "", "yield_time_ms": 10_000}),
+            );
         }
         Turn::Sub { step, command } => {
             message(&mut output, format!("Running sub-step {step}."));
