@@ -54,6 +54,28 @@ pub fn notifications(text: &str) -> Vec<TaskNotification> {
     found
 }
 
+/// The notifications a CLI appended to a tool's result: each in a `<system-reminder>` that
+/// opens with the notice that it is not user input, as Claude Code appends them. A
+/// notification the tool itself returned (a file read that quotes one) is not told.
+pub fn appended_to_result(output: &str) -> Vec<TaskNotification> {
+    const OPEN_REMINDER: &str = "<system-reminder>";
+    const CLOSE_REMINDER: &str = "</system-reminder>";
+    let mut found = Vec::new();
+    let mut rest = output;
+    while let Some(start) = rest.find(OPEN_REMINDER) {
+        let body = &rest[start + OPEN_REMINDER.len()..];
+        let (block, after) = match body.find(CLOSE_REMINDER) {
+            Some(end) => (&body[..end], &body[end + CLOSE_REMINDER.len()..]),
+            None => (body, ""),
+        };
+        if block.trim_start().starts_with(PREAMBLE) {
+            found.extend(notifications(block));
+        }
+        rest = after;
+    }
+    found
+}
+
 /// Whether a user-role text holds notifications and nothing else: the notification blocks,
 /// the system reminders they come in, and the boilerplate before them. A user's own words
 /// beside a notification make the text an instruction still.
@@ -112,6 +134,17 @@ mod tests {
         assert_eq!(found[1].status.as_deref(), Some("failed"));
         assert_eq!(found[1].result, None);
         assert!(notifications("no notification here").is_empty());
+    }
+
+    #[test]
+    fn a_notification_appended_to_a_result_is_told_and_one_the_tool_returned_is_not() {
+        let appended =
+            format!("STEP-4-END\n\n<system-reminder>\n{AGENT_DONE}\n</system-reminder>\n");
+        assert_eq!(appended_to_result(&appended), notifications(AGENT_DONE));
+        let quoted = format!(
+            "const DONE: &str = \"{AGENT_DONE}\";\n<system-reminder>Today is Friday.</system-reminder>"
+        );
+        assert!(appended_to_result(&quoted).is_empty());
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! kept likewise.
 
 use super::text::{calls_by_id, shorten, squash};
-use crate::compaction::notification::{TaskNotification, notifications};
+use crate::compaction::notification::{TaskNotification, appended_to_result, notifications};
 use crate::compaction::tags;
 use crate::message::{Message, Part, Role};
 use serde_json::Value;
@@ -63,7 +63,7 @@ pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, Str
                 continue;
             };
             // A notification that came inside the result of an unrelated call.
-            for told in notifications(output) {
+            for told in appended_to_result(output) {
                 found.push((index, notified(&told, max_chars)));
             }
             let Some((name, args)) = calls.get(call_id.as_str()) else {
