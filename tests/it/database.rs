@@ -523,13 +523,7 @@ async fn a_copy_over_the_live_database_is_noticed_and_kept_as_copied() {
     assert_eq!(crate::common::api_error(refused.unwrap_err()).0, 503);
     // What a person checking on the daemon sees.
     crate::common::assert_refusing_writes(&client, "overwritten").await;
-    let status = Command::new(crate::common::BIN)
-        .arg("--socket")
-        .arg(daemon.socket())
-        .arg("status")
-        .output()
-        .unwrap();
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = status_of(&daemon);
     assert!(
         status.contains("; WRITES REFUSED: ") && status.contains("overwritten"),
         "{status}"
@@ -947,13 +941,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
     let health = client.get("/health").await.unwrap();
     assert_eq!(health["write_lock_held_elsewhere"], true, "{health}");
     assert_eq!(health["status"], "ok", "{health}");
-    let status = std::process::Command::new(crate::common::BIN)
-        .arg("--socket")
-        .arg(daemon.socket())
-        .arg("status")
-        .output()
-        .unwrap();
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = status_of(&daemon);
     assert!(
         status.contains("WRITE LOCK HELD BY ANOTHER PROCESS"),
         "{status}"
@@ -964,7 +952,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
         assert_eq!(unrecorded.as_deref(), Some("busy"), "step {i}");
         // A write waits 2 s for the lock before it fails: a call that tried one took longer.
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(2),
             "step {i} waited for the lock: {:?}",
             started.elapsed()
         );
@@ -972,7 +960,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
     assert_eq!(counted(&daemon.db(), "agent"), 1 + 3 * 2, "nothing written");
     person.execute_batch("ROLLBACK").unwrap();
     drop(person);
-    let free = crate::common::eventually(std::time::Duration::from_secs(10), || async {
+    let free = crate::common::eventually(Duration::from_secs(10), || async {
         let health = client.get("/health").await.unwrap();
         health
             .get("write_lock_held_elsewhere")
@@ -1024,4 +1012,15 @@ async fn a_proxied_agent_goes_on_as_it_sent_when_the_database_was_overwritten() 
         }
     }
     crate::common::assert_refusing_writes(&client, "overwritten").await;
+}
+
+/// What `compactd status` prints of the daemon.
+fn status_of(daemon: &TestDaemon) -> String {
+    let out = Command::new(crate::common::BIN)
+        .arg("--socket")
+        .arg(daemon.socket())
+        .arg("status")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
