@@ -1,5 +1,5 @@
 //! Notifications of background work: what an agent's CLI tells the model when a task it runs
-//! in the background ends.
+//! in the background ends (Codex: when a sub-agent ends, `<subagent_notification>`).
 //!
 //! Claude Code runs a sub-agent (`Agent` with `run_in_background`) or a shell command in the
 //! background: the call is answered at once ("Async agent launched successfully", or the
@@ -31,27 +31,80 @@ const OPEN: &str = "<task-notification>";
 const CLOSE: &str = "</task-notification>";
 /// The line Claude Code puts before a notification sent in a system message of its own.
 const PREAMBLE: &str = "[SYSTEM NOTIFICATION - NOT USER INPUT]";
+/// Codex's notification of a sub-agent's end, in a user message of its own:
+/// `{"agent_path": …, "status": {"completed": "<its last message>"}}` between these.
+const CODEX_OPEN: &str = "<subagent_notification>";
+const CODEX_CLOSE: &str = "</subagent_notification>";
 
 /// The notifications in `text`, in order.
 pub fn notifications(text: &str) -> Vec<TaskNotification> {
-    let mut found = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(OPEN) {
-        let body = &rest[start + OPEN.len()..];
-        let (body, after) = match body.find(CLOSE) {
-            Some(end) => (&body[..end], &body[end + CLOSE.len()..]),
-            None => (body, ""),
+    let mut found: Vec<(usize, TaskNotification)> = blocks(text, OPEN, CLOSE)
+        .map(|(at, body)| (at, claude_code(body)))
+        .chain(blocks(text, CODEX_OPEN, CODEX_CLOSE).map(|(at, body)| (at, codex(body))))
+        .collect();
+    found.sort_by_key(|(at, _)| *at);
+    found.into_iter().map(|(_, told)| told).collect()
+}
+
+/// Where each `open`…`close` block of `text` starts, and what it holds (an unclosed one runs
+/// to the end).
+fn blocks<'a>(
+    text: &'a str,
+    open: &'static str,
+    close: &'static str,
+) -> impl Iterator<Item = (usize, &'a str)> {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let start = from + text[from..].find(open)?;
+        let body = &text[start + open.len()..];
+        let (body, next) = match body.find(close) {
+            Some(end) => (&body[..end], start + open.len() + end + close.len()),
+            None => (body, text.len()),
         };
-        found.push(TaskNotification {
-            task_id: field(body, "task-id"),
-            status: field(body, "status"),
-            summary: field(body, "summary"),
-            output_file: field(body, "output-file"),
-            result: field(body, "result"),
-        });
-        rest = after;
+        from = next;
+        Some((start, body))
+    })
+}
+
+fn claude_code(body: &str) -> TaskNotification {
+    TaskNotification {
+        task_id: field(body, "task-id"),
+        status: field(body, "status"),
+        summary: field(body, "summary"),
+        output_file: field(body, "output-file"),
+        result: field(body, "result"),
     }
-    found
+}
+
+/// Codex's JSON; kept whole as the result if it is not what it should be.
+fn codex(body: &str) -> TaskNotification {
+    let body = body.trim();
+    let Ok(told) = serde_json::from_str::<serde_json::Value>(body) else {
+        return TaskNotification {
+            task_id: None,
+            status: None,
+            summary: None,
+            output_file: None,
+            result: Some(body.to_string()).filter(|b| !b.is_empty()),
+        };
+    };
+    let (status, result) = match &told["status"] {
+        serde_json::Value::Object(status) => match status.iter().next() {
+            Some((status, serde_json::Value::String(said))) => (Some(status), Some(said.clone())),
+            Some((status, serde_json::Value::Null)) => (Some(status), None),
+            Some((status, other)) => (Some(status), Some(other.to_string())),
+            None => (None, None),
+        },
+        serde_json::Value::String(status) => (Some(status), None),
+        _ => (None, None),
+    };
+    TaskNotification {
+        task_id: told["agent_path"].as_str().map(str::to_string),
+        status: status.cloned(),
+        summary: None,
+        output_file: None,
+        result,
+    }
 }
 
 /// The notifications a CLI appended to a tool's result: each in a `<system-reminder>` that
@@ -80,7 +133,7 @@ pub fn appended_to_result(output: &str) -> Vec<TaskNotification> {
 /// the system reminders they come in, and the boilerplate before them. A user's own words
 /// beside a notification make the text an instruction still.
 pub fn is_only_notifications(text: &str) -> bool {
-    if !text.contains(OPEN) {
+    if !text.contains(OPEN) && !text.contains(CODEX_OPEN) {
         return false;
     }
     // The preamble and its lines of warning, up to the block they stand before.
@@ -94,7 +147,8 @@ pub fn is_only_notifications(text: &str) -> bool {
     }
     // The system reminders they come in, and the blocks themselves.
     let left = super::tags::without(rest, "system-reminder");
-    super::tags::without(&left, "task-notification")
+    let left = super::tags::without(&left, "task-notification");
+    super::tags::without(&left, "subagent_notification")
         .trim()
         .is_empty()
 }
@@ -145,6 +199,28 @@ mod tests {
             "const DONE: &str = \"{AGENT_DONE}\";\n<system-reminder>Today is Friday.</system-reminder>"
         );
         assert!(appended_to_result(&quoted).is_empty());
+    }
+
+    #[test]
+    fn codexs_notification_of_a_sub_agents_end_is_read_and_is_no_instruction() {
+        let told = "<subagent_notification>\n{\"agent_path\":\"01a2443d-bacc\",\"status\":{\"completed\":\"No race in src/db.rs.\"}}\n</subagent_notification>";
+        assert_eq!(
+            notifications(&format!("{told}\n{AGENT_DONE}")),
+            vec![
+                TaskNotification {
+                    task_id: Some("01a2443d-bacc".into()),
+                    status: Some("completed".into()),
+                    summary: None,
+                    output_file: None,
+                    result: Some("No race in src/db.rs.".into()),
+                },
+                notifications(AGENT_DONE).remove(0),
+            ]
+        );
+        assert!(is_only_notifications(told));
+        assert!(!is_only_notifications(&format!("{told}\nNow fix it.")));
+        let garbled = notifications("<subagent_notification>not json</subagent_notification>");
+        assert_eq!(garbled[0].result.as_deref(), Some("not json"));
     }
 
     #[test]

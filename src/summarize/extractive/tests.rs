@@ -724,3 +724,32 @@ fn a_process_left_running_keeps_its_session_until_a_poll_sees_it_end() {
         sections[4]
     );
 }
+
+/// Codex tells the main thread of a sub-agent's end in a user message of its own
+/// (`<subagent_notification>`): it is the sub-agent's report, kept in section 5, and not the
+/// user's current request (section 1) nor a message of theirs (section 6).
+#[test]
+fn codexs_sub_agent_notification_is_a_report_not_the_current_request() {
+    let told = "<subagent_notification>\n{\"agent_path\":\"01a2443d-bacc\",\"status\":{\"completed\":\"SUBTASK-DONE A: no race in src/db.rs\"}}\n</subagent_notification>";
+    let messages = vec![
+        Message::text(Role::User, "Find and fix the flaky test in the cache module."),
+        bash_call("c1", "cargo test"),
+        result("c1", "test result: ok"),
+        Message::text(Role::User, told),
+        bash_call("c2", "cargo test"),
+        result("c2", "test result: ok"),
+    ];
+    let sections = sections_of(&extractive_summary(&request(messages, None)));
+    assert!(!sections[0].contains("subagent_notification"), "{}", sections[0]);
+    assert!(
+        sections[0].contains("Find and fix the flaky test in the cache module."),
+        "{}",
+        sections[0]
+    );
+    assert!(
+        sections[4].contains("- Background task 01a2443d-bacc completed: SUBTASK-DONE A: no race in src/db.rs"),
+        "{}",
+        sections[4]
+    );
+    assert!(!sections[5].contains("SUBTASK-DONE"), "{}", sections[5]);
+}
