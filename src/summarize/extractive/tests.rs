@@ -732,7 +732,10 @@ fn a_process_left_running_keeps_its_session_until_a_poll_sees_it_end() {
 fn codexs_sub_agent_notification_is_a_report_not_the_current_request() {
     let told = "<subagent_notification>\n{\"agent_path\":\"01a2443d-bacc\",\"status\":{\"completed\":\"SUBTASK-DONE A: no race in src/db.rs\"}}\n</subagent_notification>";
     let messages = vec![
-        Message::text(Role::User, "Find and fix the flaky test in the cache module."),
+        Message::text(
+            Role::User,
+            "Find and fix the flaky test in the cache module.",
+        ),
         bash_call("c1", "cargo test"),
         result("c1", "test result: ok"),
         Message::text(Role::User, told),
@@ -740,16 +743,128 @@ fn codexs_sub_agent_notification_is_a_report_not_the_current_request() {
         result("c2", "test result: ok"),
     ];
     let sections = sections_of(&extractive_summary(&request(messages, None)));
-    assert!(!sections[0].contains("subagent_notification"), "{}", sections[0]);
+    assert!(
+        !sections[0].contains("subagent_notification"),
+        "{}",
+        sections[0]
+    );
     assert!(
         sections[0].contains("Find and fix the flaky test in the cache module."),
         "{}",
         sections[0]
     );
     assert!(
-        sections[4].contains("- Background task 01a2443d-bacc completed: SUBTASK-DONE A: no race in src/db.rs"),
+        sections[4].contains(
+            "- Background task 01a2443d-bacc completed: SUBTASK-DONE A: no race in src/db.rs"
+        ),
         "{}",
         sections[4]
     );
     assert!(!sections[5].contains("SUBTASK-DONE"), "{}", sections[5]);
+}
+
+/// Claude Code 2.1 keeps its task list one task at a time (TaskCreate, answered `Task #N
+/// created successfully`; TaskUpdate by that id; TaskList answers the whole list; the words
+/// are Claude Code 2.1.332's, with `CLAUDE_CODE_ENABLE_TODO_TOOLS=1`): section 7 sums the calls
+/// up, keeps each task's id, and the next compaction applies later updates to the tasks the
+/// prior summary kept. Before, a list kept that way was not in the summary at all.
+#[test]
+fn tasks_made_and_updated_one_at_a_time_are_pending_tasks_across_compactions() {
+    let call = |id: &str, name: &str, args: serde_json::Value| Message {
+        role: Role::Assistant,
+        parts: vec![Part::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args,
+        }],
+    };
+    let failed = Message {
+        role: Role::User,
+        parts: vec![Part::ToolResult {
+            call_id: "t3".into(),
+            name: None,
+            output: "<tool_use_error>Error: No such tool available: TaskCreate</tool_use_error>"
+                .into(),
+            is_error: true,
+        }],
+    };
+    let first = extractive_summary(&request(
+        vec![
+            Message::text(Role::User, "Add a config parser, with tests."),
+            call(
+                "t1",
+                "TaskCreate",
+                json!({"subject": "Write the parser", "description": "Parse the config"}),
+            ),
+            result("t1", "Task #1 created successfully: Write the parser"),
+            call("t2", "TaskCreate", json!({"subject": "Test the parser"})),
+            result("t2", "Task #2 created successfully: Test the parser"),
+            call("t3", "TaskCreate", json!({"subject": "Never made"})),
+            failed,
+            call(
+                "t4",
+                "TaskUpdate",
+                json!({"taskId": "1", "status": "in_progress"}),
+            ),
+            result("t4", "Updated task #1 status"),
+            Message::text(Role::Assistant, "Writing the parser now."),
+        ],
+        None,
+    ));
+    let sections = sections_of(&first);
+    assert_eq!(
+        sections[6].trim(),
+        "- [in_progress] #1 Write the parser\n- [pending] #2 Test the parser",
+        "{}",
+        sections[6]
+    );
+    let second = extractive_summary(&request(
+        vec![
+            call(
+                "t5",
+                "TaskUpdate",
+                json!({"taskId": "1", "status": "completed"}),
+            ),
+            result("t5", "Updated task #1 status"),
+            call(
+                "t6",
+                "TaskUpdate",
+                json!({"taskId": "2", "subject": "Test the parser on bad input"}),
+            ),
+            result("t6", "Updated task #2 subject"),
+            call(
+                "t7",
+                "TaskCreate",
+                json!({"subject": "Document the format"}),
+            ),
+        ],
+        Some(&first),
+    ));
+    let sections = sections_of(&second);
+    assert_eq!(
+        sections[6].trim(),
+        "- [pending] #2 Test the parser on bad input\n- [pending] Document the format",
+        "{}",
+        sections[6]
+    );
+    assert!(
+        sections[8].contains("Work on the first unfinished task: Test the parser on bad input"),
+        "{}",
+        sections[8]
+    );
+    // TaskList answers the whole list (Claude Code's own words), which stands for it.
+    let third = extractive_summary(&request(
+        vec![
+            call("t8", "TaskList", json!({})),
+            result(
+                "t8",
+                "#2 [in_progress] Test the parser on bad input\n#3 [pending] Document the format\n#4 [completed] Tidy up",
+            ),
+        ],
+        Some(&second),
+    ));
+    assert_eq!(
+        sections_of(&third)[6].trim(),
+        "- [in_progress] #2 Test the parser on bad input\n- [pending] #3 Document the format"
+    );
 }
