@@ -128,6 +128,9 @@ pub struct Setup<'a> {
     /// Whether Claude Code thinks (its default for the model) or not
     /// (`CLAUDE_CODE_DISABLE_THINKING`); the other agents think as they do.
     pub thinking: bool,
+    /// Claude Code offers its task tools (TaskCreate, TaskUpdate, TaskList), as it does
+    /// interactively (`CLAUDE_CODE_ENABLE_TODO_TOOLS=1`; off in print mode otherwise).
+    pub task_tools: bool,
 }
 
 /// Runs the agent to its end (at most `limit`), in `dir/work` with `dir/home` as its home.
@@ -159,6 +162,9 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
             }
             if !setup.thinking {
                 command.env("CLAUDE_CODE_DISABLE_THINKING", "1");
+            }
+            if setup.task_tools {
+                command.env("CLAUDE_CODE_ENABLE_TODO_TOOLS", "1");
             }
             command
                 .env("ANTHROPIC_BASE_URL", setup.base)

@@ -8,6 +8,7 @@
 
 mod background_command;
 mod harness;
+mod task_list;
 mod taught_window;
 
 use crate::common::free_port;
@@ -30,6 +31,7 @@ fn direct_thinking(agent: Agent, model: &str, task: Task, thinking: bool) -> Vec
     if installed(agent).is_none() {
         return Vec::new();
     }
+    let task_tools = task.task_list;
     let api = ModelApi::start(task);
     let dir = tempfile::TempDir::new().unwrap();
     let setup = Setup {
@@ -41,6 +43,7 @@ fn direct_thinking(agent: Agent, model: &str, task: Task, thinking: bool) -> Vec
         key: "sk-test-direct",
         max_output: Some(AGENTS_MAX_OUTPUT),
         thinking,
+        task_tools,
     };
     let result = run(&setup, Duration::from_secs(300));
     let refused = api.refused();
@@ -156,6 +159,7 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
     };
     let (name, limit) = (model.name, model.window);
     task.windows.insert(name.to_string(), limit);
+    let task_tools = task.task_list;
     let api = ModelApi::start(task);
     let port = free_port();
     let config = format!(
@@ -175,6 +179,7 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
         key: "sk-test-through",
         max_output: model.max_output,
         thinking: model.thinking,
+        task_tools,
     };
     let result = run(&setup, Duration::from_secs(400));
     let refused = api.refused();
@@ -750,6 +755,7 @@ fn claude_code_finishes_its_task_through_compactd_when_the_disk_fills() {
         key: "sk-test-full-disk",
         max_output: Some(AGENTS_MAX_OUTPUT),
         thinking: true,
+        task_tools: false,
     };
     let result = run(&setup, Duration::from_secs(400));
     let log = daemon.log();
@@ -819,6 +825,7 @@ fn claude_code_finishes_its_task_through_compactd_while_a_person_holds_the_write
         key: "sk-test-locked",
         max_output: Some(AGENTS_MAX_OUTPUT),
         thinking: true,
+        task_tools: false,
     };
     // The person lets go once the model has answered this many calls (or the agent ended).
     let under_lock = 6;
@@ -932,6 +939,7 @@ fn aider_rounds(base: &str, dir: &std::path::Path, rounds: usize) -> (String, Ve
             key: "sk-test-aider",
             max_output: Some(AGENTS_MAX_OUTPUT),
             thinking: true,
+            task_tools: false,
         };
         let run = run(&setup, Duration::from_secs(120));
         assert!(run.ok(), "round {k}: {}", run.log());

@@ -47,6 +47,7 @@ fn mini_swe_agent_tasks_start_from_the_window_compactd_learned_until_the_config_
             key: "sk-test-taught",
             max_output: None,
             thinking: true,
+            task_tools: false,
         };
         run(&setup, Duration::from_secs(400))
             .assert_done(&format!("daemon log:\n{}", daemon.log()));

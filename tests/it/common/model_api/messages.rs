@@ -10,7 +10,7 @@
 //! - the prompt fits the model's window, and beside it the completion asked for (`max_tokens`).
 
 use super::delegation::{self, Turn};
-use super::{Action, Shared, Task, background_command, sse};
+use super::{Action, Shared, Task, background_command, sse, task_list};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -263,6 +263,7 @@ pub fn answer(
     );
     // A build run in the background: its start and its reading are shell calls of their own.
     let mut build_call = None;
+    let mut task_call = None;
     let turn = match turn {
         Turn::Act(then) if task.background_command && shell => {
             let told = background_command::told_by_claude_code(&body.to_string());
@@ -282,6 +283,15 @@ pub fn answer(
                 }
             }
         }
+        Turn::Act(then) if task.task_list && shell => {
+            match task_list::next_turn(task, newest.as_deref(), then, &messages) {
+                task_list::Turn::Act(action) => Turn::Act(action),
+                task_list::Turn::Call(name, input) => {
+                    task_call = Some((name, input));
+                    Turn::Act(Action::Text(String::new()))
+                }
+            }
+        }
         turn => turn,
     };
     let mut content = Vec::new();
@@ -291,6 +301,7 @@ pub fn answer(
             Turn::Sub { step, .. } => format!("Sub-step {step} next."),
             Turn::Delegate => "Handing the sub-steps over.".into(),
             _ if build_call.is_some() => "The build next.".into(),
+            _ if task_call.is_some() => "The task list next.".into(),
             _ => "Done.".into(),
         };
         let shown = if body["thinking"]["display"] == "omitted" {
@@ -311,6 +322,10 @@ pub fn answer(
         _ if build_call.is_some() => {
             let input = build_call.take().unwrap_or_default();
             call(&mut content, "The build.".into(), "Bash", input)
+        }
+        _ if task_call.is_some() => {
+            let (name, input) = task_call.take().unwrap_or_default();
+            call(&mut content, format!("{name} next."), name, input)
         }
         Turn::Act(Action::Run { step, command }) => {
             let stop = call(

@@ -20,6 +20,7 @@ pub mod count;
 pub mod delegation;
 pub mod messages;
 pub mod responses;
+pub mod task_list;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -61,6 +62,10 @@ pub struct Task {
     /// with `run_in_background`; Codex's `exec_command` outliving its yield time), and ends by
     /// reading its output (the file; `write_stdin` on its session) ([`background_command`]).
     pub background_command: bool,
+    /// Anthropic Messages (Claude Code 2.1's task tools): the model keeps a task list of two
+    /// tasks one task at a time, and ends by finishing those its context says are pending
+    /// ([`task_list`]).
+    pub task_list: bool,
 }
 
 impl Default for Task {
@@ -76,6 +81,7 @@ impl Default for Task {
             parallel_calls: false,
             background: false,
             background_command: false,
+            task_list: false,
         }
     }
 }
