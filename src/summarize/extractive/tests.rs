@@ -19,12 +19,17 @@ fn sections_of(summary: &str) -> [String; 9] {
 }
 
 fn bash_call(id: &str, command: &str) -> Message {
+    tool_call(id, "bash", json!({ "command": command }))
+}
+
+/// An assistant message making one call.
+fn tool_call(id: &str, name: &str, args: serde_json::Value) -> Message {
     Message {
         role: Role::Assistant,
         parts: vec![Part::ToolCall {
             id: id.into(),
-            name: "bash".into(),
-            args: json!({ "command": command }),
+            name: name.into(),
+            args,
         }],
     }
 }
@@ -583,14 +588,11 @@ fn a_sub_agents_report_outlives_the_notes_after_it() {
 #[test]
 fn a_background_commands_start_and_end_keep_the_file_its_output_is_in() {
     let file = "/tmp/claude-0/work/tasks/b7x.output";
-    let start = Message {
-        role: Role::Assistant,
-        parts: vec![Part::ToolCall {
-            id: "c1".into(),
-            name: "Bash".into(),
-            args: json!({"command": "make", "description": "Build", "run_in_background": true}),
-        }],
-    };
+    let start = tool_call(
+        "c1",
+        "Bash",
+        json!({"command": "make", "description": "Build", "run_in_background": true}),
+    );
     let first = extractive_summary(&request(
         vec![
             Message::text(Role::User, "Build it and fix what fails."),
@@ -652,14 +654,6 @@ fn a_background_commands_start_and_end_keep_the_file_its_output_is_in() {
 /// says so instead.
 #[test]
 fn a_process_left_running_keeps_its_session_until_a_poll_sees_it_end() {
-    let call = |id: &str, name: &str, args: serde_json::Value| Message {
-        role: Role::Assistant,
-        parts: vec![Part::ToolCall {
-            id: id.into(),
-            name: name.into(),
-            args,
-        }],
-    };
     let running = |id: &str| {
         result(
             id,
@@ -669,13 +663,13 @@ fn a_process_left_running_keeps_its_session_until_a_poll_sees_it_end() {
     let first = extractive_summary(&request(
         vec![
             Message::text(Role::User, "Build it while you fix the docs."),
-            call(
+            tool_call(
                 "c1",
                 "exec_command",
                 json!({"cmd": "make -j8", "yield_time_ms": 250}),
             ),
             running("c1"),
-            call(
+            tool_call(
                 "c2",
                 "write_stdin",
                 json!({"session_id": 10691, "chars": ""}),
@@ -700,7 +694,7 @@ fn a_process_left_running_keeps_its_session_until_a_poll_sees_it_end() {
     );
     let second = extractive_summary(&request(
         vec![
-            call(
+            tool_call(
                 "c4",
                 "write_stdin",
                 json!({"session_id": 10691, "chars": ""}),
@@ -770,14 +764,6 @@ fn codexs_sub_agent_notification_is_a_report_not_the_current_request() {
 /// prior summary kept. Before, a list kept that way was not in the summary at all.
 #[test]
 fn tasks_made_and_updated_one_at_a_time_are_pending_tasks_across_compactions() {
-    let call = |id: &str, name: &str, args: serde_json::Value| Message {
-        role: Role::Assistant,
-        parts: vec![Part::ToolCall {
-            id: id.into(),
-            name: name.into(),
-            args,
-        }],
-    };
     let failed = Message {
         role: Role::User,
         parts: vec![Part::ToolResult {
@@ -791,17 +777,17 @@ fn tasks_made_and_updated_one_at_a_time_are_pending_tasks_across_compactions() {
     let first = extractive_summary(&request(
         vec![
             Message::text(Role::User, "Add a config parser, with tests."),
-            call(
+            tool_call(
                 "t1",
                 "TaskCreate",
                 json!({"subject": "Write the parser", "description": "Parse the config"}),
             ),
             result("t1", "Task #1 created successfully: Write the parser"),
-            call("t2", "TaskCreate", json!({"subject": "Test the parser"})),
+            tool_call("t2", "TaskCreate", json!({"subject": "Test the parser"})),
             result("t2", "Task #2 created successfully: Test the parser"),
-            call("t3", "TaskCreate", json!({"subject": "Never made"})),
+            tool_call("t3", "TaskCreate", json!({"subject": "Never made"})),
             failed,
-            call(
+            tool_call(
                 "t4",
                 "TaskUpdate",
                 json!({"taskId": "1", "status": "in_progress"}),
@@ -820,19 +806,19 @@ fn tasks_made_and_updated_one_at_a_time_are_pending_tasks_across_compactions() {
     );
     let second = extractive_summary(&request(
         vec![
-            call(
+            tool_call(
                 "t5",
                 "TaskUpdate",
                 json!({"taskId": "1", "status": "completed"}),
             ),
             result("t5", "Updated task #1 status"),
-            call(
+            tool_call(
                 "t6",
                 "TaskUpdate",
                 json!({"taskId": "2", "subject": "Test the parser on bad input"}),
             ),
             result("t6", "Updated task #2 subject"),
-            call(
+            tool_call(
                 "t7",
                 "TaskCreate",
                 json!({"subject": "Document the format"}),
@@ -855,7 +841,7 @@ fn tasks_made_and_updated_one_at_a_time_are_pending_tasks_across_compactions() {
     // TaskList answers the whole list (Claude Code's own words), which stands for it.
     let third = extractive_summary(&request(
         vec![
-            call("t8", "TaskList", json!({})),
+            tool_call("t8", "TaskList", json!({})),
             result(
                 "t8",
                 "#2 [in_progress] Test the parser on bad input\n#3 [pending] Document the format\n#4 [completed] Tidy up",
