@@ -3,8 +3,10 @@
 //! TodoWrite, Codex's update_plan, ...: the newest list is the list), and tasks created and
 //! updated one at a time (Claude Code 2.1's TaskCreate, answered `Task #N created
 //! successfully`, and TaskUpdate by that id, as Claude Code itself rebuilds its list from a
-//! transcript; TaskList answers the whole list, which stands for it). Those are summed up from the prior summary's items (which keep their ids) and
-//! the calls since; before, a list kept that way was dropped at the first compaction.
+//! transcript; TaskList answers the whole list, which stands for it). Those are summed up
+//! from the prior summary's items (which keep their ids) and the calls since; before, a list
+//! kept that way was in no summary, and the real Claude Code through compactd never finished
+//! a task it had made before a compaction (`tests/it/agents/task_list.rs`).
 
 use super::{Detail, Sources};
 use crate::compaction::truncate::truncate_chars;
