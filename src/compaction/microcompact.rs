@@ -3,8 +3,9 @@
 //! Tool outputs are most of what fills an agent's window, and old ones are rarely read again.
 //! When the context passes `microcompact_tokens` (10,000 by default, at most half the
 //! trigger), every tool output older than the
-//! newest `preserveRecentOutputs` in the active messages is replaced *in the context* by a
-//! placeholder that says what was there and where to get it back:
+//! newest `preserveRecentOutputs` in the active messages (but one no longer than it) is
+//! replaced *in the context* by a placeholder that says what was there and where to get it
+//! back:
 //! `[output of bash masked: 12,480 chars; seq 412 of session demo, read_messages has it]` (the original stays stored; `GET
 //! /session/{id}/message?after=411&limit=1` returns it). A summary compaction runs only when
 //! masking no longer brings the session under its trigger.
@@ -67,10 +68,18 @@ pub fn masked_parts<'a>(
                         .as_deref()
                         .or_else(|| tool_of(call_id))
                         .unwrap_or("tool");
+                    let chars = output.chars().count();
+                    let masked = placeholder(tool, chars, at);
+                    // An output no longer than what would stand for it stays: masking it
+                    // saves nothing, and the client's blocks (Claude Code's tool references,
+                    // which load its deferred tools) would be lost with it.
                     Part::ToolResult {
                         call_id: call_id.clone(),
                         name: name.clone(),
-                        output: placeholder(tool, output.chars().count(), at),
+                        output: match chars > masked.chars().count() {
+                            true => masked,
+                            false => output.clone(),
+                        },
                         is_error: *is_error,
                     }
                 }
@@ -160,6 +169,30 @@ mod tests {
             }
         );
         assert!(masked_parts(&[Part::Text { text: "t".into() }], at, |_| None).is_none());
+    }
+
+    /// An output no longer than its placeholder stays as it was: a ToolSearch answer of tool
+    /// references (read as no text), a short `ok`.
+    #[test]
+    fn an_output_no_longer_than_its_placeholder_stays() {
+        let result = |id: &str, output: &str| Part::ToolResult {
+            call_id: id.into(),
+            name: None,
+            output: output.into(),
+            is_error: false,
+        };
+        let parts = vec![
+            result("s1", ""),
+            result("c2", "ok"),
+            result("c1", &"x".repeat(200)),
+        ];
+        let at = Origin {
+            session: "demo",
+            seq: 9,
+        };
+        let masked = masked_parts(&parts, at, |_| Some("ToolSearch")).unwrap();
+        assert_eq!(masked[..2], parts[..2]);
+        assert_ne!(masked[2], parts[2]);
     }
 
     #[test]

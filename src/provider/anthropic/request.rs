@@ -96,7 +96,7 @@ fn patched(native: &Value, shown: &Message) -> Value {
     let original = parts(Role::User, &native["content"]);
     let same_text = Message {
         role: Role::User,
-        parts: original,
+        parts: original.clone(),
     }
     .joined_text()
         == text;
@@ -108,12 +108,11 @@ fn patched(native: &Value, shown: &Message) -> Value {
                 match block["type"].as_str() {
                     Some("tool_result") => {
                         let id = block["tool_use_id"].as_str().unwrap_or_default();
-                        if let Some(output) = shown.parts.iter().find_map(|p| match p {
-                            Part::ToolResult {
-                                call_id, output, ..
-                            } if call_id == id => Some(output),
-                            _ => None,
-                        }) {
+                        // An output the context shows as it was keeps the client's blocks
+                        // (tool references, images), which text would lose.
+                        if let Some(output) = result_output(&shown.parts, id)
+                            && result_output(&original, id) != Some(output)
+                        {
                             block["content"] = Value::String(output.clone());
                         }
                     }
@@ -142,6 +141,16 @@ fn patched(native: &Value, shown: &Message) -> Value {
         _ => {}
     }
     out
+}
+
+/// The output `parts` hold for call `id`.
+fn result_output<'a>(parts: &'a [Part], id: &str) -> Option<&'a String> {
+    parts.iter().find_map(|p| match p {
+        Part::ToolResult {
+            call_id, output, ..
+        } if call_id == id => Some(output),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -215,6 +224,40 @@ mod tests {
         assert_eq!(blocks[0]["cache_control"]["type"], "ephemeral");
         assert_eq!(blocks[1]["type"], "image");
         assert_eq!(out["messages"][0]["content"][0]["signature"], "sig-1");
+    }
+
+    /// Claude Code's ToolSearch answers with tool references (the deferred tools it loads):
+    /// a message whose other output the context masks keeps them as the client sent them.
+    #[test]
+    fn an_output_shown_as_it_was_keeps_its_blocks_in_a_patched_message() {
+        let mut sent = json!({"model": "claude", "messages": [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "s1", "name": "ToolSearch", "input": {"query": "select:TaskCreate"}},
+                {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "cat big.log"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "s1", "content": [{"type": "tool_reference", "tool_name": "TaskCreate"}]},
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a very long log"}]}
+        ]});
+        let body = sent.clone();
+        let request = parse(&mut sent).unwrap();
+        let mut shown = request.messages[1].clone();
+        if let Part::ToolResult { output, .. } = &mut shown.parts[1] {
+            *output = "[output of Bash masked: 15 chars]".into();
+        }
+        let outgoing = vec![
+            Outgoing::Native(&request.natives[0]),
+            Outgoing::Patched {
+                native: &request.natives[1],
+                shown,
+            },
+        ];
+        let out = crate::provider::wire::Wire::Anthropic.render_value(&sent, &outgoing);
+        let blocks = &out["messages"][1]["content"];
+        assert_eq!(
+            blocks[0], body["messages"][1]["content"][0],
+            "tool references as sent"
+        );
+        assert_eq!(blocks[1]["content"], "[output of Bash masked: 15 chars]");
     }
 
     /// A call the context shortened (its input alone too large for the window) goes upstream
