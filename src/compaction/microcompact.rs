@@ -44,49 +44,44 @@ pub(crate) fn thousands(n: usize) -> String {
     out
 }
 
-/// The parts of message `seq` with every tool output replaced by its placeholder; `None`
-/// when the message has no tool results. `tool_of` names the tool of a call id.
+/// The parts of message `seq` with every tool output replaced by its placeholder (but one no
+/// longer than it: masking it saves nothing, and the client's own blocks, such as Claude
+/// Code's tool references that load its deferred tools, would be lost with it); `None` when
+/// no output of the message is replaced. `tool_of` names the tool of a call id.
 pub fn masked_parts<'a>(
     parts: &[Part],
     at: Origin,
     tool_of: impl Fn(&str) -> Option<&'a str>,
 ) -> Option<Vec<Part>> {
-    if !parts.iter().any(|p| matches!(p, Part::ToolResult { .. })) {
-        return None;
-    }
-    Some(
-        parts
-            .iter()
-            .map(|part| match part {
+    let mut replaced = false;
+    let masked = parts
+        .iter()
+        .map(|part| match part {
+            Part::ToolResult {
+                call_id,
+                name,
+                output,
+                is_error,
+            } => {
+                let tool = name
+                    .as_deref()
+                    .or_else(|| tool_of(call_id))
+                    .unwrap_or("tool");
+                let chars = output.chars().count();
+                let masked = placeholder(tool, chars, at);
+                let shorter = chars > masked.chars().count();
+                replaced |= shorter;
                 Part::ToolResult {
-                    call_id,
-                    name,
-                    output,
-                    is_error,
-                } => {
-                    let tool = name
-                        .as_deref()
-                        .or_else(|| tool_of(call_id))
-                        .unwrap_or("tool");
-                    let chars = output.chars().count();
-                    let masked = placeholder(tool, chars, at);
-                    // An output no longer than what would stand for it stays: masking it
-                    // saves nothing, and the client's blocks (Claude Code's tool references,
-                    // which load its deferred tools) would be lost with it.
-                    Part::ToolResult {
-                        call_id: call_id.clone(),
-                        name: name.clone(),
-                        output: match chars > masked.chars().count() {
-                            true => masked,
-                            false => output.clone(),
-                        },
-                        is_error: *is_error,
-                    }
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    output: if shorter { masked } else { output.clone() },
+                    is_error: *is_error,
                 }
-                other => other.clone(),
-            })
-            .collect(),
-    )
+            }
+            other => other.clone(),
+        })
+        .collect();
+    replaced.then_some(masked)
 }
 
 /// Where masking starts for a session, as its config and context limit say, before its
@@ -172,7 +167,7 @@ mod tests {
     }
 
     /// An output no longer than its placeholder stays as it was: a ToolSearch answer of tool
-    /// references (read as no text), a short `ok`.
+    /// references (read as no text), a short `ok`; a message of only such is not masked.
     #[test]
     fn an_output_no_longer_than_its_placeholder_stays() {
         let result = |id: &str, output: &str| Part::ToolResult {
@@ -193,6 +188,8 @@ mod tests {
         let masked = masked_parts(&parts, at, |_| Some("ToolSearch")).unwrap();
         assert_eq!(masked[..2], parts[..2]);
         assert_ne!(masked[2], parts[2]);
+        // A message none of whose outputs would be replaced is not masked at all.
+        assert!(masked_parts(&parts[..2], at, |_| Some("ToolSearch")).is_none());
     }
 
     #[test]
