@@ -6,7 +6,7 @@
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{
     Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
-    text_of,
+    shown_output, text_of,
 };
 use serde_json::{Value, json};
 use std::borrow::Cow;
@@ -93,13 +93,11 @@ pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> 
 fn patched(native: &Value, shown: &Message) -> Value {
     let mut out = native.clone();
     let text: String = shown.joined_text();
-    let original = parts(Role::User, &native["content"]);
-    let same_text = Message {
+    let original = Message {
         role: Role::User,
-        parts: original.clone(),
-    }
-    .joined_text()
-        == text;
+        parts: parts(Role::User, &native["content"]),
+    };
+    let same_text = original.joined_text() == text;
     match &mut out["content"] {
         Value::String(s) => *s = text,
         Value::Array(blocks) => {
@@ -110,8 +108,8 @@ fn patched(native: &Value, shown: &Message) -> Value {
                         let id = block["tool_use_id"].as_str().unwrap_or_default();
                         // An output the context shows as it was keeps the client's blocks
                         // (tool references, images), which text would lose.
-                        if let Some(output) = result_output(&shown.parts, id)
-                            && result_output(&original, id) != Some(output)
+                        if let Some(output) = shown_output(shown, id)
+                            && shown_output(&original, id) != Some(output)
                         {
                             block["content"] = Value::String(output.clone());
                         }
@@ -141,16 +139,6 @@ fn patched(native: &Value, shown: &Message) -> Value {
         _ => {}
     }
     out
-}
-
-/// The output `parts` hold for call `id`.
-fn result_output<'a>(parts: &'a [Part], id: &str) -> Option<&'a String> {
-    parts.iter().find_map(|p| match p {
-        Part::ToolResult {
-            call_id, output, ..
-        } if call_id == id => Some(output),
-        _ => None,
-    })
 }
 
 #[cfg(test)]

@@ -2,9 +2,9 @@
 //! request's own system text, and the conversation put back as items.
 
 use super::{group, message_of};
-use crate::message::Part;
 use crate::provider::wire::{
     Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
+    shown_output,
 };
 use crate::transcript::parse_arguments;
 use serde_json::{Value, json};
@@ -68,12 +68,7 @@ fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
     let mut out = items(native).to_vec();
     for item in &mut out {
         let id = item["call_id"].as_str().unwrap_or_default().to_string();
-        if let Some(output) = shown.parts.iter().find_map(|p| match p {
-            Part::ToolResult {
-                call_id, output, ..
-            } if *call_id == id => Some(output),
-            _ => None,
-        }) {
+        if let Some(output) = shown_output(shown, &id) {
             item["output"] = Value::String(output.clone());
         } else if let Some(args) = shown_args(shown, &id) {
             match item["type"].as_str() {
