@@ -13,6 +13,8 @@
 //! something the user asked for ("NOT USER INPUT", it says itself), so a summary must not
 //! quote it as an instruction.
 
+use super::tags;
+
 /// One background task's end, as notified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskNotification {
@@ -27,43 +29,22 @@ pub struct TaskNotification {
     pub result: Option<String>,
 }
 
-const OPEN: &str = "<task-notification>";
-const CLOSE: &str = "</task-notification>";
+/// Claude Code's notification block.
+const TAG: &str = "task-notification";
 /// The line Claude Code puts before a notification sent in a system message of its own.
 const PREAMBLE: &str = "[SYSTEM NOTIFICATION - NOT USER INPUT]";
 /// Codex's notification of a sub-agent's end, in a user message of its own:
-/// `{"agent_path": …, "status": {"completed": "<its last message>"}}` between these.
-const CODEX_OPEN: &str = "<subagent_notification>";
-const CODEX_CLOSE: &str = "</subagent_notification>";
+/// `{"agent_path": …, "status": {"completed": "<its last message>"}}` in this block.
+const CODEX_TAG: &str = "subagent_notification";
 
 /// The notifications in `text`, in order.
 pub fn notifications(text: &str) -> Vec<TaskNotification> {
-    let mut found: Vec<(usize, TaskNotification)> = blocks(text, OPEN, CLOSE)
-        .map(|(at, body)| (at, claude_code(body)))
-        .chain(blocks(text, CODEX_OPEN, CODEX_CLOSE).map(|(at, body)| (at, codex(body))))
+    let mut found: Vec<(usize, TaskNotification)> = tags::blocks(text, TAG)
+        .map(|block| (block.start, claude_code(block.body)))
+        .chain(tags::blocks(text, CODEX_TAG).map(|block| (block.start, codex(block.body))))
         .collect();
     found.sort_by_key(|(at, _)| *at);
     found.into_iter().map(|(_, told)| told).collect()
-}
-
-/// Where each `open`…`close` block of `text` starts, and what it holds (an unclosed one runs
-/// to the end).
-fn blocks<'a>(
-    text: &'a str,
-    open: &'static str,
-    close: &'static str,
-) -> impl Iterator<Item = (usize, &'a str)> {
-    let mut from = 0;
-    std::iter::from_fn(move || {
-        let start = from + text[from..].find(open)?;
-        let body = &text[start + open.len()..];
-        let (body, next) = match body.find(close) {
-            Some(end) => (&body[..end], start + open.len() + end + close.len()),
-            None => (body, text.len()),
-        };
-        from = next;
-        Some((start, body))
-    })
 }
 
 fn claude_code(body: &str) -> TaskNotification {
@@ -111,55 +92,42 @@ fn codex(body: &str) -> TaskNotification {
 /// opens with the notice that it is not user input, as Claude Code appends them. A
 /// notification the tool itself returned (a file read that quotes one) is not told.
 pub fn appended_to_result(output: &str) -> Vec<TaskNotification> {
-    const OPEN_REMINDER: &str = "<system-reminder>";
-    const CLOSE_REMINDER: &str = "</system-reminder>";
-    let mut found = Vec::new();
-    let mut rest = output;
-    while let Some(start) = rest.find(OPEN_REMINDER) {
-        let body = &rest[start + OPEN_REMINDER.len()..];
-        let (block, after) = match body.find(CLOSE_REMINDER) {
-            Some(end) => (&body[..end], &body[end + CLOSE_REMINDER.len()..]),
-            None => (body, ""),
-        };
-        if block.trim_start().starts_with(PREAMBLE) {
-            found.extend(notifications(block));
-        }
-        rest = after;
-    }
-    found
+    tags::blocks(output, "system-reminder")
+        .filter(|reminder| reminder.body.trim_start().starts_with(PREAMBLE))
+        .flat_map(|reminder| notifications(reminder.body))
+        .collect()
 }
 
 /// Whether a user-role text holds notifications and nothing else: the notification blocks,
 /// the system reminders they come in, and the boilerplate before them. A user's own words
 /// beside a notification make the text an instruction still.
 pub fn is_only_notifications(text: &str) -> bool {
-    if !text.contains(OPEN) && !text.contains(CODEX_OPEN) {
+    if tags::blocks(text, TAG)
+        .chain(tags::blocks(text, CODEX_TAG))
+        .next()
+        .is_none()
+    {
         return false;
     }
     // The preamble and its lines of warning, up to the block they stand before.
     let without_preamble;
     let mut rest = text;
     if let Some(at) = text.find(PREAMBLE)
-        && let Some(block) = text[at..].find(OPEN)
+        && let Some(block) = tags::blocks(&text[at..], TAG).next()
     {
-        without_preamble = format!("{}{}", &text[..at], &text[at + block..]);
+        without_preamble = format!("{}{}", &text[..at], &text[at + block.start..]);
         rest = &without_preamble;
     }
     // The system reminders they come in, and the blocks themselves.
-    let left = super::tags::without(rest, "system-reminder");
-    let left = super::tags::without(&left, "task-notification");
-    super::tags::without(&left, "subagent_notification")
-        .trim()
-        .is_empty()
+    let left = tags::without(rest, "system-reminder");
+    let left = tags::without(&left, TAG);
+    tags::without(&left, CODEX_TAG).trim().is_empty()
 }
 
 /// The trimmed text of `<name>…</name>` in `body`, if present and not blank.
 fn field(body: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let close = format!("</{name}>");
-    let start = body.find(&open)? + open.len();
-    let end = body[start..].find(&close).map_or(body.len(), |e| start + e);
-    Some(body[start..end].trim().to_string()).filter(|s| !s.is_empty())
+    let field = tags::blocks(body, name).next()?.body.trim();
+    Some(field.to_string()).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
