@@ -73,6 +73,8 @@ pub(crate) struct Sources<'a> {
     pub prior: [Option<String>; 9],
     /// A prior summary without our headings (another summarizer's prose), kept whole.
     pub unstructured_prior: Option<&'a str>,
+    /// The task list's unfinished items, for sections 7 and 9 ([`todos::pending_tasks`]).
+    pending_tasks: Option<Vec<todos::Todo>>,
 }
 
 /// Writes the nine-section summary of `request`.
@@ -86,10 +88,12 @@ pub fn extractive_summary(request: &SummaryRequest) -> String {
         .prior_summary
         .as_deref()
         .filter(|p| !p.trim().is_empty() && prior.iter().all(Option::is_none));
+    let pending_tasks = todos::pending_tasks(prior[6].as_deref(), &request.messages);
     let sources = Sources {
         request,
         prior,
         unstructured_prior,
+        pending_tasks,
     };
     let mut users = UserMessages::carried(sources.prior[5].as_deref());
     users.add_all(request);

@@ -5,7 +5,6 @@
 
 use super::Sources;
 use super::text::squash;
-use super::todos::pending_tasks;
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::truncate::truncate_chars;
 use crate::message::{Message, Role};
@@ -35,12 +34,12 @@ pub(super) fn section(sources: &Sources) -> String {
     if let Some(intent) = stated_intent(&messages[last_instruction.map_or(0, |u| u + 1)..]) {
         return format!("Continue as stated last: {}", truncate_chars(&intent, 400));
     }
-    if let Some(todo) = pending_tasks(sources.prior[6].as_deref(), messages).and_then(|todos| {
+    if let Some(todo) = sources.pending_tasks.as_ref().and_then(|todos| {
         let first = todos
             .iter()
             .position(|t| t.status == "in_progress")
             .unwrap_or(0);
-        todos.into_iter().nth(first)
+        todos.get(first)
     }) {
         return format!(
             "Work on the first unfinished task: {}",

@@ -212,9 +212,8 @@ fn latest_todos(messages: &[Message]) -> Option<Vec<Todo>> {
 }
 
 pub(super) fn section(sources: &Sources, detail: Detail) -> String {
-    let prior = sources.prior[6].as_deref();
-    let Some(todos) = pending_tasks(prior, &sources.request.messages) else {
-        return prior.unwrap_or_default().to_string();
+    let Some(todos) = &sources.pending_tasks else {
+        return sources.prior[6].clone().unwrap_or_default();
     };
     let shown = match detail {
         Detail::Full => usize::MAX,
