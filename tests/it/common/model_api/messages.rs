@@ -261,24 +261,26 @@ pub fn answer(
         shell,
         &delegation::reported(body),
     );
-    // A build run in the background: its start and its reading are shell calls of their own.
-    let mut build_call = None;
-    let mut task_call = None;
+    // A call of the model's own beside the task's steps (a build run in the background, the
+    // task list), which the answer makes in place of the turn.
+    let mut own_call: Option<(&str, Value)> = None;
     let turn = match turn {
         Turn::Act(then) if task.background_command && shell => {
             let told = background_command::told_by_claude_code(&body.to_string());
             match background_command::next_turn(task, newest.as_deref(), then, told) {
                 background_command::Turn::Act(action) => Turn::Act(action),
                 background_command::Turn::Start => {
-                    build_call = Some(
+                    own_call = Some((
+                        "Bash",
                         json!({"command": background_command::COMMAND, "description": "Build", "run_in_background": true}),
-                    );
+                    ));
                     Turn::Act(Action::Text(String::new()))
                 }
                 background_command::Turn::Read(file) => {
-                    build_call = Some(
+                    own_call = Some((
+                        "Bash",
                         json!({"command": format!("cat {file}"), "description": "Read the build's output"}),
-                    );
+                    ));
                     Turn::Act(Action::Text(String::new()))
                 }
             }
@@ -287,7 +289,7 @@ pub fn answer(
             match task_list::next_turn(task, newest.as_deref(), then, &messages) {
                 task_list::Turn::Act(action) => Turn::Act(action),
                 task_list::Turn::Call(name, input) => {
-                    task_call = Some((name, input));
+                    own_call = Some((name, input));
                     Turn::Act(Action::Text(String::new()))
                 }
             }
@@ -300,8 +302,7 @@ pub fn answer(
             Turn::Act(Action::Run { step, .. }) => format!("Step {step} next."),
             Turn::Sub { step, .. } => format!("Sub-step {step} next."),
             Turn::Delegate => "Handing the sub-steps over.".into(),
-            _ if build_call.is_some() => "The build next.".into(),
-            _ if task_call.is_some() => "The task list next.".into(),
+            _ if let Some((name, _)) = &own_call => format!("{name} next."),
             _ => "Done.".into(),
         };
         let shown = if body["thinking"]["display"] == "omitted" {
@@ -319,12 +320,7 @@ pub fn answer(
         "tool_use"
     };
     let stop = match turn {
-        _ if build_call.is_some() => {
-            let input = build_call.take().unwrap_or_default();
-            call(&mut content, "The build.".into(), "Bash", input)
-        }
-        _ if task_call.is_some() => {
-            let (name, input) = task_call.take().unwrap_or_default();
+        _ if let Some((name, input)) = own_call => {
             call(&mut content, format!("{name} next."), name, input)
         }
         Turn::Act(Action::Run { step, command }) => {
