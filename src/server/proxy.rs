@@ -19,6 +19,7 @@ use crate::provider::overflow::{MAX_ERROR_BYTES, Overflow, overflow};
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
 use crate::service::memory::Charge;
 use crate::service::proxy::{Caller, Identity, ProxyTurn};
+use crate::service::unrecorded::Refused;
 use crate::service::{Service, ServiceError};
 use crate::store::{ContextVersion, StoreError};
 use crate::summarize::http::{MARK, VIA_HEADER};
@@ -381,54 +382,70 @@ async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Res
 
 /// A call sent upstream while the store takes no writes (its disk full, a file removed or
 /// overwritten under the daemon, its write lock held by another process past the bounded
-/// wait): the context the session has stored (read, not written) and
-/// the call's messages after it, or the client's own conversation when there is nothing to
-/// read; the answer is not recorded. An agent sends its whole conversation with every call, so
-/// once writes go on, its next call stores what this one could not: nothing is lost, and the
-/// agent does not stop for compactd's disk. `x-compactd-unrecorded` names why.
+/// wait): the context the session has stored (read, not written) and the call's messages
+/// after it, compacted in memory once they would pass the session's trigger (see
+/// `service::unrecorded`), or the client's own conversation when there is nothing to read;
+/// the answer is not recorded. A refusal as longer than the model's window is compacted to
+/// what it counted and sent once more, as a recorded call's is. An agent sends its whole
+/// conversation with every call, so once writes go on, its next call stores what this one
+/// could not: nothing is lost, and the agent does not stop for compactd's disk.
+/// `x-compactd-unrecorded` names why.
 async fn unrecorded(
     call: &Call,
     service: &Arc<Service>,
     path: &str,
     caller: &Caller,
-    (conversation, body): (WireRequest, Value),
+    (mut conversation, mut body): (WireRequest, Value),
     why: &StoreError,
 ) -> Result<Response, ApiError> {
-    let preview = service
-        .proxy_preview(caller, call.identity()?, &conversation)
-        .await
-        .unwrap_or_default();
-    let wire = call.wire;
-    let (bytes, preview) = SLOTS
-        .run(call.bytes, move || {
-            let bytes = {
-                let (mut outgoing, rest) = match &preview {
-                    Some(preview) => (
-                        outgoing(wire, &preview.turn, &conversation),
-                        preview.matched,
-                    ),
-                    None => (Vec::new(), 0),
-                };
-                outgoing.extend(conversation.natives[rest..].iter().map(Outgoing::Native));
-                wire.render(&body, &outgoing)
-            };
-            (bytes, preview)
-        })
-        .await?;
-    let bytes = bytes.map_err(internal)?;
-    let upstream = request(call, service, Method::POST, path, Some(bytes)).await?;
-    let mut response = answer_head(&upstream).status(upstream.status().as_u16());
-    if let Some(preview) = &preview {
-        response = compactd_headers(response, &preview.turn);
-    }
     let code = match why {
         StoreError::Full => ErrorCode::StorageFull,
         StoreError::Busy => ErrorCode::Busy,
         _ => ErrorCode::StorageGone,
     };
-    response = response.header("x-compactd-unrecorded", code.as_str());
-    let body = Body::from_stream(upstream.bytes_stream());
-    response.body(body).map_err(internal)
+    let mut refused = None;
+    loop {
+        let preview = service
+            .unrecorded_preview(caller, call.identity()?, &conversation, refused)
+            .await
+            .unwrap_or_default();
+        let wire = call.wire;
+        let (bytes, preview, kept) = SLOTS
+            .run(call.bytes, move || {
+                let bytes = {
+                    let (mut outgoing, rest) = match &preview {
+                        Some(p) => (
+                            outgoing(wire, &p.preview.turn, &conversation),
+                            p.preview.matched,
+                        ),
+                        None => (Vec::new(), 0),
+                    };
+                    outgoing.extend(conversation.natives[rest..].iter().map(Outgoing::Native));
+                    wire.render(&body, &outgoing)
+                };
+                (bytes, preview, (conversation, body))
+            })
+            .await?;
+        (conversation, body) = kept;
+        let bytes = bytes.map_err(internal)?;
+        let upstream = request(call, service, Method::POST, path, Some(bytes)).await?;
+        let mut response = answer_head(&upstream).status(upstream.status().as_u16());
+        if let Some(preview) = preview.as_ref().filter(|p| p.stored) {
+            response = compactd_headers(response, &preview.preview.turn);
+        }
+        let response = response.header("x-compactd-unrecorded", code.as_str());
+        let watch = refused.is_none() && preview.is_some();
+        let (response, overflow) = answered(upstream, response, watch).await?;
+        match (overflow, preview) {
+            (Some(overflow), Some(preview)) => {
+                refused = Some(Refused {
+                    overflow,
+                    sent_tokens: preview.tokens,
+                })
+            }
+            _ => return Ok(response),
+        }
+    }
 }
 
 /// The call's conversation read from its body (off the workers if the body is large), and the
@@ -521,6 +538,35 @@ async fn forward(
     response.body(body).map_err(internal)
 }
 
+/// The upstream's answer, passed on with `response`'s head; with `watch`, a refusal is read
+/// (within [`MAX_ERROR_BYTES`]) to tell whether the upstream found the prompt longer than the
+/// model's window, and what it counted.
+async fn answered(
+    mut upstream: reqwest::Response,
+    response: axum::http::response::Builder,
+    watch: bool,
+) -> Result<(Response, Option<Overflow>), ApiError> {
+    let status = upstream.status().as_u16();
+    if !watch || !matches!(status, 400 | 413) {
+        let body = Body::from_stream(upstream.bytes_stream());
+        return Ok((response.body(body).map_err(internal)?, None));
+    }
+    let mut head = Vec::new();
+    while head.len() <= MAX_ERROR_BYTES {
+        match upstream.chunk().await.map_err(unreachable)? {
+            Some(chunk) => head.extend_from_slice(&chunk),
+            None => {
+                let overflow = overflow(status, &head);
+                return Ok((response.body(Body::from(head)).map_err(internal)?, overflow));
+            }
+        }
+    }
+    // Longer than any refusal: passed on as it comes.
+    let read = futures_util::stream::iter([Ok(Bytes::from(head))]);
+    let body = Body::from_stream(read.chain(upstream.bytes_stream()));
+    Ok((response.body(body).map_err(internal)?, None))
+}
+
 /// Sends a turn's call upstream and answers with what came back, recording the answer. With
 /// `watch`, a refusal is read (within [`MAX_ERROR_BYTES`]) to tell whether the upstream found
 /// the prompt longer than the model's window, and what it counted.
@@ -533,24 +579,11 @@ async fn send(
     watch: bool,
 ) -> Result<(Response, Option<Overflow>), ApiError> {
     let max_recorded_bytes = service.settings().config.proxy.max_recorded_bytes;
-    let mut upstream = request(call, service, Method::POST, path, Some(body)).await?;
+    let upstream = request(call, service, Method::POST, path, Some(body)).await?;
     let status = upstream.status();
     let response = compactd_headers(answer_head(&upstream).status(status.as_u16()), turn);
     if watch && matches!(status.as_u16(), 400 | 413) {
-        let mut head = Vec::new();
-        while head.len() <= MAX_ERROR_BYTES {
-            match upstream.chunk().await.map_err(unreachable)? {
-                Some(chunk) => head.extend_from_slice(&chunk),
-                None => {
-                    let overflow = overflow(status.as_u16(), &head);
-                    return Ok((response.body(Body::from(head)).map_err(internal)?, overflow));
-                }
-            }
-        }
-        // Longer than any refusal: passed on as it comes.
-        let read = futures_util::stream::iter([Ok(Bytes::from(head))]);
-        let body = Body::from_stream(read.chain(upstream.bytes_stream()));
-        return Ok((response.body(body).map_err(internal)?, None));
+        return answered(upstream, response, true).await;
     }
     let recording = status.is_success().then(|| Recording {
         service: service.clone(),

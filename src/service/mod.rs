@@ -17,6 +17,7 @@ mod recall;
 mod scheduling;
 mod settings;
 mod summarizer_slots;
+pub(crate) mod unrecorded;
 pub(crate) mod views;
 
 pub(crate) use settings::Settings;
@@ -114,6 +115,8 @@ pub struct Service {
     fruitless: per_session::PerSession<(u64, usize, usize)>,
     /// Sessions whose model server's usage report was said not to be believed.
     doubted: per_session::PerSession<()>,
+    /// What the upstream's refusals of unrecorded calls taught, by conversation.
+    taught_unrecorded: per_session::PerSession<unrecorded::Taught>,
 }
 
 impl Service {
@@ -147,6 +150,7 @@ impl Service {
             served: per_session::PerSession::default(),
             doubted: per_session::PerSession::default(),
             fruitless: per_session::PerSession::default(),
+            taught_unrecorded: per_session::PerSession::default(),
         })
     }
 

@@ -15,6 +15,10 @@
 //!   same; made at every append and every `GET /context`, each would be recorded as a failure
 //!   and open the circuit breaker for the rest of the turn, so the context grew unchecked once
 //!   the step was done.
+//! - What a model's refusal of an unrecorded proxied call taught of its conversation (its
+//!   window, the rate it counts compactd's estimate at, the completion asked): the store
+//!   could not keep it, and every later call of the outage would be refused once more before
+//!   it was compacted to fit (see `service::unrecorded`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

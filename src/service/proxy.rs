@@ -140,24 +140,27 @@ impl Service {
             return Ok(None);
         }
         let call = self.proxy_call(caller, &identity, request)?;
+        let previewed = self.previewed(call).await?;
+        Ok(previewed.map(|(snapshot, matched)| Preview {
+            turn: ProxyTurn::previewed(snapshot, true),
+            matched,
+        }))
+    }
+
+    /// The stored context of the branch `call` extends, read, and how many of the call's
+    /// messages it stands for: `None` when the call does not extend its conversation's
+    /// current branch.
+    pub(super) async fn previewed(
+        self: &Arc<Self>,
+        call: ProxyCall,
+    ) -> Result<Option<(crate::store::ContextSnapshot, usize)>, ServiceError> {
         let Some((session, matched)) = self.store.preview_call(call).await? else {
             return Ok(None);
         };
-        let id = session.id.clone();
         let snapshot = self
-            .context_snapshot(&id, false, Some(session.head_seq))
+            .context_snapshot(&session.id, false, Some(session.head_seq))
             .await?;
-        Ok(Some(Preview {
-            turn: ProxyTurn {
-                id,
-                branch: snapshot.branch.clone(),
-                sent: snapshot.session.context_version(),
-                context: ContextView::new(snapshot),
-                kind: session.kind,
-                last_seq: session.head_seq,
-            },
-            matched,
-        }))
+        Ok(Some((snapshot, matched)))
     }
 
     /// [`StoreError::Busy`] at once while another process holds the database's write lock
@@ -214,7 +217,7 @@ impl Service {
 
     /// The store's view of a call: who, which conversation, its messages fingerprinted, and
     /// the session it would start.
-    fn proxy_call(
+    pub(super) fn proxy_call(
         &self,
         caller: &Caller,
         identity: &Identity,

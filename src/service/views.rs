@@ -148,12 +148,23 @@ impl CompactionHistory {
 
 impl ContextView {
     pub fn new(snapshot: ContextSnapshot) -> ContextView {
+        ContextView::recalling(snapshot, true)
+    }
+
+    /// The context of `snapshot`; with `recall`, its summary says how to read back what it
+    /// leaves out (not for a session nothing is stored of).
+    pub fn recalling(snapshot: ContextSnapshot, recall: bool) -> ContextView {
         let mut messages = Vec::with_capacity(snapshot.pinned.len() + 1 + snapshot.tail.len());
         // Estimates were stored at append, and the summary message's with the compaction.
         let mut tokens = snapshot.session.pinned_tokens + snapshot.session.summary_tokens;
         messages.extend(snapshot.pinned.into_iter().map(ContextMessage::Stored));
         if let Some(latest) = &snapshot.latest {
-            let message = summary_message(&latest.summary, snapshot.session.id.as_str());
+            let session = if recall {
+                snapshot.session.id.as_str()
+            } else {
+                ""
+            };
+            let message = summary_message(&latest.summary, session);
             messages.push(ContextMessage::Summary {
                 role: message.role,
                 parts: message.parts,

@@ -47,7 +47,7 @@ pub(crate) use migrate::declare_writer;
 pub(crate) use overflows::SentContext;
 pub use path::Branch;
 pub use rows::{CompactionRow, FailureRow, StoredMessage, TokenSource};
-pub(crate) use rows::{ContextSnapshot, ContextVersion, SessionKind, SessionRow};
+pub(crate) use rows::{ContextSnapshot, ContextVersion, LatestSummary, SessionKind, SessionRow};
 pub(crate) use search::{SearchHit, query_words, searchable_text};
 pub(crate) use sessions::{NewSession, SessionUpdate};
 

@@ -65,6 +65,27 @@ impl Branch {
         Branch::to(conn, session, session.head_seq)
     }
 
+    /// The branch of a session nothing is stored of yet.
+    pub fn empty() -> Branch {
+        Branch {
+            runs: Vec::new(),
+            linear: false,
+        }
+    }
+
+    /// The branch, then `count` messages numbered from `first` (after every stored one): a
+    /// call's messages the store could not take, in a context computed in memory.
+    pub fn followed_by(&self, first: u64, count: usize) -> Branch {
+        let mut runs = self.runs.clone();
+        if count > 0 {
+            runs.push((first, first + count as u64 - 1));
+        }
+        Branch {
+            runs,
+            linear: false,
+        }
+    }
+
     /// A SQL condition on `seq` that holds for the branch's messages: `1` for a session
     /// that never branched (every message is on it), else the runs as literal ranges (numbers
     /// only, so nothing from outside enters the SQL).
@@ -124,5 +145,28 @@ mod tests {
             b.filter(),
             "(seq BETWEEN 1 AND 3 OR seq BETWEEN 7 AND 8 OR seq BETWEEN 12 AND 12)"
         );
+    }
+
+    /// A call's messages the store could not take stand after the branch's, numbered after
+    /// every stored message: each found at its place in the call.
+    #[test]
+    fn messages_after_the_branch_stand_at_their_places_in_the_call() {
+        let b = Branch {
+            runs: vec![(1, 3), (7, 8)],
+            linear: true,
+        };
+        let after = b.followed_by(13, 2);
+        assert_eq!(after.position(8), Some(4));
+        assert_eq!(after.position(13), Some(5));
+        assert_eq!(after.position(14), Some(6));
+        assert_eq!(after.position(15), None);
+        assert_eq!(
+            b.followed_by(13, 0),
+            Branch {
+                linear: false,
+                ..b.clone()
+            }
+        );
+        assert_eq!(Branch::empty().followed_by(1, 3).position(3), Some(2));
     }
 }

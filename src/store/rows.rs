@@ -186,6 +186,52 @@ impl SessionRow {
         })
     }
 
+    /// The row of a session the proxy would start for a call, before anything of it is
+    /// stored (a call the store cannot take: see `service::unrecorded`): its limit, owner and
+    /// the client's overhead and completion, every counter at zero.
+    pub(crate) fn unstored(
+        new: &super::NewSession,
+        overhead_tokens: usize,
+        completion_tokens: usize,
+    ) -> SessionRow {
+        SessionRow {
+            id: new.id.clone(),
+            model: new.model.clone(),
+            context_limit: new.context_limit,
+            overrides: new.overrides.clone(),
+            created_at: String::new(),
+            updated_at: String::new(),
+            message_count: 0,
+            active_from_seq: 1,
+            active_messages: 0,
+            active_tokens: 0,
+            summary_tokens: 0,
+            compaction_count: 0,
+            reported_tokens: None,
+            tokens_since_report: 0,
+            turn_start_seq: 0,
+            turn_attempts: 0,
+            pinned_tokens: 0,
+            task_seq: None,
+            masked_through_seq: 0,
+            owner: new.owner.clone(),
+            step_calls: 0,
+            head_seq: 0,
+            branch_points: 0,
+            summary_num: 0,
+            kind: SessionKind::Proxy,
+            conversation: None,
+            root_hash: None,
+            task_hash: None,
+            static_seq: 0,
+            overhead_tokens,
+            limit_source: new.limit_source.clone(),
+            token_rate: None,
+            completion_tokens,
+            limit_taught_at: None,
+        }
+    }
+
     /// What every context of the session holds besides the summary and the active messages:
     /// its pinned messages and, for a proxied one, the tools and system its client sends.
     pub fn fixed_tokens(&self) -> usize {
@@ -378,6 +424,23 @@ impl StoredMessage {
     }
 
     /// The message as the engine sees it.
+    /// A message of a proxied call the store could not take, as a context computed in memory
+    /// holds it (see `service::unrecorded`): numbered `seq` after every stored message, never
+    /// pinned, `created_at` empty (it was never stored).
+    pub(crate) fn unrecorded(seq: u64, message: &Message, tokens: usize) -> Result<StoredMessage> {
+        Ok(StoredMessage {
+            seq,
+            role: message.role,
+            parts: serde_json::value::to_raw_value(&message.parts)?,
+            tokens,
+            created_at: String::new(),
+            pinned: false,
+            masked: false,
+            shortened: false,
+            branches_from: None,
+        })
+    }
+
     pub fn to_message(&self) -> Result<Message> {
         let parts: Vec<Part> = serde_json::from_str(self.parts.get())?;
         Ok(Message {

@@ -982,6 +982,113 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
     assert_eq!(log.matches("write lock is free again").count(), 1, "{log}");
 }
 
+/// A person holds the write lock for long while an agent works through the proxy: its
+/// conversation grows past the model's window with nothing stored. Every call still reaches
+/// the model inside its window (the mock counts tokens and refuses a longer call as OpenAI
+/// does): past the session's trigger, the stored context and the call's newer messages are
+/// compacted in memory with the built-in summarizer, unrecorded like the rest, the newest
+/// messages verbatim after the summary, each tool result after its call; the summary keeps
+/// what the agent did while nothing was stored (the file read first, the task). Once the lock
+/// is free, the next call stores every message of the conversation, once, in order, and the
+/// session compacts as it would have. Before, each call past the window was refused, and the
+/// agent stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_window() {
+    use crate::common::mock_model::{MockModel, Reply};
+    use crate::proxy::{KEY, call, no_orphans, raw, tool_call_answer};
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    // A model of a 16,000-token window (the session's limit) answering each call with a `cat`.
+    let script = (0..49)
+        .map(|i| Reply::Fitting {
+            window: 16_000,
+            chars_per_token: 4,
+            then: Box::new(raw(tool_call_answer(i), false)),
+        })
+        .collect();
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let mut daemon = crate::proxy::proxy_to(&mock);
+    let mut history = vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "Read every module, then say which one defines main."}),
+    ];
+    // One step: the whole conversation to the model; its answer (a `cat`) and the output
+    // kept. Returns `x-compactd-unrecorded`.
+    async fn step(client: &Client, history: &mut Vec<Value>, i: usize) -> Option<String> {
+        let body = json!({"model": "gpt-test", "messages": history});
+        let (status, headers, answer) = call(client, KEY, Some("agent"), &body).await;
+        assert_eq!(
+            status,
+            200,
+            "step {i}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        history.push(answer["choices"][0]["message"].clone());
+        history.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
+        headers
+            .get("x-compactd-unrecorded")
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+    for i in 0..3 {
+        assert_eq!(step(&daemon.client(), &mut history, i).await, None);
+    }
+    assert!(daemon.terminate().success());
+    let person = rusqlite::Connection::open(daemon.db()).unwrap();
+    person.execute_batch("BEGIN IMMEDIATE").unwrap();
+    daemon.spawn();
+    let client = daemon.client();
+    // About 700 tokens a step: the window's worth twice over while nothing is stored.
+    for i in 3..48 {
+        assert_eq!(
+            step(&client, &mut history, i).await.as_deref(),
+            Some("busy")
+        );
+        let sent = mock.requests().last().unwrap().body["messages"].clone();
+        let sent = sent.as_array().unwrap();
+        no_orphans(sent);
+        // The call's newest message is last, as the agent sent it.
+        assert_eq!(sent.last(), history.get(history.len() - 3), "step {i}");
+    }
+    // The system message, the task, three answers and the two outputs sent after them.
+    assert_eq!(counted(&daemon.db(), "agent"), 7, "nothing written");
+    // The last call's summary covers what was read while nothing was stored.
+    let last = mock.requests().last().unwrap().body["messages"].clone();
+    let summary = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .find(|text| text.contains("Summary of it"))
+        .unwrap_or_else(|| panic!("not compacted: {last}"));
+    for kept in ["which one defines main", "src/mod_40.py"] {
+        assert!(summary.contains(kept), "{kept} lost: {summary}");
+    }
+    person.execute_batch("ROLLBACK").unwrap();
+    drop(person);
+    let free = crate::common::eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.unwrap();
+        health
+            .get("write_lock_held_elsewhere")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(free.is_some(), "the lock's release was never noticed");
+    assert_eq!(step(&client, &mut history, 48).await, None);
+    // Stored whole, and the model's last answer after it (its output not sent yet).
+    history.pop();
+    crate::common::assert_stored_whole(&daemon.db(), "agent", &history);
+    let session = client.get("/v1/session/agent").await.unwrap();
+    assert!(
+        session["compaction_count"].as_u64().unwrap() >= 1,
+        "{session}"
+    );
+}
+
 /// A copy put over the live database, where reads are refused too (a context read from the
 /// mix of old pages and the WAL's could be unsound): an agent's call goes upstream as the
 /// agent sent it, unrecorded, and the agent goes on.

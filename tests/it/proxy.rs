@@ -18,7 +18,7 @@ fn config(mock: &MockModel) -> String {
 }
 
 /// A chat completion calling `bash` (call `call_{i}`), as the upstream's exact bytes.
-fn tool_call_answer(i: usize) -> String {
+pub(crate) fn tool_call_answer(i: usize) -> String {
     json!({
         "id": format!("chatcmpl-{i}"), "object": "chat.completion", "model": "gpt-test",
         "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -46,7 +46,7 @@ fn streamed_answer(i: usize) -> String {
     out
 }
 
-fn raw(body: String, streamed: bool) -> Reply {
+pub(crate) fn raw(body: String, streamed: bool) -> Reply {
     let kind = if streamed {
         "text/event-stream"
     } else {

@@ -850,6 +850,79 @@ fn claude_code_finishes_its_task_through_compactd_while_a_person_holds_the_write
     assert!(stored > sent, "{stored} stored, {sent} sent last");
 }
 
+/// Claude Code through compactd on a model of a 48,000-token window, its task longer than
+/// that, while a person's `sqlite3` transaction holds the database's write lock all along:
+/// nothing can be stored, and the agent still finishes, never seeing a refusal: its calls past
+/// the session's trigger were compacted in memory, unrecorded, from its whole conversation
+/// (nothing of it was stored); the model refused only the first of them (compactd knew no
+/// rate yet for how the model counts), which went again compacted to what it counted.
+/// Before, each call past the window went as the agent sent it past the stored context, and
+/// was refused: 15 refusals in a run, each passed to the agent. The task's 20 outputs take about 4,000 tokens each:
+/// what the agent sends by its end is longer than the window, and before this the calls
+/// through compactd went as the agent sent them past the stored context, and were refused.
+#[test]
+fn claude_code_finishes_a_task_longer_than_its_window_while_a_person_holds_the_write_lock() {
+    if installed(Agent::ClaudeCode).is_none() {
+        return;
+    }
+    let (name, window) = ("claude-opus-5-5", 48_000);
+    let mut task = Task {
+        lines: 1_500,
+        chars_per_token: 2,
+        ..Task::default()
+    };
+    task.windows.insert(name.to_string(), window);
+    let api = ModelApi::start(task);
+    let port = free_port();
+    let config = format!(
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nanthropic_upstream = \"{base}\"\n\n[proxy.models]\n\"{name}\" = {window}\n",
+        base = api.base,
+    );
+    let mut daemon = crate::common::TestDaemon::builder().config(&config).start();
+    assert!(daemon.terminate().success());
+    let person = rusqlite::Connection::open(daemon.db()).unwrap();
+    person.execute_batch("BEGIN IMMEDIATE").unwrap();
+    daemon.spawn();
+    let dir = tempfile::TempDir::new().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let setup = Setup {
+        agent: Agent::ClaudeCode,
+        base: &base,
+        model: name,
+        dir: dir.path(),
+        prompt: PROMPT,
+        key: "sk-test-locked-long",
+        max_output: Some(AGENTS_MAX_OUTPUT),
+        thinking: true,
+        task_tools: false,
+    };
+    let result = run(&setup, Duration::from_secs(400));
+    let log = daemon.log();
+    for s in api.seen() {
+        eprintln!(
+            "DBG {} {} msgs={} sys={} tools={}",
+            s.body["model"],
+            s.tokens,
+            s.body["messages"].as_array().map_or(0, |m| m.len()),
+            s.body["system"].to_string().len(),
+            s.body["tools"].to_string().len()
+        );
+    }
+    result.assert_done(&format!("daemon log:\n{log}"));
+    // One refusal, of the first call past the window: compactd's estimate had no rate yet
+    // (a recorded session learns it from the model's usage reports); that call was compacted
+    // to what the refusal counted and sent once more, and every later one fit at once.
+    let refused = api.refused();
+    assert!(refused.len() <= 1, "{refused:?}");
+    assert!(
+        log.contains("an unrecorded call compacted in memory"),
+        "{log}"
+    );
+    // Nothing stored: the lock was held throughout.
+    assert!(sessions(&daemon).is_empty(), "{:?}", sessions(&daemon));
+    drop(person);
+}
+
 /// Claude Code asking its own default completion, 32,000 tokens of a 100,000-token window
 /// (compactd's own reserve is 20,000): compactd keeps it free beside every prompt, and the
 /// Messages API never refuses a prompt for leaving it no room.

@@ -47,6 +47,13 @@ pub enum Reply {
         window: usize,
         chars_per_token: usize,
     },
+    /// As [`Reply::Tokenized`] refuses a request longer than its window; `then` answers one
+    /// that fits.
+    Fitting {
+        window: usize,
+        chars_per_token: usize,
+        then: Box<Reply>,
+    },
     /// The reply, once the test adds a permit to the semaphore (a model call in flight for as
     /// long as the test needs).
     Gated(Arc<tokio::sync::Semaphore>, Box<Reply>),
@@ -225,6 +232,17 @@ async fn handle(
         gate.acquire().await.unwrap().forget();
         reply = *inner;
     }
+    if let Reply::Fitting {
+        window,
+        chars_per_token,
+        then,
+    } = reply
+    {
+        if let Some(refusal) = refusal(&counted, window, chars_per_token) {
+            return refusal;
+        }
+        reply = *then;
+    }
     match reply {
         Reply::OpenAi(text) => axum::Json(openai_completion(&text)).into_response(),
         Reply::OpenAiNumbered => axum::Json(openai_completion(&nine_sections(&format!(
@@ -268,7 +286,9 @@ async fn handle(
             std::future::pending::<()>().await;
             unreachable!()
         }
-        Reply::Gated(..) => (StatusCode::INTERNAL_SERVER_ERROR, "gated twice").into_response(),
+        Reply::Gated(..) | Reply::Fitting { .. } => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "nested twice").into_response()
+        }
         Reply::After(wait) => {
             tokio::time::sleep(wait).await;
             axum::Json(openai_completion(&nine_sections(&format!(
@@ -280,19 +300,50 @@ async fn handle(
 }
 
 /// [`Reply::Tokenized`]'s answer to the request `(path, body)`.
-fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usize) -> Response {
+fn tokenized(counted: &(String, Value), window: usize, chars_per_token: usize) -> Response {
+    if let Some(refusal) = refusal(counted, window, chars_per_token) {
+        return refusal;
+    }
+    let tokens = tokens_of(&counted.1, chars_per_token);
+    let answer = match counted.0.ends_with("/messages") {
+        true => json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": [{"type": "text", "text": "noted"}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": tokens, "output_tokens": 1}
+        }),
+        false => {
+            let mut answer = openai_completion("noted");
+            answer["usage"]["prompt_tokens"] = json!(tokens);
+            answer
+        }
+    };
+    axum::Json(answer).into_response()
+}
+
+/// The tokens of a request's messages, system and tools (as JSON), a token every
+/// `chars_per_token` characters.
+fn tokens_of(body: &Value, chars_per_token: usize) -> usize {
     let chars: usize = ["messages", "system", "tools"]
         .iter()
         .filter(|key| !body[**key].is_null())
         .map(|key| body[*key].to_string().len())
         .sum();
-    let tokens = chars / chars_per_token;
-    let anthropic = path.ends_with("/messages");
-    if anthropic {
+    chars / chars_per_token
+}
+
+/// The provider's refusal of the request `(path, body)` when it is longer than `window`
+/// tokens (see [`Reply::Tokenized`]).
+fn refusal(
+    (path, body): &(String, Value),
+    window: usize,
+    chars_per_token: usize,
+) -> Option<Response> {
+    let tokens = tokens_of(body, chars_per_token);
+    if path.ends_with("/messages") {
         if let Some(message) = super::model_api::messages::length_refusal(body, tokens, window) {
             let refusal = json!({"type": "error", "error": {"type": "invalid_request_error",
                 "message": message}});
-            return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+            return Some((StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response());
         }
     } else if tokens > window {
         let model = body["model"].as_str().unwrap_or_default();
@@ -313,21 +364,9 @@ fn tokenized((path, body): &(String, Value), window: usize, chars_per_token: usi
                 "message": format!("This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
         };
-        return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+        return Some((StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response());
     }
-    let answer = match anthropic {
-        true => json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-            "content": [{"type": "text", "text": "noted"}],
-            "stop_reason": "end_turn", "usage": {"input_tokens": tokens, "output_tokens": 1}
-        }),
-        false => {
-            let mut answer = openai_completion("noted");
-            answer["usage"]["prompt_tokens"] = json!(tokens);
-            answer
-        }
-    };
-    axum::Json(answer).into_response()
+    None
 }
 
 fn openai_completion(text: &str) -> Value {

@@ -305,12 +305,13 @@ pub fn sqlite3_of(program: &Path, db: &Path, sql: &str) -> Result<String, String
 }
 
 /// Asserts that the system `sqlite3` finds in `db` every message of a proxied conversation
-/// (session `session`, each message's text opening with what `history`'s does) once, in order.
+/// (session `session`, each message's text, or a tool message's output, opening with what
+/// `history`'s does) once, in order.
 pub fn assert_stored_whole(db: &Path, session: &str, history: &[serde_json::Value]) {
     let stored = sqlite3(
         db,
         &format!(
-            "select count(*), group_concat(substr(coalesce(json_extract(parts, '$[0].text'), ''), 1, 8), '|') from (select parts from messages where session_id = '{session}' order by seq)"
+            "select count(*), group_concat(substr(coalesce(json_extract(parts, '$[0].text'), json_extract(parts, '$[0].output'), ''), 1, 8), '|') from (select parts from messages where session_id = '{session}' order by seq)"
         ),
     )
     .unwrap();
