@@ -69,23 +69,45 @@ fn codex(body: &str) -> TaskNotification {
             result: Some(body.to_string()).filter(|b| !b.is_empty()),
         };
     };
-    let (status, result) = match &told["status"] {
-        serde_json::Value::Object(status) => match status.iter().next() {
-            Some((status, serde_json::Value::String(said))) => (Some(status), Some(said.clone())),
-            Some((status, serde_json::Value::Null)) => (Some(status), None),
+    codex_status(told["agent_path"].as_str(), &told["status"])
+}
+
+/// What Codex says of a sub-agent `id` in `status`: `{"completed": "<its last message>"}`
+/// (or another state, with what it said or null), or the state alone.
+fn codex_status(id: Option<&str>, status: &serde_json::Value) -> TaskNotification {
+    use serde_json::Value;
+    let (status, result) = match status {
+        Value::Object(status) => match status.iter().next() {
+            Some((status, Value::String(said))) => (Some(status), Some(said.clone())),
+            Some((status, Value::Null)) => (Some(status), None),
             Some((status, other)) => (Some(status), Some(other.to_string())),
             None => (None, None),
         },
-        serde_json::Value::String(status) => (Some(status), None),
+        Value::String(status) => (Some(status), None),
         _ => (None, None),
     };
     TaskNotification {
-        task_id: told["agent_path"].as_str().map(str::to_string),
+        task_id: id.map(str::to_string),
         status: status.cloned(),
         summary: None,
         output_file: None,
         result,
     }
+}
+
+/// What Codex's `wait_agent` answered of the sub-agents it waited for, each as its
+/// notification of the same end tells it (`{"status": {"<agent id>": {"completed": "<its
+/// last message>"}}, "timed_out": false}`: Codex sends both, the same words); `None` when the
+/// output is not that.
+pub fn waited_for(output: &str) -> Option<Vec<TaskNotification>> {
+    let answer: serde_json::Value = serde_json::from_str(output.trim()).ok()?;
+    let agents = answer.get("status")?.as_object()?;
+    Some(
+        agents
+            .iter()
+            .map(|(id, status)| codex_status(Some(id), status))
+            .collect(),
+    )
 }
 
 /// The notifications a CLI appended to a tool's result: each in a `<system-reminder>` that

@@ -15,7 +15,9 @@
 //! kept likewise.
 
 use super::text::{calls_by_id, shorten, squash};
-use crate::compaction::notification::{TaskNotification, appended_to_result, notifications};
+use crate::compaction::notification::{
+    TaskNotification, appended_to_result, notifications, waited_for,
+};
 use crate::compaction::tags;
 use crate::message::{Message, Part, Role};
 use serde_json::Value;
@@ -73,12 +75,26 @@ pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, Str
                 found.push((index, ended));
             } else if left_running(args, output) {
                 found.push((index, started(args, output)));
+            } else if let Some(waited) = waited_for(output).filter(|_| is_delegation(name)) {
+                // Codex's `wait_agent`: each sub-agent's end as its notification tells it.
+                for told in waited {
+                    found.push((index, notified(&told, max_chars)));
+                }
             } else if is_delegation(name) {
                 found.push((index, reported(args, output, max_chars)));
             }
         }
     }
     found
+}
+
+/// `entries` with each report once, where it was first told: Codex tells a sub-agent's end
+/// twice in the same words (its `wait_agent` answer and its notification), and the two may
+/// be compacted apart (one in the prior summary). Notes stay as they are.
+pub(super) fn once_each(mut entries: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    entries.retain(|e| !is_report(e) || seen.insert(e.clone()));
+    entries
 }
 
 /// `entries` without the start of a background task whose end is among them (the end names

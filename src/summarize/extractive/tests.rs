@@ -757,6 +757,65 @@ fn codexs_sub_agent_notification_is_a_report_not_the_current_request() {
     assert!(!sections[5].contains("SUBTASK-DONE"), "{}", sections[5]);
 }
 
+/// Codex 0.171.0 tells each sub-agent's end twice, in the same words: in its `wait_agent`
+/// answer and in a `<subagent_notification>` (as the real CLI sent them, the ids shortened).
+/// Section 5 keeps each report once, where it was first told, also when the two are compacted
+/// apart (the first in the prior summary): each told twice took two of the few places kept
+/// for reports, and pushed out an older sub-agent's.
+#[test]
+fn codex_tells_a_sub_agents_end_twice_and_it_is_kept_once() {
+    let wait = |id: &str, target: &str| {
+        tool_call(
+            id,
+            "wait_agent",
+            json!({"targets": [target], "timeout_ms": 600000}),
+        )
+    };
+    let ended = |agent: &str, said: &str| {
+        format!("{{\"status\":{{\"{agent}\":{{\"completed\":\"{said}\"}}}},\"timed_out\":false}}")
+    };
+    let told = |agent: &str, said: &str| {
+        format!(
+            "<subagent_notification>\n{{\"agent_path\":\"{agent}\",\"status\":{{\"completed\":\"{said}\"}}}}\n</subagent_notification>"
+        )
+    };
+    let (a, b) = (
+        "SUBTASK-DONE A: SUBA-8-END seen",
+        "SUBTASK-DONE B: SUBB-8-END seen",
+    );
+    let first = vec![
+        Message::text(Role::User, "Hand steps 11 to 18 to two sub-agents."),
+        wait("w1", "01a244ce-3e7f"),
+        result("w1", &ended("01a244ce-3e7f", a)),
+        Message::text(Role::User, told("01a244ce-3e7f", a)),
+    ];
+    let prior = extractive_summary(&request(first, None));
+    let sections = sections_of(&prior);
+    assert_eq!(sections[4].matches(a).count(), 1, "{}", sections[4]);
+    assert!(
+        sections[4].contains(&format!("- Background task 01a244ce-3e7f completed: {a}")),
+        "{}",
+        sections[4]
+    );
+    let then = vec![
+        Message::text(Role::User, told("01a244ce-3e90", b)),
+        wait("w2", "01a244ce-3e90"),
+        result("w2", &ended("01a244ce-3e90", b)),
+        Message::text(Role::User, told("01a244ce-3e7f", a)),
+    ];
+    let sections = sections_of(&extractive_summary(&request(then, Some(&prior))));
+    assert_eq!(sections[4].matches(a).count(), 1, "{}", sections[4]);
+    assert_eq!(sections[4].matches(b).count(), 1, "{}", sections[4]);
+    // A wait that timed out says nothing of any sub-agent: no report.
+    let timed_out = vec![
+        Message::text(Role::User, "Hand steps 11 to 18 to a sub-agent."),
+        wait("w3", "01a244ce-3e7f"),
+        result("w3", r#"{"status":{},"timed_out":true}"#),
+    ];
+    let sections = sections_of(&extractive_summary(&request(timed_out, None)));
+    assert!(!sections[4].contains("Sub-agent report"), "{}", sections[4]);
+}
+
 /// Claude Code 2.1 keeps its task list one task at a time (TaskCreate, answered `Task #N
 /// created successfully`; TaskUpdate by that id; TaskList answers the whole list; the words
 /// are Claude Code 2.1.332's, with `CLAUDE_CODE_ENABLE_TODO_TOOLS=1`): section 7 sums the calls

@@ -50,6 +50,7 @@ pub(super) fn problem_solving(sources: &Sources, detail: Detail) -> String {
             entries.push(report);
         }
     }
+    let entries = super::reports::once_each(entries);
     newest_of_each(&super::reports::without_ended_starts(entries), kept)
 }
 
