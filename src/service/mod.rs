@@ -115,8 +115,8 @@ pub struct Service {
     fruitless: per_session::PerSession<(u64, usize, usize)>,
     /// Sessions whose model server's usage report was said not to be believed.
     doubted: per_session::PerSession<()>,
-    /// What the upstream's refusals of unrecorded calls taught, by conversation.
-    taught_unrecorded: per_session::PerSession<unrecorded::Taught>,
+    /// What unrecorded calls taught and compacted, by conversation.
+    unrecorded: per_session::PerSession<unrecorded::Unrecorded>,
 }
 
 impl Service {
@@ -150,7 +150,7 @@ impl Service {
             served: per_session::PerSession::default(),
             doubted: per_session::PerSession::default(),
             fruitless: per_session::PerSession::default(),
-            taught_unrecorded: per_session::PerSession::default(),
+            unrecorded: per_session::PerSession::at_most(unrecorded::CONVERSATIONS),
         })
     }
 

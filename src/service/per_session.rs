@@ -16,9 +16,12 @@
 //!   and open the circuit breaker for the rest of the turn, so the context grew unchecked once
 //!   the step was done.
 //! - What a model's refusal of an unrecorded proxied call taught of its conversation (its
-//!   window, the rate it counts compactd's estimate at, the completion asked): the store
-//!   could not keep it, and every later call of the outage would be refused once more before
-//!   it was compacted to fit (see `service::unrecorded`).
+//!   window, the rate it counts compactd's estimate at, the completion asked), and the last
+//!   in-memory compaction of its calls (at most [`super::unrecorded::CONVERSATIONS`] of
+//!   them): the store could not keep either, and without them every later call of the outage
+//!   would be refused once more before it was compacted to fit, and compacted anew (its
+//!   summary, the prefix of what the model gets, different each time) (see
+//!   `service::unrecorded`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,21 +31,31 @@ const MAX_SESSIONS: usize = 4096;
 
 pub(super) struct PerSession<T> {
     map: Mutex<HashMap<String, T>>,
+    /// The most entries held at once.
+    max: usize,
 }
 
 impl<T> Default for PerSession<T> {
     fn default() -> Self {
+        PerSession::at_most(MAX_SESSIONS)
+    }
+}
+
+impl<T> PerSession<T> {
+    /// A map of at most `max` entries (for figures larger than a few bytes).
+    pub(super) fn at_most(max: usize) -> Self {
         PerSession {
             map: Mutex::new(HashMap::new()),
+            max,
         }
     }
 }
 
-impl<T: Copy> PerSession<T> {
+impl<T: Clone> PerSession<T> {
     /// Remembers `value` for session `id`.
     pub(super) fn record(&self, id: &str, value: T) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_SESSIONS && !map.contains_key(id) {
+        if map.len() >= self.max && !map.contains_key(id) {
             map.clear();
         }
         map.insert(id.to_string(), value);
@@ -54,7 +67,7 @@ impl<T: Copy> PerSession<T> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
-            .copied()
+            .cloned()
     }
 }
 

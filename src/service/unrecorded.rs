@@ -5,10 +5,15 @@
 //! memory, by the built-in summarizer (a model summarizer's minutes are not worth spending on
 //! a summary nobody keeps), as the store would have compacted them. A conversation nothing
 //! was stored of yet (begun during the outage, or off its stored branch) is compacted from
-//! its first message: every call carries its whole conversation. Nothing of it is stored:
-//! once writes go on, the agent's next call stores every message it carries, and the
-//! session compacts as usual.
+//! its first message: every call carries its whole conversation.
+//!
+//! That compaction is kept in memory for the conversation's later calls, as the store keeps
+//! one: they are sent with the same summary, byte for byte (the model server's prompt cache
+//! holds), until they pass the trigger again, and the next compaction refines it. Nothing of
+//! it is stored: once writes go on, the agent's next call stores every message it carries,
+//! and the session compacts as usual.
 
+use super::fingerprint::fingerprint;
 use super::proxy::{Caller, Identity, Preview, ProxyTurn};
 use super::{Service, ServiceError, memory};
 use crate::compaction::PlanInput;
@@ -33,15 +38,6 @@ pub struct UnrecordedPreview {
     pub tokens: usize,
 }
 
-/// What a refusal of an unrecorded call taught of its conversation's session (see
-/// [`Service::teach`]), remembered until the store takes writes again.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Taught {
-    context_limit: usize,
-    token_rate: f64,
-    completion_tokens: usize,
-}
-
 /// The upstream's refusal of an unrecorded call as longer than the model's window, and the
 /// estimate of what was sent: the call is compacted to what the refusal counted and sent
 /// once more, as a recorded one is.
@@ -51,11 +47,47 @@ pub struct Refused {
     pub sent_tokens: usize,
 }
 
+/// The most conversations whose unrecorded calls are remembered at once: each holds a
+/// summary (at most a part of its window: tens of kilobytes).
+pub(super) const CONVERSATIONS: usize = 64;
+
+/// What unrecorded calls of a conversation taught and compacted, kept in memory for its
+/// later calls (see [`super::per_session`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Unrecorded {
+    taught: Option<Taught>,
+    compacted: Option<Kept>,
+}
+
+/// What a refusal of an unrecorded call taught of its conversation's session (see
+/// [`Service::teach`]).
+#[derive(Debug, Clone, Copy)]
+struct Taught {
+    context_limit: usize,
+    token_rate: f64,
+    completion_tokens: usize,
+}
+
+/// An in-memory compaction of a conversation's unrecorded calls.
+#[derive(Debug, Clone)]
+struct Kept {
+    /// The stored context it was made on (the session's message count and the compaction
+    /// its branch starts from): once either moves, it stands for nothing any more.
+    stored: (u64, u32),
+    /// How many of a call's messages it stands for, and the fingerprint of the last of them:
+    /// a later call of the same conversation carries them first.
+    upto: usize,
+    last: i64,
+    summary: Arc<str>,
+    summary_tokens: usize,
+    num: u32,
+}
+
 impl Service {
-    /// What an unrecorded call goes upstream with: its session's context, compacted in memory
-    /// with the call's newer messages when together they pass the session's trigger (the
-    /// preview then stands for every message of the call), after `refused` as that refusal
-    /// counted. `None` for a call with no messages.
+    /// What an unrecorded call goes upstream with: its session's context and the call's newer
+    /// messages, as the conversation's last in-memory compaction left them, compacted again
+    /// when they pass the session's trigger (the preview then stands for every message of
+    /// the call), after `refused` as that refusal counted. `None` for a call with no messages.
     pub async fn unrecorded_preview(
         self: &Arc<Self>,
         caller: &Caller,
@@ -77,7 +109,7 @@ impl Service {
         let conversation = (call.named.clone())
             .or(call.conversation.clone())
             .unwrap_or_else(|| format!("{}.{:x}", call.owner, call.root_hash));
-        let (mut snapshot, matched, stored) = match self.previewed(call).await? {
+        let (snapshot, matched, stored) = match self.previewed(call).await? {
             Some((snapshot, matched)) => (snapshot, matched, true),
             None => (empty(unstored), 0, false),
         };
@@ -85,28 +117,34 @@ impl Service {
             true => snapshot.session.id.to_string(),
             false => conversation,
         };
-        if let Some(taught) = self.taught_unrecorded.last(&key) {
-            taught.apply(&mut snapshot.session);
-        }
+        let mut memory = self.unrecorded.last(&key).unwrap_or_default();
+        let mut session = snapshot.session.clone();
         if let Some(refused) = refused {
-            let taught = self.teach(&snapshot.session, refused);
-            taught.apply(&mut snapshot.session);
-            self.taught_unrecorded.record(&key, taught);
+            memory.taught = Some(self.teach(&session, refused));
+        }
+        if let Some(taught) = memory.taught {
+            taught.apply(&mut session);
         }
         // The call's messages after the ones it shares with the branch stand right after
         // the branch's last: the rendering finds each by its place on the branch.
         let on_branch = (snapshot.branch)
             .position(snapshot.session.head_seq)
             .map_or(0, |p| p + 1);
-        let newer = &request.messages[matched..];
-        let compacted = match on_branch == matched {
-            true => self.compacted_in_memory(&snapshot, newer, stored).await?,
-            false => None,
+        let (snapshot, matched) = match on_branch == matched {
+            true => {
+                let context = ContextSnapshot {
+                    session,
+                    ..snapshot
+                };
+                let (context, remembered) = self
+                    .unrecorded_context(context, request, matched, stored, memory.compacted)
+                    .await?;
+                memory.compacted = remembered;
+                (context, request.messages.len())
+            }
+            false => (snapshot, matched),
         };
-        let (snapshot, matched) = match compacted {
-            Some(compacted) => (compacted, request.messages.len()),
-            None => (snapshot, matched),
-        };
+        self.unrecorded.record(&key, memory);
         let turn = ProxyTurn::previewed(snapshot, stored);
         let after: usize = request.messages[matched..]
             .iter()
@@ -143,72 +181,126 @@ impl Service {
         }
     }
 
-    /// `snapshot` and the call's `newer` messages after it, compacted, when together they
-    /// pass the session's token trigger; `None` when they do not (or there is nothing to
-    /// compact). The summary names the session for recall when it is `stored`.
+    /// `snapshot` with the call's messages after its first `matched` appended, as `kept` (the
+    /// conversation's last in-memory compaction, if it still applies) compacted them, and
+    /// compacted again if they pass the session's token trigger; and the compaction to keep
+    /// for the next call.
+    async fn unrecorded_context(
+        &self,
+        snapshot: ContextSnapshot,
+        request: &WireRequest,
+        matched: usize,
+        stored: bool,
+        kept: Option<Kept>,
+    ) -> Result<(ContextSnapshot, Option<Kept>), ServiceError> {
+        let bound = self.settings().config.proxy.max_recorded_bytes;
+        let at = (snapshot.session.message_count, snapshot.session.summary_num);
+        let mut context = self.appended(snapshot, &request.messages[matched..])?;
+        let kept = kept.filter(|k| {
+            k.stored == at
+                && k.upto <= request.messages.len()
+                && k.upto > 0
+                && fingerprint(&request.messages[k.upto - 1], bound) == k.last
+        });
+        if let Some(kept) = &kept {
+            kept.apply(&mut context);
+        }
+        let config = self.compaction_config(&context.session);
+        if context.session.context_tokens().0
+            < config.token_threshold(context.session.context_limit)
+        {
+            return Ok((context, kept));
+        }
+        let Some(summary) = self.compacted_in_memory(&context, stored).await? else {
+            return Ok((context, kept));
+        };
+        let kept = Kept {
+            stored: at,
+            last: fingerprint(&request.messages[summary.upto - 1], bound),
+            ..summary
+        };
+        kept.apply(&mut context);
+        Ok((context, Some(kept)))
+    }
+
+    /// `snapshot` with `newer` appended after its branch, unstored: numbered after every
+    /// stored message (so no seq is taken twice), never pinned, counted as appends count.
+    fn appended(
+        &self,
+        mut snapshot: ContextSnapshot,
+        newer: &[Message],
+    ) -> Result<ContextSnapshot, ServiceError> {
+        let session = &mut snapshot.session;
+        let first = session.message_count + 1;
+        snapshot.branch = snapshot.branch.followed_by(first, newer.len());
+        for (message, seq) in newer.iter().zip(first..) {
+            let tokens = self.estimator.message(message);
+            snapshot
+                .tail
+                .push(StoredMessage::unrecorded(seq, message, tokens)?);
+            session.active_tokens += tokens;
+            session.tokens_since_report += tokens;
+            session.active_messages += 1;
+        }
+        session.message_count += newer.len() as u64;
+        // A session nothing was stored of: its task is its first instruction, as an append
+        // would have found it.
+        if session.task_seq.is_none() {
+            let at = newer.iter().position(is_instruction);
+            session.task_seq = at.map(|at| first + at as u64);
+        }
+        Ok(snapshot)
+    }
+
+    /// A compaction of `context` by the built-in summarizer: its summary and how many of the
+    /// call's messages it stands for (the rest of [`Kept`] the caller's); `None` when there is
+    /// nothing to compact. The summary names the session for recall when it is `stored`.
     async fn compacted_in_memory(
         &self,
-        snapshot: &ContextSnapshot,
-        newer: &[Message],
+        context: &ContextSnapshot,
         stored: bool,
-    ) -> Result<Option<ContextSnapshot>, ServiceError> {
-        let session = &snapshot.session;
+    ) -> Result<Option<Kept>, ServiceError> {
+        let session = &context.session;
         let config = self.compaction_config(session);
-        let estimates: Vec<usize> = newer.iter().map(|m| self.estimator.message(m)).collect();
-        let tokens = session.context_tokens().0 + session.counted(estimates.iter().sum());
-        if tokens < config.token_threshold(session.context_limit) {
-            return Ok(None);
-        }
         let _charge = self
             .memory()
             .compactions
             .take(
-                (snapshot.tail.len() + newer.len()) * memory::COMPACTION_MESSAGE_COST
-                    + tokens * memory::COMPACTION_TOKEN_COST,
+                context.tail.len() * memory::COMPACTION_MESSAGE_COST
+                    + (session.active_tokens + session.summary_tokens)
+                        * memory::COMPACTION_TOKEN_COST,
                 None,
             )
             .await
             .ok_or(ServiceError::ShuttingDown)?;
-        // Numbered after every stored message, so no seq of the branch is taken twice.
-        let first = session.message_count + 1;
-        let mut all = snapshot.tail.clone();
-        for ((message, &tokens), seq) in newer.iter().zip(&estimates).zip(first..) {
-            all.push(StoredMessage::unrecorded(seq, message, tokens)?);
-        }
-        let messages = all
-            .iter()
+        let messages = (context.tail.iter())
             .map(StoredMessage::to_message)
             .collect::<Result<Vec<_>, _>>()?;
-        let tokens: Vec<usize> = all.iter().map(|m| m.tokens).collect();
-        let pinned: Vec<bool> = all.iter().map(|m| m.pinned).collect();
-        let seqs: Vec<u64> = all.iter().map(|m| m.seq).collect();
-        // A session nothing was stored of: its task is its first instruction, as an append
-        // would have found it.
-        let task_seq = session.task_seq.or_else(|| {
-            let at = newer.iter().position(is_instruction)?;
-            Some(first + at as u64)
-        });
+        let tokens: Vec<usize> = context.tail.iter().map(|m| m.tokens).collect();
+        let pinned: Vec<bool> = context.tail.iter().map(|m| m.pinned).collect();
+        let seqs: Vec<u64> = context.tail.iter().map(|m| m.seq).collect();
         let planning = (*config)
             .clone()
             .fitted_beside(session.estimated_limit(), session.pinned_tokens);
-        let prior_files = match snapshot.latest {
-            Some(_) => self.store.prior_files(&session.id).await?,
-            None => Default::default(),
+        // The files of the stored summaries; an in-memory one names its own in its text.
+        let prior_files = match stored && session.summary_num > 0 {
+            true => self.store.prior_files(&session.id).await?,
+            false => Default::default(),
         };
         let settings = self.settings();
         let input = PlanInput {
             pinned: &pinned,
             pinned_tokens: session.pinned_tokens,
             seqs: &seqs,
-            task_seq,
-            prior_summary: snapshot.latest.as_ref().map(|l| l.summary.as_str()),
+            task_seq: session.task_seq,
+            prior_summary: context.latest.as_ref().map(|l| l.summary.as_str()),
             prior_files: &prior_files,
             estimator: self.estimator,
             redact_secrets: settings.config.summarizer.redact_secrets,
             session: if stored { session.id.as_str() } else { "" },
             ..PlanInput::new(&messages, &tokens, session.estimated_limit(), &planning)
         };
-        let num = session.compaction_count + 1;
+        let num = context.latest.as_ref().map_or(0, |l| l.compaction_num) + 1;
         let Some(Compacted {
             result,
             boundary,
@@ -219,22 +311,21 @@ impl Service {
             return Ok(None);
         };
         tracing::info!(session = %session.id, pre = result.pre_tokens, post = result.post_tokens, "an unrecorded call compacted in memory");
-        let tail = all.split_off(boundary.index);
-        let mut compacted = ContextSnapshot {
-            pinned: snapshot.pinned.clone(),
-            latest: Some(LatestSummary {
-                compaction_num: num,
-                summary: result.summary,
-            }),
-            tail,
-            branch: snapshot.branch.followed_by(first, newer.len()),
-            session: snapshot.session.clone(),
+        // Where the preserved tail starts in the call (past its end: all of it compacted).
+        let upto = match context.tail.get(boundary.index) {
+            Some(first_kept) => context.branch.position(first_kept.seq),
+            None => {
+                (context.tail.last()).and_then(|m| context.branch.position(m.seq).map(|p| p + 1))
+            }
         };
-        compacted
-            .pinned
-            .extend(all.into_iter().filter(|m| m.pinned));
-        compacted.session.summary_tokens = summary_tokens;
-        Ok(Some(compacted))
+        Ok(upto.filter(|upto| *upto > 0).map(|upto| Kept {
+            stored: (0, 0),
+            upto,
+            last: 0,
+            summary: result.summary.into(),
+            summary_tokens,
+            num,
+        }))
     }
 }
 
@@ -247,6 +338,37 @@ impl Taught {
         session.token_rate = Some(rate);
         session.reported_tokens = None;
         session.completion_tokens = session.completion_tokens.max(self.completion_tokens);
+    }
+}
+
+impl Kept {
+    /// `context` (with a call's messages appended) as this compaction left it: its summary in
+    /// place of the messages it stands for, the pinned ones among them kept before it.
+    fn apply(&self, context: &mut ContextSnapshot) {
+        let branch = &context.branch;
+        let (before, after): (Vec<StoredMessage>, Vec<StoredMessage>) =
+            std::mem::take(&mut context.tail)
+                .into_iter()
+                .partition(|m| branch.position(m.seq).is_some_and(|p| p < self.upto));
+        context
+            .pinned
+            .extend(before.into_iter().filter(|m| m.pinned));
+        context.tail = after;
+        context.latest = Some(LatestSummary {
+            compaction_num: self.num,
+            summary: self.summary.to_string(),
+        });
+        let session = &mut context.session;
+        session.summary_tokens = self.summary_tokens;
+        session.active_tokens = context
+            .tail
+            .iter()
+            .filter(|m| !m.pinned)
+            .map(|m| m.tokens)
+            .sum();
+        session.active_messages = context.tail.len();
+        // A usage report measured the context before.
+        session.reported_tokens = None;
     }
 }
 
