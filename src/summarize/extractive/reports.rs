@@ -2,7 +2,9 @@
 //! result of Claude Code's `Agent` call, opencode's `task`, Codex's `wait_agent`), what a
 //! background task's notification said ([`crate::compaction::notification`]), and, until
 //! that notification comes (or a poll sees the process end), that the task was started and
-//! where its output goes (Claude Code: a file; Codex: the session to poll).
+//! where its output goes (Claude Code: a file; Codex: the session to poll). A task the model
+//! stopped (Claude Code's `TaskStop`) is told ended by the stop's answer: no notification
+//! comes after it.
 //!
 //! A report is all the conversation keeps of a sub-agent's work (its own steps are in its own
 //! session), so it is kept where the assistant's notes are, longer than a note and carried
@@ -41,6 +43,9 @@ const LAUNCHED: &str = "Async agent launched";
 const RUNNING: &str = "Process running with session ID ";
 /// How Codex tells, in a later `write_stdin`, that such a process ended.
 const EXITED: &str = "Process exited with code ";
+/// Tools that stop a background task (Claude Code's `TaskStop`; `KillShell` and `KillBash`
+/// before it), matched as [`DELEGATION_TOOLS`] are.
+const STOP_TOOLS: &[&str] = &["taskstop", "killshell", "killbash"];
 
 /// Whether a prior summary's entry is a report.
 pub(super) fn is_report(entry: &str) -> bool {
@@ -59,7 +64,10 @@ pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, Str
         }
         for part in &message.parts {
             let Part::ToolResult {
-                call_id, output, ..
+                call_id,
+                output,
+                is_error,
+                ..
             } = part
             else {
                 continue;
@@ -73,6 +81,13 @@ pub(super) fn reports(messages: &[Message], max_chars: usize) -> Vec<(usize, Str
             };
             if let Some(ended) = process_ended(args, output) {
                 found.push((index, ended));
+            } else if is_one_of(name, STOP_TOOLS) {
+                found.extend(
+                    (!is_error)
+                        .then(|| stopped(args, output))
+                        .flatten()
+                        .map(|e| (index, e)),
+                );
             } else if left_running(args, output) {
                 found.push((index, started(args, output)));
             } else if let Some(waited) = waited_for(output).filter(|_| is_delegation(name)) {
@@ -117,8 +132,34 @@ pub(super) fn without_ended_starts(mut entries: Vec<String>) -> Vec<String> {
 }
 
 fn is_delegation(name: &str) -> bool {
+    is_one_of(name, DELEGATION_TOOLS)
+}
+
+/// Whether a tool's name is one of `tools` (lowercase), by its last segment, case aside.
+fn is_one_of(name: &str, tools: &[&str]) -> bool {
     let last = name.rsplit(['.', '/']).next().unwrap_or(name);
-    DELEGATION_TOOLS.contains(&last.to_ascii_lowercase().as_str())
+    tools.contains(&last.to_ascii_lowercase().as_str())
+}
+
+/// `- Background task b7x stopped: Successfully stopped task: b7x (make)`, for a stop of the
+/// task of that id (the call's `task_id`, or `shell_id` as it was), in the answer's own words
+/// (its `message` when it is JSON, as Claude Code 2.1 answers).
+fn stopped(args: &Value, output: &str) -> Option<String> {
+    let id = ["task_id", "shell_id"]
+        .iter()
+        .find_map(|key| args.get(key)?.as_str())
+        .filter(|id| !id.trim().is_empty())?;
+    let answer: Option<Value> = serde_json::from_str(output.trim()).ok();
+    let said = answer
+        .as_ref()
+        .and_then(|a| a.get("message")?.as_str())
+        .unwrap_or(output);
+    Some(format!(
+        "{}{} stopped: {}",
+        PREFIXES[0],
+        shorten(&squash(id), 100),
+        shorten(&squash(said), 300)
+    ))
 }
 
 /// `- Sub-agent report (Run the tests): <the report>`.

@@ -757,6 +757,72 @@ fn codexs_sub_agent_notification_is_a_report_not_the_current_request() {
     assert!(!sections[5].contains("SUBTASK-DONE"), "{}", sections[5]);
 }
 
+/// A background task the model stopped (Claude Code 2.1.332's `TaskStop`, answered as below;
+/// no notification comes after it) is over: section 5 says it was stopped, no longer that it
+/// was started (a model told a build runs waits for it). A stop that failed leaves it started.
+#[test]
+fn a_background_task_the_model_stopped_is_told_stopped_not_started() {
+    let start = tool_call(
+        "c1",
+        "Bash",
+        json!({"command": "sleep 300", "description": "Build", "run_in_background": true}),
+    );
+    let started = result(
+        "c1",
+        "Command running in background with ID: byj1paxam. Output is being written to: /tmp/claude-0/w/tasks/byj1paxam.output. You will be notified when it completes.",
+    );
+    let stop = tool_call("c2", "TaskStop", json!({"task_id": "byj1paxam"}));
+    let stopped = result(
+        "c2",
+        r#"{"message":"Successfully stopped task: byj1paxam (sleep 300)","task_id":"byj1paxam","task_type":"local_bash","command":"sleep 300"}"#,
+    );
+    let messages = vec![
+        Message::text(Role::User, "Build it, then run the steps."),
+        start.clone(),
+        started.clone(),
+        stop.clone(),
+        stopped,
+        bash_call("c3", "echo STEP-1"),
+        result("c3", "STEP-1"),
+    ];
+    let sections = sections_of(&extractive_summary(&request(messages, None)));
+    assert!(
+        sections[4].contains(
+            "- Background task byj1paxam stopped: Successfully stopped task: byj1paxam (sleep 300)"
+        ),
+        "{}",
+        sections[4]
+    );
+    assert!(
+        !sections[4].contains("Background task started"),
+        "{}",
+        sections[4]
+    );
+    let failed = Message {
+        role: Role::Tool,
+        parts: vec![Part::ToolResult {
+            call_id: "c2".into(),
+            name: None,
+            output: "No task found with ID: byj1paxam".into(),
+            is_error: true,
+        }],
+    };
+    let messages = vec![
+        Message::text(Role::User, "Build it, then run the steps."),
+        start,
+        started,
+        stop,
+        failed,
+    ];
+    let sections = sections_of(&extractive_summary(&request(messages, None)));
+    assert!(
+        sections[4].contains("Background task started (Build)"),
+        "{}",
+        sections[4]
+    );
+    assert!(!sections[4].contains("stopped"), "{}", sections[4]);
+}
+
 /// Codex 0.171.0 tells each sub-agent's end twice, in the same words: in its `wait_agent`
 /// answer and in a `<subagent_notification>` (as the real CLI sent them, the ids shortened).
 /// Section 5 keeps each report once, where it was first told, also when the two are compacted

@@ -129,3 +129,44 @@ fn assert_build_polled(seen: &[Seen]) {
         "the build was left running (request {running:?}), then its output read (request {read:?})"
     );
 }
+
+/// Claude Code stops a build it started in the background (`TaskStop`, answered "Successfully
+/// stopped task: <id>"; no notification comes after it) and goes on with its steps; a model
+/// whose context still says the build runs waits for it rather than end. Through compactd at a
+/// window that compacts the conversation many times after the stop, the summary says the
+/// build was stopped (before, it kept saying the build was started, the stop summarized
+/// away, and the model ended its run waiting for a build that no longer ran).
+#[test]
+fn claude_code_knows_a_build_it_stopped_is_over_through_compactd() {
+    let seen = through_with(
+        Agent::ClaudeCode,
+        Model::new("claude-opus-5-5", 48_000, 2),
+        |task| task.stopped_command = true,
+    );
+    assert_build_stopped(&seen);
+}
+
+/// The same with Claude Code straight at the model API.
+#[test]
+fn claude_code_knows_a_build_it_stopped_is_over_directly() {
+    let task = Task {
+        stopped_command: true,
+        ..Task::default()
+    };
+    let seen = direct_with(Agent::ClaudeCode, "claude-opus-5-5", task);
+    assert_build_stopped(&seen);
+}
+
+/// The model API saw the stop answered as Claude Code answers it (so the run tried what it
+/// means to).
+fn assert_build_stopped(seen: &[Seen]) {
+    if seen.is_empty() {
+        return; // Claude Code is not installed.
+    }
+    assert!(
+        seen.iter().any(|s| s.body["messages"]
+            .to_string()
+            .contains("Successfully stopped task: ")),
+        "the build was never stopped"
+    );
+}

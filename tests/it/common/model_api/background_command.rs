@@ -31,6 +31,10 @@ pub const WAITING: &str = "Waiting for the build to finish.";
 /// What the model says when its steps are done and its context holds no trace of the build.
 pub const LOST: &str = "The build I started is not in my context any more.";
 
+/// The build the model stops ([`Task::stopped_command`]): it would not end by itself within
+/// a run.
+pub const LONG_COMMAND: &str = "sleep 300; echo BUILD-CODE-$((6*7))";
+
 /// A turn of a conversation that started the build.
 pub enum Turn {
     /// Start the build in the background.
@@ -93,6 +97,51 @@ pub fn next_turn(task: &Task, newest: Option<&str>, then: Action, told: Told) ->
         Some(_) => Turn::Act(Action::Text(WAITING.into())),
         None => Turn::Act(Action::Finish(LOST.into())),
     }
+}
+
+/// The model's turn when it stops the build it started ([`Task::stopped_command`]): it starts
+/// the build, stops it as soon as the answer names its id (`TaskStop`, which Claude Code 2.1.332
+/// answers "Successfully stopped task: <id> (<command>)", no notification after it), runs its
+/// steps, and ends, unless its context (`context`) names the build's id as started and not
+/// as stopped: a model told a build runs does not end without it ([`WAITING`]).
+pub fn stopping_turn(newest: Option<&str>, then: Action, context: &str) -> Stopping {
+    let Some(newest) = newest else {
+        return Stopping::Start;
+    };
+    if let Some(id) = started_id(newest) {
+        return Stopping::Stop(id);
+    }
+    let Action::Finish(_) = then else {
+        return Stopping::Act(then);
+    };
+    match started_id(context) {
+        Some(id) if !context.contains(&format!("stopped task: {id}")) => {
+            Stopping::Act(Action::Text(WAITING.into()))
+        }
+        _ => Stopping::Act(then),
+    }
+}
+
+/// A turn of a conversation that stops the build it started.
+pub enum Stopping {
+    /// Start the build in the background.
+    Start,
+    /// Stop the task of this id (Claude Code's `TaskStop`).
+    Stop(String),
+    /// What the task does next otherwise.
+    Act(Action),
+}
+
+/// The id of a task Claude Code says it runs in the background ("Command running in
+/// background with ID: <id>."), where `text` says so.
+fn started_id(text: &str) -> Option<String> {
+    const STARTED: &str = "running in background with ID: ";
+    let at = text.find(STARTED)? + STARTED.len();
+    let id: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    Some(id).filter(|id| !id.is_empty())
 }
 
 /// The file the build's output goes to, as the context names it anywhere (the call's

@@ -285,6 +285,23 @@ pub fn answer(
                 }
             }
         }
+        Turn::Act(then) if task.stopped_command && shell => {
+            let context = body.to_string();
+            match background_command::stopping_turn(newest.as_deref(), then, &context) {
+                background_command::Stopping::Start => {
+                    own_call = Some((
+                        "Bash",
+                        json!({"command": background_command::LONG_COMMAND, "description": "Build", "run_in_background": true}),
+                    ));
+                    Turn::Act(Action::Text(String::new()))
+                }
+                background_command::Stopping::Stop(id) => {
+                    own_call = Some(("TaskStop", json!({"task_id": id})));
+                    Turn::Act(Action::Text(String::new()))
+                }
+                background_command::Stopping::Act(action) => Turn::Act(action),
+            }
+        }
         Turn::Act(then) if task.task_list && shell => {
             match task_list::next_turn(task, newest.as_deref(), then, &messages) {
                 task_list::Turn::Act(action) => Turn::Act(action),

@@ -62,6 +62,10 @@ pub struct Task {
     /// with `run_in_background`; Codex's `exec_command` outliving its yield time), and ends by
     /// reading its output (the file; `write_stdin` on its session) ([`background_command`]).
     pub background_command: bool,
+    /// Anthropic Messages (Claude Code's `TaskStop`): before its first step the model starts a
+    /// build in the background and stops it at once; it ends its task only if its context
+    /// does not hold the build's start without its stop ([`background_command::stopping_turn`]).
+    pub stopped_command: bool,
     /// Anthropic Messages (Claude Code 2.1's task tools): the model keeps a task list of two
     /// tasks one task at a time, and ends by finishing those its context says are pending
     /// ([`task_list`]).
@@ -81,6 +85,7 @@ impl Default for Task {
             parallel_calls: false,
             background: false,
             background_command: false,
+            stopped_command: false,
             task_list: false,
         }
     }
