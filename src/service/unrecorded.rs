@@ -144,7 +144,10 @@ impl Service {
             }
             false => (snapshot, matched),
         };
-        self.unrecorded.record(&key, memory);
+        // Only what there is to remember: a side call's nothing would push a conversation out.
+        if memory.taught.is_some() || memory.compacted.is_some() {
+            self.unrecorded.record(&key, memory);
+        }
         let turn = ProxyTurn::previewed(snapshot, stored);
         let after: usize = request.messages[matched..]
             .iter()
