@@ -16,10 +16,10 @@
 use super::fingerprint::fingerprint;
 use super::proxy::{Caller, Identity, Preview, ProxyTurn};
 use super::{Service, ServiceError, memory};
-use crate::compaction::PlanInput;
 use crate::compaction::instruction::is_instruction;
+use crate::compaction::{Origin, PlanInput, step};
 use crate::compaction_run::{self, Compacted};
-use crate::message::Message;
+use crate::message::{Message, Role};
 use crate::protocol::ContextView;
 use crate::provider::overflow::Overflow;
 use crate::provider::wire::WireRequest;
@@ -198,7 +198,7 @@ impl Service {
     ) -> Result<(ContextSnapshot, Option<Kept>), ServiceError> {
         let bound = self.settings().config.proxy.max_recorded_bytes;
         let at = (snapshot.session.message_count, snapshot.session.summary_num);
-        let mut context = self.appended(snapshot, &request.messages[matched..])?;
+        let mut context = self.appended(snapshot, &request.messages[matched..], stored)?;
         let kept = kept.filter(|k| {
             k.stored == at
                 && k.upto <= request.messages.len()
@@ -227,23 +227,51 @@ impl Service {
     }
 
     /// `snapshot` with `newer` appended after its branch, unstored: numbered after every
-    /// stored message (so no seq is taken twice), never pinned, counted as appends count.
+    /// stored message (so no seq is taken twice; once writes go on, a stored session's next
+    /// messages take the same), never pinned, shortened and counted as appends are (an output
+    /// too large for the step's room keeps its head and tail; its marker names the session
+    /// only when it is `stored`).
     fn appended(
         &self,
         mut snapshot: ContextSnapshot,
         newer: &[Message],
+        stored: bool,
     ) -> Result<ContextSnapshot, ServiceError> {
+        let config = self.compaction_config(&snapshot.session);
         let session = &mut snapshot.session;
+        let step_budget = config.step_budget(session.estimated_limit(), session.fixed_tokens());
         let first = session.message_count + 1;
         snapshot.branch = snapshot.branch.followed_by(first, newer.len());
         for (message, seq) in newer.iter().zip(first..) {
+            if message.role == Role::Assistant {
+                session.step_calls = message.tool_call_ids().count();
+            }
+            let at = Origin {
+                session: if stored { session.id.as_str() } else { "" },
+                seq,
+            };
             let tokens = self.estimator.message(message);
-            snapshot
-                .tail
-                .push(StoredMessage::unrecorded(seq, message, tokens)?);
-            session.active_tokens += tokens;
-            session.tokens_since_report += tokens;
+            let shortened = step::message_budget(message, step_budget, session.step_calls)
+                .filter(|budget| tokens > *budget)
+                .and_then(|budget| step::shorten_message(message, at, budget, &self.estimator));
+            let appended = match shortened {
+                Some(parts) => {
+                    let shown = Message {
+                        role: message.role,
+                        parts,
+                    };
+                    let tokens = self.estimator.message(&shown);
+                    StoredMessage {
+                        shortened: true,
+                        ..StoredMessage::unrecorded(seq, &shown, tokens)?
+                    }
+                }
+                None => StoredMessage::unrecorded(seq, message, tokens)?,
+            };
+            session.active_tokens += appended.tokens;
+            session.tokens_since_report += appended.tokens;
             session.active_messages += 1;
+            snapshot.tail.push(appended);
         }
         session.message_count += newer.len() as u64;
         // A session nothing was stored of: its task is its first instruction, as an append

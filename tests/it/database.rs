@@ -987,7 +987,8 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
 /// the model inside its window (the mock counts tokens and refuses a longer call as OpenAI
 /// does): past the session's trigger, the stored context and the call's newer messages are
 /// compacted in memory with the built-in summarizer, unrecorded like the rest, the newest
-/// messages verbatim after the summary, each tool result after its call; the summary keeps
+/// messages verbatim after the summary (an output larger than the window shortened, its head
+/// and tail kept, as an append shortens it), each tool result after its call; the summary keeps
 /// what the agent did while nothing was stored (the file read first, the task). That
 /// compaction serves the calls after it, as a stored one would: the same summary, byte for
 /// byte, until they pass the trigger again. Once the lock is free, the next call stores every
@@ -1015,6 +1016,11 @@ async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_wind
         json!({"role": "system", "content": "You are terse."}),
         json!({"role": "user", "content": "Read every module, then say which one defines main."}),
     ];
+    // Each output about 700 tokens; one, in the middle of the outage, four times the window
+    // (a log read whole).
+    fn lines(i: usize) -> usize {
+        if i == 30 { 20_000 } else { 200 }
+    }
     // One step: the whole conversation to the model; its answer (a `cat`) and the output
     // kept. Returns `x-compactd-unrecorded`.
     async fn step(client: &Client, history: &mut Vec<Value>, i: usize) -> Option<String> {
@@ -1029,7 +1035,7 @@ async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_wind
         let answer: Value = serde_json::from_slice(&answer).unwrap();
         history.push(answer["choices"][0]["message"].clone());
         history.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
-            "content": format!("module {i}: {}", "def f(): pass\n".repeat(200))}));
+            "content": format!("module {i}: {}", "def f(): pass\n".repeat(lines(i)))}));
         headers
             .get("x-compactd-unrecorded")
             .map(|v| v.to_str().unwrap().to_string())
@@ -1052,8 +1058,18 @@ async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_wind
         let sent = mock.requests().last().unwrap().body["messages"].clone();
         let sent = sent.as_array().unwrap();
         no_orphans(sent);
-        // The call's newest message is last, as the agent sent it.
-        assert_eq!(sent.last(), history.get(history.len() - 3), "step {i}");
+        // The call's newest message is last, as the agent sent it (the log shortened).
+        let (newest, sent_newest) = (&history[history.len() - 3], &sent[sent.len() - 1]);
+        match i {
+            31 => {
+                let shown = sent_newest["content"].as_str().unwrap();
+                assert!(shown.starts_with("module 30: def f()"), "{shown:.100}");
+                assert!(shown.contains("characters cut here; the whole message is"));
+                assert!(shown.len() * 4 < newest["content"].as_str().unwrap().len());
+                assert_eq!(sent_newest["tool_call_id"], newest["tool_call_id"]);
+            }
+            _ => assert_eq!(sent_newest, newest, "step {i}"),
+        }
         let summary = sent
             .iter()
             .filter_map(|m| m["content"].as_str())
