@@ -17,7 +17,7 @@ use super::fingerprint::fingerprint;
 use super::proxy::{Caller, Identity, Preview, ProxyTurn};
 use super::{Service, ServiceError, memory};
 use crate::compaction::instruction::is_instruction;
-use crate::compaction::{Origin, PlanInput, step};
+use crate::compaction::{FileLists, Origin, PlanInput, step};
 use crate::compaction_run::{self, Compacted};
 use crate::message::{Message, Role};
 use crate::protocol::ContextView;
@@ -79,6 +79,8 @@ struct Kept {
     upto: usize,
     last: i64,
     summary: Arc<str>,
+    /// The files its summary lists, which the next compaction's summary lists with its own.
+    files: Arc<FileLists>,
     summary_tokens: usize,
     num: u32,
 }
@@ -214,7 +216,19 @@ impl Service {
         {
             return Ok((context, kept));
         }
-        let Some(summary) = self.compacted_in_memory(&context, stored).await? else {
+        // The files the summary the context starts from lists: this conversation's last
+        // in-memory one, else the session's stored one.
+        let prior_files = match &kept {
+            Some(kept) => kept.files.clone(),
+            None if stored && context.session.summary_num > 0 => {
+                Arc::new(self.store.prior_files(&context.session.id).await?)
+            }
+            None => Default::default(),
+        };
+        let Some(summary) = self
+            .compacted_in_memory(&context, &prior_files, stored)
+            .await?
+        else {
             return Ok((context, kept));
         };
         let kept = Kept {
@@ -289,6 +303,7 @@ impl Service {
     async fn compacted_in_memory(
         &self,
         context: &ContextSnapshot,
+        prior_files: &FileLists,
         stored: bool,
     ) -> Result<Option<Kept>, ServiceError> {
         let session = &context.session;
@@ -313,11 +328,6 @@ impl Service {
         let planning = (*config)
             .clone()
             .fitted_beside(session.estimated_limit(), session.pinned_tokens);
-        // The files of the stored summaries; an in-memory one names its own in its text.
-        let prior_files = match stored && session.summary_num > 0 {
-            true => self.store.prior_files(&session.id).await?,
-            false => Default::default(),
-        };
         let settings = self.settings();
         let input = PlanInput {
             pinned: &pinned,
@@ -325,7 +335,7 @@ impl Service {
             seqs: &seqs,
             task_seq: session.task_seq,
             prior_summary: context.latest.as_ref().map(|l| l.summary.as_str()),
-            prior_files: &prior_files,
+            prior_files,
             estimator: self.estimator,
             redact_secrets: settings.config.summarizer.redact_secrets,
             session: if stored { session.id.as_str() } else { "" },
@@ -353,6 +363,12 @@ impl Service {
             stored: (0, 0),
             upto,
             last: 0,
+            files: Arc::new(FileLists {
+                read: result.read_files,
+                modified: result.modified_files,
+                created: result.created_files,
+                deleted: result.deleted_files,
+            }),
             summary: result.summary.into(),
             summary_tokens,
             num,

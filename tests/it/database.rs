@@ -989,7 +989,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
 /// compacted in memory with the built-in summarizer, unrecorded like the rest, the newest
 /// messages verbatim after the summary (an output larger than the window shortened, its head
 /// and tail kept, as an append shortens it), each tool result after its call; the summary keeps
-/// what the agent did while nothing was stored (the file read first, the task). That
+/// what the agent did while nothing was stored (the task, every file read). That
 /// compaction serves the calls after it, as a stored one would: the same summary, byte for
 /// byte, until they pass the trigger again. Once the lock is free, the next call stores every
 /// message of the conversation, once, in order, and the session compacts as it would have.
@@ -1093,6 +1093,24 @@ async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_wind
     for kept in ["which one defines main", "src/mod_30.py"] {
         assert!(summary.contains(kept), "{kept} lost: {summary}");
     }
+    // Every file read up to the newest it names, those of the first compaction too: the
+    // newest fifteen listed, and how many more.
+    let read = summary.split("Read:").nth(1).unwrap();
+    let newest: usize = read
+        .split("src/mod_")
+        .nth(1)
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let more: usize = read
+        .split("… and ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .map_or(0, |n| n.parse().unwrap());
+    assert_eq!(15 + more, newest + 1, "{read:.900}");
     person.execute_batch("ROLLBACK").unwrap();
     drop(person);
     let free = crate::common::eventually(Duration::from_secs(10), || async {
