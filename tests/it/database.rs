@@ -933,10 +933,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
         let unrecorded = agent_step(&daemon.client(), &mock, &mut history, i).await;
         assert_eq!(unrecorded, None, "step {i}");
     }
-    assert!(daemon.terminate().success());
-    let person = rusqlite::Connection::open(daemon.db()).unwrap();
-    person.execute_batch("BEGIN IMMEDIATE").unwrap();
-    daemon.spawn();
+    let person = crate::common::restart_under_a_held_lock(&mut daemon);
     let client = daemon.client();
     let health = client.get("/health").await.unwrap();
     assert_eq!(health["write_lock_held_elsewhere"], true, "{health}");
@@ -958,17 +955,7 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
         );
     }
     assert_eq!(counted(&daemon.db(), "agent"), 1 + 3 * 2, "nothing written");
-    person.execute_batch("ROLLBACK").unwrap();
-    drop(person);
-    let free = crate::common::eventually(Duration::from_secs(10), || async {
-        let health = client.get("/health").await.unwrap();
-        health
-            .get("write_lock_held_elsewhere")
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert!(free.is_some(), "the lock's release was never noticed");
+    crate::common::let_go(person, &client).await;
     let unrecorded = agent_step(&client, &mock, &mut history, 6).await;
     assert_eq!(unrecorded, None);
     crate::common::assert_stored_whole(&daemon.db(), "agent", &history);
@@ -1043,10 +1030,7 @@ async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_wind
     for i in 0..3 {
         assert_eq!(step(&daemon.client(), &mut history, i).await, None);
     }
-    assert!(daemon.terminate().success());
-    let person = rusqlite::Connection::open(daemon.db()).unwrap();
-    person.execute_batch("BEGIN IMMEDIATE").unwrap();
-    daemon.spawn();
+    let person = crate::common::restart_under_a_held_lock(&mut daemon);
     let client = daemon.client();
     // About 700 tokens a step: the window's worth twice over while nothing is stored.
     let mut summaries = Vec::new();
@@ -1111,17 +1095,7 @@ async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_wind
         .and_then(|r| r.split(' ').next())
         .map_or(0, |n| n.parse().unwrap());
     assert_eq!(15 + more, newest + 1, "{read:.900}");
-    person.execute_batch("ROLLBACK").unwrap();
-    drop(person);
-    let free = crate::common::eventually(Duration::from_secs(10), || async {
-        let health = client.get("/health").await.unwrap();
-        health
-            .get("write_lock_held_elsewhere")
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert!(free.is_some(), "the lock's release was never noticed");
+    crate::common::let_go(person, &client).await;
     assert_eq!(step(&client, &mut history, 48).await, None);
     // Stored whole, and the model's last answer after it (its output not sent yet).
     history.pop();

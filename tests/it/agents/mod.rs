@@ -810,10 +810,7 @@ fn claude_code_finishes_its_task_through_compactd_while_a_person_holds_the_write
         base = api.base,
     );
     let mut daemon = crate::common::TestDaemon::builder().config(&config).start();
-    assert!(daemon.terminate().success());
-    let person = rusqlite::Connection::open(daemon.db()).unwrap();
-    person.execute_batch("BEGIN IMMEDIATE").unwrap();
-    daemon.spawn();
+    let person = crate::common::restart_under_a_held_lock(&mut daemon);
     let dir = tempfile::TempDir::new().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let setup = Setup {
@@ -879,10 +876,7 @@ fn claude_code_finishes_a_task_longer_than_its_window_while_a_person_holds_the_w
         base = api.base,
     );
     let mut daemon = crate::common::TestDaemon::builder().config(&config).start();
-    assert!(daemon.terminate().success());
-    let person = rusqlite::Connection::open(daemon.db()).unwrap();
-    person.execute_batch("BEGIN IMMEDIATE").unwrap();
-    daemon.spawn();
+    let person = crate::common::restart_under_a_held_lock(&mut daemon);
     let dir = tempfile::TempDir::new().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let setup = Setup {

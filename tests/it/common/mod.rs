@@ -504,3 +504,30 @@ impl Drop for SmallDisk {
         let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
     }
 }
+
+/// Restarts `daemon` while a person's transaction (as `sqlite3` leaves one open) holds its
+/// database's write lock, taken between the stop and the start (while a daemon runs, it holds
+/// the lock itself). Returns the person's connection, for [`let_go`].
+pub fn restart_under_a_held_lock(daemon: &mut TestDaemon) -> rusqlite::Connection {
+    assert!(daemon.terminate().success());
+    let person = rusqlite::Connection::open(daemon.db()).unwrap();
+    person.execute_batch("BEGIN IMMEDIATE").unwrap();
+    daemon.spawn();
+    person
+}
+
+/// The person lets go of the write lock; returns once the daemon (its `/health`) says it
+/// noticed, within its next idle second.
+pub async fn let_go(person: rusqlite::Connection, client: &Client) {
+    person.execute_batch("ROLLBACK").unwrap();
+    drop(person);
+    let free = eventually(Duration::from_secs(10), || async {
+        let health = client.get("/health").await.unwrap();
+        health
+            .get("write_lock_held_elsewhere")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(free.is_some(), "the lock's release was never noticed");
+}
