@@ -14,8 +14,8 @@ use super::{Service, ServiceError};
 use crate::protocol::{ContextView, SessionId};
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
-    AppendRules, Branch, ContextVersion, Fingerprints, NewMessage, NewSession, ProxyCall,
-    SessionKind, StoreError,
+    AppendRules, Branch, ContextSnapshot, ContextVersion, Fingerprints, NewMessage, NewSession,
+    ProxyCall, SessionKind, StoreError,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -92,6 +92,21 @@ pub struct ProxyTurn {
     pub sent: ContextVersion,
 }
 
+impl ProxyTurn {
+    /// The turn a previewed `snapshot` makes (nothing stored: its answer is not recorded);
+    /// its summary names the session for recall when the session is `stored`.
+    pub(super) fn previewed(snapshot: ContextSnapshot, stored: bool) -> ProxyTurn {
+        ProxyTurn {
+            id: snapshot.session.id.clone(),
+            branch: snapshot.branch.clone(),
+            sent: snapshot.session.context_version(),
+            kind: snapshot.session.kind,
+            last_seq: snapshot.session.head_seq,
+            context: ContextView::recalling(snapshot, stored),
+        }
+    }
+}
+
 impl Service {
     /// Places a client's whole conversation in its session's tree, appends what the session
     /// has not seen, and returns the context of its branch to send upstream (after any
@@ -153,7 +168,7 @@ impl Service {
     pub(super) async fn previewed(
         self: &Arc<Self>,
         call: ProxyCall,
-    ) -> Result<Option<(crate::store::ContextSnapshot, usize)>, ServiceError> {
+    ) -> Result<Option<(ContextSnapshot, usize)>, ServiceError> {
         let Some((session, matched)) = self.store.preview_call(call).await? else {
             return Ok(None);
         };

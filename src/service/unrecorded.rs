@@ -20,7 +20,6 @@ use crate::compaction::instruction::is_instruction;
 use crate::compaction::{FileLists, Origin, PlanInput, step};
 use crate::compaction_run::{self, Compacted};
 use crate::message::{Message, Role};
-use crate::protocol::ContextView;
 use crate::provider::overflow::Overflow;
 use crate::provider::wire::WireRequest;
 use crate::store::{Branch, ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
@@ -427,20 +426,5 @@ fn empty(session: SessionRow) -> ContextSnapshot {
         latest: None,
         tail: Vec::new(),
         branch: Branch::empty(),
-    }
-}
-
-impl ProxyTurn {
-    /// The turn a previewed `snapshot` makes (nothing stored: its answer is not recorded);
-    /// its summary names the session for recall when the session is `stored`.
-    pub(super) fn previewed(snapshot: ContextSnapshot, stored: bool) -> ProxyTurn {
-        ProxyTurn {
-            id: snapshot.session.id.clone(),
-            branch: snapshot.branch.clone(),
-            sent: snapshot.session.context_version(),
-            kind: snapshot.session.kind,
-            last_seq: snapshot.session.head_seq,
-            context: ContextView::recalling(snapshot, stored),
-        }
     }
 }
