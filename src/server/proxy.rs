@@ -435,7 +435,11 @@ async fn unrecorded(
         }
         let response = response.header("x-compactd-unrecorded", code.as_str());
         let watch = refused.is_none() && preview.is_some();
-        let (response, overflow) = answered(upstream, response, watch).await?;
+        let then = Then::Learn {
+            key: preview.as_ref().map_or_else(String::new, |p| p.key.clone()),
+            sent_tokens: preview.as_ref().map_or(0, |p| p.tokens),
+        };
+        let (response, overflow) = answered(call, service, upstream, response, watch, then).await?;
         match (overflow, preview) {
             (Some(overflow), Some(preview)) => {
                 refused = Some(Refused {
@@ -538,17 +542,24 @@ async fn forward(
     response.body(body).map_err(internal)
 }
 
-/// The upstream's answer, passed on with `response`'s head; with `watch`, a refusal is read
-/// (within [`MAX_ERROR_BYTES`]) to tell whether the upstream found the prompt longer than the
-/// model's window, and what it counted.
+/// The upstream's answer, passed on with `response`'s head, a success read as it passes for
+/// `then`; with `watch`, a refusal is read (within [`MAX_ERROR_BYTES`]) to tell whether the
+/// upstream found the prompt longer than the model's window, and what it counted.
 async fn answered(
+    call: &Call,
+    service: &Arc<Service>,
     mut upstream: reqwest::Response,
     response: axum::http::response::Builder,
     watch: bool,
+    then: Then,
 ) -> Result<(Response, Option<Overflow>), ApiError> {
     let status = upstream.status().as_u16();
     if !watch || !matches!(status, 400 | 413) {
-        let body = Body::from_stream(upstream.bytes_stream());
+        let recording = upstream
+            .status()
+            .is_success()
+            .then(|| recording(call, service, then));
+        let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
         return Ok((response.body(body).map_err(internal)?, None));
     }
     let mut head = Vec::new();
@@ -578,28 +589,33 @@ async fn send(
     turn: &ProxyTurn,
     watch: bool,
 ) -> Result<(Response, Option<Overflow>), ApiError> {
-    let max_recorded_bytes = service.settings().config.proxy.max_recorded_bytes;
     let upstream = request(call, service, Method::POST, path, Some(body)).await?;
-    let status = upstream.status();
-    let response = compactd_headers(answer_head(&upstream).status(status.as_u16()), turn);
-    if watch && matches!(status.as_u16(), 400 | 413) {
-        return answered(upstream, response, true).await;
-    }
-    let recording = status.is_success().then(|| Recording {
-        service: service.clone(),
+    let response = compactd_headers(
+        answer_head(&upstream).status(upstream.status().as_u16()),
+        turn,
+    );
+    let then = Then::Record {
         id: turn.id.clone(),
         after_seq: turn.last_seq,
         sent: turn.sent,
+    };
+    answered(call, service, upstream, response, watch, then).await
+}
+
+/// An answer to be read as it passes, for `then`.
+fn recording(call: &Call, service: &Arc<Service>, then: Then) -> Recording {
+    let max_bytes = service.settings().config.proxy.max_recorded_bytes;
+    Recording {
+        service: service.clone(),
+        then,
         recorder: match call.streamed {
-            true => Captured::Stream(Box::new(call.wire.recorder(max_recorded_bytes))),
-            false => Captured::Whole(BoundedJson::new(max_recorded_bytes)),
+            true => Captured::Stream(Box::new(call.wire.recorder(max_bytes))),
+            false => Captured::Whole(BoundedJson::new(max_bytes)),
         },
         wire: call.wire,
-        max_bytes: max_recorded_bytes,
+        max_bytes,
         charge: None,
-    });
-    let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
-    Ok((response.body(body).map_err(internal)?, None))
+    }
 }
 
 /// The call, sent upstream with the client's headers (but [`NOT_FORWARDED`]) and ours.
@@ -678,13 +694,35 @@ fn compactd_headers(
 /// An answer being recorded as it passes, what it holds charged to the request budget.
 struct Recording {
     service: Arc<Service>,
-    id: SessionId,
-    after_seq: u64,
-    sent: ContextVersion,
+    then: Then,
     recorder: Captured,
     wire: Wire,
     max_bytes: usize,
     charge: Option<Charge>,
+}
+
+/// What an answer read as it passes is for.
+enum Then {
+    /// Recorded in session `id` after message `after_seq`, its usage counting the context
+    /// `sent` while the session still serves it.
+    Record {
+        id: SessionId,
+        after_seq: u64,
+        sent: ContextVersion,
+    },
+    /// An unrecorded call's: its usage teaches the conversation (`key`) the rate the model
+    /// counts compactd's estimate at, against the estimate of what was sent.
+    Learn { key: String, sent_tokens: usize },
+}
+
+impl Then {
+    /// What the log names the answer by.
+    fn name(&self) -> &str {
+        match self {
+            Then::Record { id, .. } => id.as_str(),
+            Then::Learn { key, .. } => key,
+        }
+    }
 }
 
 enum Captured {
@@ -734,7 +772,7 @@ impl Recording {
     }
 
     fn abandon(&mut self, why: &str) {
-        tracing::warn!(session = %self.id, reason = why, "not recording an upstream answer; the client's next call carries it");
+        tracing::warn!(session = %self.then.name(), reason = why, "not recording an upstream answer; the client's next call carries it");
         self.recorder = Captured::Abandoned;
         self.charge = None;
     }
@@ -750,19 +788,25 @@ impl Recording {
             Captured::Abandoned => None,
         };
         let Some(reply) = reply else { return };
-        match self
-            .service
-            .proxy_reply(&self.id, self.after_seq, self.sent, reply)
-            .await
-        {
+        let (id, after_seq, sent) = match self.then {
+            Then::Record {
+                id,
+                after_seq,
+                sent,
+            } => (id, after_seq, sent),
+            Then::Learn { key, sent_tokens } => {
+                return self.service.unrecorded_usage(&key, sent_tokens, &reply);
+            }
+        };
+        match self.service.proxy_reply(&id, after_seq, sent, reply).await {
             Ok(()) => {}
             // The store says a full disk, a file gone or a database locked from outside once;
             // the client's next call, which carries this answer, records it once writes go on.
             Err(ServiceError::Store(e)) if e.leaves_a_call_unrecorded() => {
-                tracing::debug!(session = %self.id, error = %e, "proxied answer not recorded");
+                tracing::debug!(session = %id, error = %e, "proxied answer not recorded");
             }
             Err(e) => {
-                tracing::warn!(session = %self.id, error = %e, "could not record a proxied answer")
+                tracing::warn!(session = %id, error = %e, "could not record a proxied answer")
             }
         }
     }

@@ -21,8 +21,10 @@ use crate::compaction::{FileLists, Origin, PlanInput, step};
 use crate::compaction_run::{self, Compacted};
 use crate::message::{Message, Role};
 use crate::provider::overflow::Overflow;
-use crate::provider::wire::WireRequest;
-use crate::store::{Branch, ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
+use crate::provider::wire::{WireReply, WireRequest};
+use crate::store::{
+    Branch, ContextSnapshot, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionRow, StoredMessage,
+};
 use crate::summarize::extractive::Extractive;
 use std::sync::Arc;
 
@@ -35,6 +37,8 @@ pub struct UnrecordedPreview {
     /// Estimated tokens of what goes upstream: the context, the call's messages after it,
     /// and its tools and system.
     pub tokens: usize,
+    /// The conversation, as what its calls teach is kept (see [`Service::unrecorded_usage`]).
+    pub key: String,
 }
 
 /// The upstream's refusal of an unrecorded call as longer than the model's window, and the
@@ -60,9 +64,11 @@ pub(super) struct Unrecorded {
 
 /// What a refusal of an unrecorded call taught of its conversation's session (see
 /// [`Service::teach`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Taught {
-    context_limit: usize,
+    /// The window a refusal said.
+    context_limit: Option<usize>,
+    /// The rate of the newest refusal or usage report.
     token_rate: f64,
     completion_tokens: usize,
 }
@@ -120,11 +126,13 @@ impl Service {
         };
         let mut memory = self.unrecorded.last(&key).unwrap_or_default();
         let mut session = snapshot.session.clone();
-        if let Some(refused) = refused {
-            memory.taught = Some(self.teach(&session, refused));
-        }
         if let Some(taught) = memory.taught {
             taught.apply(&mut session);
+        }
+        if let Some(refused) = refused {
+            let taught = self.teach(&session, refused);
+            taught.apply(&mut session);
+            memory.taught = Some(taught);
         }
         // The call's messages after the ones it shares with the branch stand right after
         // the branch's last: the rendering finds each by its place on the branch.
@@ -154,11 +162,42 @@ impl Service {
             .iter()
             .map(|m| self.estimator.message(m))
             .sum();
+        let tokens = turn.context.tokens + after + request.overhead_tokens;
+        // A small call's answer (a side call's, a conversation's first steps) is not worth
+        // a place: what it teaches is learned as the conversation nears its trigger.
+        let key = match tokens * 4 >= turn.context.context_limit {
+            true => key,
+            false => String::new(),
+        };
         Ok(Some(UnrecordedPreview {
-            tokens: turn.context.tokens + after + request.overhead_tokens,
+            tokens,
             preview: Preview { turn, matched },
             stored,
+            key,
         }))
+    }
+
+    /// What an unrecorded call's answer teaches its conversation (`key`; none when empty):
+    /// the rate at which the model counts compactd's estimate, its usage (the context it was
+    /// sent and the answer) against the estimate of the same (`sent_tokens` and the answer's).
+    /// A recorded session learns it from the same reports; without it, the conversation's
+    /// first call past the window was refused before it was compacted to fit.
+    pub fn unrecorded_usage(&self, key: &str, sent_tokens: usize, reply: &WireReply) {
+        let Some(counted) = reply.context_tokens.filter(|_| !key.is_empty()) else {
+            return;
+        };
+        let estimated = sent_tokens
+            + self.estimator.message(&reply.message)
+            + reply.unrecorded_chars.div_ceil(4);
+        // Not believed, as a stored session does not believe it (a server that counts
+        // nothing, or answers nonsense).
+        if counted * IMPLAUSIBLE_REPORT_DIVISOR < estimated {
+            return;
+        }
+        let mut memory = self.unrecorded.last(key).unwrap_or_default();
+        let taught = memory.taught.get_or_insert(Taught::default());
+        taught.token_rate = counted as f64 / estimated.max(1) as f64;
+        self.unrecorded.record(key, memory);
     }
 
     /// What a refusal teaches of `session`: the model's window (when the refusal said one
@@ -179,7 +218,7 @@ impl Service {
         let counted = overflow.tokens.unwrap_or(limit + 1);
         let rate = counted as f64 / sent_tokens.max(1) as f64;
         Taught {
-            context_limit: limit,
+            context_limit: Some(limit),
             token_rate: rate.max(session.report_rate().unwrap_or(1.0)),
             completion_tokens: overflow.completion.unwrap_or(session.completion_tokens),
         }
@@ -379,7 +418,9 @@ impl Taught {
     /// `session` as the refusal taught it: never a larger window, nor a lower rate, than it
     /// has; its usage report, made before, no longer counts.
     fn apply(self, session: &mut SessionRow) {
-        session.context_limit = session.context_limit.min(self.context_limit);
+        if let Some(limit) = self.context_limit {
+            session.context_limit = session.context_limit.min(limit);
+        }
         let rate = self.token_rate.max(session.report_rate().unwrap_or(1.0));
         session.token_rate = Some(rate);
         session.reported_tokens = None;

@@ -47,7 +47,10 @@ pub(crate) use migrate::declare_writer;
 pub(crate) use overflows::SentContext;
 pub use path::Branch;
 pub use rows::{CompactionRow, FailureRow, StoredMessage, TokenSource};
-pub(crate) use rows::{ContextSnapshot, ContextVersion, LatestSummary, SessionKind, SessionRow};
+pub(crate) use rows::{
+    ContextSnapshot, ContextVersion, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionKind,
+    SessionRow,
+};
 pub(crate) use search::{SearchHit, query_words, searchable_text};
 pub(crate) use sessions::{NewSession, SessionUpdate};
 

@@ -334,7 +334,7 @@ const MAX_REPORT_RATE: f64 = 4.0;
 /// scripts, identifiers) but for long runs of one repeated character; a model server that
 /// reports a handful of tokens for a long conversation (a constant, a zero, only the uncached
 /// part) would otherwise switch compaction off and let the context overflow.
-const IMPLAUSIBLE_REPORT_DIVISOR: usize = 3;
+pub(crate) const IMPLAUSIBLE_REPORT_DIVISOR: usize = 3;
 
 /// A stored message. `parts` stays raw JSON so serving history never re-encodes it.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]

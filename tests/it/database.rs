@@ -3,7 +3,9 @@
 //! with SIGKILL. Ground truth is what those outside programs find in the file, not the
 //! daemon's own answers.
 
+use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{TestDaemon, all_messages, bash_round, have, sqlite3, sqlite3_of, user};
+use crate::proxy::{KEY, call, raw, tool_call_answer};
 use compactd::client::Client;
 use serde_json::{Value, json};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -969,6 +971,91 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
     assert_eq!(log.matches("write lock is free again").count(), 1, "{log}");
 }
 
+/// A model of a `window`-token window (the limit compactd is told), its tokenizer counting a
+/// token every `chars_per_token` characters, answering each call with a `cat` (its usage
+/// saying 1,000 input tokens, a count no larger call believes); a daemon proxying to it; and
+/// an agent's conversation before its first call.
+fn reading_modules(window: usize, chars_per_token: usize) -> (MockModel, TestDaemon, Vec<Value>) {
+    let script = (0..80)
+        .map(|i| Reply::Fitting {
+            window,
+            chars_per_token,
+            then: Box::new(raw(tool_call_answer(i), false)),
+        })
+        .collect();
+    let mock = MockModel::start(script, Reply::status(500, "{}"));
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = {window}\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let history = vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "Read every module, then say which one defines main."}),
+    ];
+    (mock, daemon, history)
+}
+
+/// One step of the agent of [`reading_modules`] (session `agent`): its whole conversation
+/// to the model, which must answer; its answer (a `cat`) and the output, `lines` lines, kept.
+/// Returns `x-compactd-unrecorded`.
+async fn read_module(
+    client: &Client,
+    history: &mut Vec<Value>,
+    i: usize,
+    lines: usize,
+) -> Option<String> {
+    let body = json!({"model": "gpt-test", "messages": history});
+    let (status, headers, answer) = call(client, KEY, Some("agent"), &body).await;
+    assert_eq!(
+        status,
+        200,
+        "step {i}: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    let answer = &answer["choices"][0]["message"];
+    history.push(answer.clone());
+    history.push(
+        json!({"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"],
+        "content": format!("module {i}: {}", "def f(): pass\n".repeat(lines))}),
+    );
+    headers
+        .get("x-compactd-unrecorded")
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+/// A model that counts twice compactd's estimate, its usage reports unbelievable, while a
+/// person holds the write lock: compactd's estimate of an unrecorded call falls short of the
+/// model's count, and the first call past the window is refused (as OpenAI refuses it). That
+/// call is compacted to what the refusal counted and sent once more, so the agent gets its
+/// answer; what the refusal taught is kept for the conversation's later calls, none refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_call_refused_as_too_long_is_compacted_and_sent_once_more() {
+    if !have("sqlite3") {
+        eprintln!("SKIP: sqlite3 is not installed");
+        return;
+    }
+    let (mock, mut daemon, mut history) = reading_modules(32_000, 2);
+    let person = crate::common::restart_under_a_held_lock(&mut daemon);
+    let client = daemon.client();
+    for i in 0..60 {
+        let unrecorded = read_module(&client, &mut history, i, 200).await;
+        assert_eq!(unrecorded.as_deref(), Some("busy"), "step {i}");
+    }
+    // The model's count of each call (as the mock counts), and the refusals among them.
+    let counts: Vec<usize> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].to_string().len() / 2)
+        .collect();
+    let refused: Vec<usize> = counts.iter().copied().filter(|c| *c > 32_000).collect();
+    assert_eq!(refused.len(), 1, "{counts:?}");
+    assert_eq!(counts.len(), 61, "{counts:?}");
+    let log = daemon.log();
+    assert!(log.contains("compacted in memory"), "{log}");
+    crate::common::let_go(person, &client).await;
+}
+
 /// A person holds the write lock for long while an agent works through the proxy: its
 /// conversation grows past the model's window with nothing stored. Every call still reaches
 /// the model inside its window (the mock counts tokens and refuses a longer call as OpenAI
@@ -983,49 +1070,16 @@ async fn a_proxied_agent_goes_on_unrecorded_while_a_person_holds_the_write_lock(
 /// Before, each call past the window was refused, and the agent stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_hold_of_the_write_lock_never_sends_a_proxied_agent_past_its_window() {
-    use crate::common::mock_model::{MockModel, Reply};
-    use crate::proxy::{KEY, call, no_orphans, raw, tool_call_answer};
+    use crate::proxy::no_orphans;
     if !have("sqlite3") {
         eprintln!("SKIP: sqlite3 is not installed");
         return;
     }
-    // A model of a 16,000-token window (the session's limit) answering each call with a `cat`.
-    let script = (0..49)
-        .map(|i| Reply::Fitting {
-            window: 16_000,
-            chars_per_token: 4,
-            then: Box::new(raw(tool_call_answer(i), false)),
-        })
-        .collect();
-    let mock = MockModel::start(script, Reply::status(500, "{}"));
-    let mut daemon = crate::proxy::proxy_to(&mock);
-    let mut history = vec![
-        json!({"role": "system", "content": "You are terse."}),
-        json!({"role": "user", "content": "Read every module, then say which one defines main."}),
-    ];
+    let (mock, mut daemon, mut history) = reading_modules(16_000, 4);
     // Each output about 700 tokens; one, in the middle of the outage, four times the window
     // (a log read whole).
-    fn lines(i: usize) -> usize {
-        if i == 30 { 20_000 } else { 200 }
-    }
-    // One step: the whole conversation to the model; its answer (a `cat`) and the output
-    // kept. Returns `x-compactd-unrecorded`.
     async fn step(client: &Client, history: &mut Vec<Value>, i: usize) -> Option<String> {
-        let body = json!({"model": "gpt-test", "messages": history});
-        let (status, headers, answer) = call(client, KEY, Some("agent"), &body).await;
-        assert_eq!(
-            status,
-            200,
-            "step {i}: {}",
-            String::from_utf8_lossy(&answer)
-        );
-        let answer: Value = serde_json::from_slice(&answer).unwrap();
-        history.push(answer["choices"][0]["message"].clone());
-        history.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
-            "content": format!("module {i}: {}", "def f(): pass\n".repeat(lines(i)))}));
-        headers
-            .get("x-compactd-unrecorded")
-            .map(|v| v.to_str().unwrap().to_string())
+        read_module(client, history, i, if i == 30 { 20_000 } else { 200 }).await
     }
     for i in 0..3 {
         assert_eq!(step(&daemon.client(), &mut history, i).await, None);
