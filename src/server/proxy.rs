@@ -435,10 +435,12 @@ async fn unrecorded(
         }
         let response = response.header("x-compactd-unrecorded", code.as_str());
         let watch = refused.is_none() && preview.is_some();
-        let then = Then::Learn {
-            key: preview.as_ref().map_or_else(String::new, |p| p.key.clone()),
-            sent_tokens: preview.as_ref().map_or(0, |p| p.tokens),
-        };
+        let then = (preview.as_ref())
+            .filter(|p| !p.key.is_empty())
+            .map(|p| Then::Learn {
+                key: p.key.clone(),
+                sent_tokens: p.tokens,
+            });
         let (response, overflow) = answered(call, service, upstream, response, watch, then).await?;
         match (overflow, preview) {
             (Some(overflow), Some(preview)) => {
@@ -543,7 +545,7 @@ async fn forward(
 }
 
 /// The upstream's answer, passed on with `response`'s head, a success read as it passes for
-/// `then`; with `watch`, a refusal is read (within [`MAX_ERROR_BYTES`]) to tell whether the
+/// `then` (if anything); with `watch`, a refusal is read (within [`MAX_ERROR_BYTES`]) to tell whether the
 /// upstream found the prompt longer than the model's window, and what it counted.
 async fn answered(
     call: &Call,
@@ -551,14 +553,13 @@ async fn answered(
     mut upstream: reqwest::Response,
     response: axum::http::response::Builder,
     watch: bool,
-    then: Then,
+    then: Option<Then>,
 ) -> Result<(Response, Option<Overflow>), ApiError> {
     let status = upstream.status().as_u16();
     if !watch || !matches!(status, 400 | 413) {
-        let recording = upstream
-            .status()
-            .is_success()
-            .then(|| recording(call, service, then));
+        let recording = (then)
+            .filter(|_| upstream.status().is_success())
+            .map(|then| recording(call, service, then));
         let body = Body::from_stream(passed_on(upstream.bytes_stream(), recording));
         return Ok((response.body(body).map_err(internal)?, None));
     }
@@ -599,7 +600,7 @@ async fn send(
         after_seq: turn.last_seq,
         sent: turn.sent,
     };
-    answered(call, service, upstream, response, watch, then).await
+    answered(call, service, upstream, response, watch, Some(then)).await
 }
 
 /// An answer to be read as it passes, for `then`.

@@ -37,7 +37,8 @@ pub struct UnrecordedPreview {
     /// Estimated tokens of what goes upstream: the context, the call's messages after it,
     /// and its tools and system.
     pub tokens: usize,
-    /// The conversation, as what its calls teach is kept (see [`Service::unrecorded_usage`]).
+    /// The conversation, as what its calls teach is kept (see [`Service::unrecorded_usage`]);
+    /// empty for a call too small to teach anything worth keeping.
     pub key: String,
 }
 
