@@ -7,6 +7,7 @@
 //! memory budget ([`body`]). At start the soft limit on open files is raised to the hard one,
 //! so the connection limit, not the file limit, is what binds.
 
+mod answer_reading;
 mod body;
 mod connection;
 mod error;
