@@ -58,16 +58,6 @@ pub(super) enum Then {
     Learn { key: String, sent_tokens: usize },
 }
 
-impl Then {
-    /// What the log names the answer by.
-    fn name(&self) -> &str {
-        match self {
-            Then::Record { id, .. } => id.as_str(),
-            Then::Learn { key, .. } => key,
-        }
-    }
-}
-
 enum Captured {
     Stream(Box<crate::provider::wire::Recorder>),
     /// A whole JSON answer, its strings bounded as they pass.
@@ -115,7 +105,14 @@ impl Recording {
     }
 
     fn abandon(&mut self, why: &str) {
-        tracing::warn!(session = %self.then.name(), reason = why, "not recording an upstream answer; the client's next call carries it");
+        match &self.then {
+            Then::Record { id, .. } => {
+                tracing::warn!(session = %id, reason = why, "not recording an upstream answer; the client's next call carries it")
+            }
+            Then::Learn { key, .. } => {
+                tracing::debug!(conversation = %key, reason = why, "not reading an unrecorded answer's usage")
+            }
+        }
         self.recorder = Captured::Abandoned;
         self.charge = None;
     }
