@@ -75,13 +75,36 @@ fn fruitless_key(session: &SessionRow) -> (u64, usize, usize) {
 }
 
 /// A session's active messages as the engine takes them.
-struct Loaded {
-    snapshot: ContextSnapshot,
+pub(super) struct Loaded {
+    pub(super) snapshot: ContextSnapshot,
     messages: Vec<Message>,
     tokens: Vec<usize>,
     pinned: Vec<bool>,
     seqs: Vec<u64>,
     prior_files: FileLists,
+}
+
+impl Loaded {
+    /// What compacting `snapshot` starts from, the files its summary lists `prior_files`.
+    pub(super) fn of(
+        snapshot: ContextSnapshot,
+        prior_files: FileLists,
+    ) -> Result<Loaded, ServiceError> {
+        let messages = snapshot
+            .tail
+            .iter()
+            .map(|m| m.to_message())
+            .collect::<Result<_, _>>()?;
+        Ok(Loaded {
+            messages,
+            // Estimated once, when each message was appended; pinned when it was appended.
+            tokens: snapshot.tail.iter().map(|m| m.tokens).collect(),
+            pinned: snapshot.tail.iter().map(|m| m.pinned).collect(),
+            seqs: snapshot.tail.iter().map(|m| m.seq).collect(),
+            prior_files,
+            snapshot,
+        })
+    }
 }
 
 /// Which compaction attempt a failure belongs to.
@@ -432,7 +455,7 @@ impl Service {
     }
 
     /// The engine's input for compacting `loaded`.
-    fn plan_input<'a>(
+    pub(super) fn plan_input<'a>(
         &self,
         loaded: &'a Loaded,
         config: &'a CompactionConfig,
@@ -465,6 +488,14 @@ impl Service {
     /// until others leave room (one larger than the whole budget runs alone).
     async fn compaction_charge(&self, id: &SessionId) -> Result<memory::Charge, ServiceError> {
         let session = self.store.session(id).await?;
+        self.charge_for(&session).await
+    }
+
+    /// [`Self::compaction_charge`] for a compaction of `session` as it stands.
+    pub(super) async fn charge_for(
+        &self,
+        session: &SessionRow,
+    ) -> Result<memory::Charge, ServiceError> {
         let bytes = session.active_messages * memory::COMPACTION_MESSAGE_COST
             + (session.active_tokens + session.summary_tokens) * memory::COMPACTION_TOKEN_COST;
         tokio::select! {
@@ -477,20 +508,8 @@ impl Service {
     /// no compaction can commit between these reads.
     async fn load(&self, id: &SessionId) -> Result<Loaded, ServiceError> {
         let snapshot = self.store.compaction_input(id).await?;
-        let messages = snapshot
-            .tail
-            .iter()
-            .map(|m| m.to_message())
-            .collect::<Result<_, _>>()?;
-        Ok(Loaded {
-            messages,
-            // Estimated once, when each message was appended; pinned when it was appended.
-            tokens: snapshot.tail.iter().map(|m| m.tokens).collect(),
-            pinned: snapshot.tail.iter().map(|m| m.pinned).collect(),
-            seqs: snapshot.tail.iter().map(|m| m.seq).collect(),
-            prior_files: self.store.prior_files(id).await?,
-            snapshot,
-        })
+        let prior_files = self.store.prior_files(id).await?;
+        Loaded::of(snapshot, prior_files)
     }
 
     /// Stores a finished compaction and announces it.

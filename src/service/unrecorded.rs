@@ -15,7 +15,8 @@
 
 use super::fingerprint::fingerprint;
 use super::proxy::{Caller, Identity, Preview, ProxyTurn};
-use super::{Service, ServiceError, memory};
+use super::scheduling::Loaded;
+use super::{Service, ServiceError};
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::{FileLists, Origin, PlanInput, step};
 use crate::compaction_run::{self, Compacted};
@@ -258,16 +259,16 @@ impl Service {
         // The files the summary the context starts from lists: this conversation's last
         // in-memory one, else the session's stored one.
         let prior_files = match &kept {
-            Some(kept) => kept.files.clone(),
+            Some(kept) => (*kept.files).clone(),
             None if stored && context.session.summary_num > 0 => {
-                Arc::new(self.store.prior_files(&context.session.id).await?)
+                self.store.prior_files(&context.session.id).await?
             }
             None => Default::default(),
         };
-        let Some(summary) = self
-            .compacted_in_memory(&context, &prior_files, stored)
-            .await?
-        else {
+        let (mut context, summary) = self
+            .compacted_in_memory(context, prior_files, stored)
+            .await?;
+        let Some(summary) = summary else {
             return Ok((context, kept));
         };
         let kept = Kept {
@@ -336,61 +337,44 @@ impl Service {
         Ok(snapshot)
     }
 
-    /// A compaction of `context` by the built-in summarizer: its summary and how many of the
-    /// call's messages it stands for (the rest of [`Kept`] the caller's); `None` when there is
-    /// nothing to compact. The summary names the session for recall when it is `stored`.
+    /// A compaction of `context` by the built-in summarizer (its summary listing the files
+    /// `prior_files` lists and those of its messages): `context` back, and the summary with
+    /// how many of the call's messages it stands for (the rest of [`Kept`] the caller's);
+    /// none when there is nothing to compact. The summary names the session for recall when
+    /// it is `stored`.
     async fn compacted_in_memory(
         &self,
-        context: &ContextSnapshot,
-        prior_files: &FileLists,
+        context: ContextSnapshot,
+        prior_files: FileLists,
         stored: bool,
-    ) -> Result<Option<Kept>, ServiceError> {
+    ) -> Result<(ContextSnapshot, Option<Kept>), ServiceError> {
+        let _charge = self.charge_for(&context.session).await?;
         let session = &context.session;
-        let config = self.compaction_config(session);
-        let _charge = self
-            .memory()
-            .compactions
-            .take(
-                context.tail.len() * memory::COMPACTION_MESSAGE_COST
-                    + (session.active_tokens + session.summary_tokens)
-                        * memory::COMPACTION_TOKEN_COST,
-                None,
-            )
-            .await
-            .ok_or(ServiceError::ShuttingDown)?;
-        let messages = (context.tail.iter())
-            .map(StoredMessage::to_message)
-            .collect::<Result<Vec<_>, _>>()?;
-        let tokens: Vec<usize> = context.tail.iter().map(|m| m.tokens).collect();
-        let pinned: Vec<bool> = context.tail.iter().map(|m| m.pinned).collect();
-        let seqs: Vec<u64> = context.tail.iter().map(|m| m.seq).collect();
-        let planning = (*config)
+        let planning = (*self.compaction_config(session))
             .clone()
             .fitted_beside(session.estimated_limit(), session.pinned_tokens);
+        let num = context.latest.as_ref().map_or(0, |l| l.compaction_num) + 1;
+        let loaded = Loaded::of(context, prior_files)?;
         let settings = self.settings();
         let input = PlanInput {
-            pinned: &pinned,
-            pinned_tokens: session.pinned_tokens,
-            seqs: &seqs,
-            task_seq: session.task_seq,
-            prior_summary: context.latest.as_ref().map(|l| l.summary.as_str()),
-            prior_files,
-            estimator: self.estimator,
-            redact_secrets: settings.config.summarizer.redact_secrets,
-            session: if stored { session.id.as_str() } else { "" },
-            ..PlanInput::new(&messages, &tokens, session.estimated_limit(), &planning)
+            session: match stored {
+                true => loaded.snapshot.session.id.as_str(),
+                false => "",
+            },
+            ..self.plan_input(&loaded, &planning, None, &settings)
         };
-        let num = context.latest.as_ref().map_or(0, |l| l.compaction_num) + 1;
+        let compacted = compaction_run::compact(&input, &Extractive, num).await?;
+        let context = loaded.snapshot;
         let Some(Compacted {
             result,
             boundary,
             summary_tokens,
             ..
-        }) = compaction_run::compact(&input, &Extractive, num).await?
+        }) = compacted
         else {
-            return Ok(None);
+            return Ok((context, None));
         };
-        tracing::info!(session = %session.id, pre = result.pre_tokens, post = result.post_tokens, "an unrecorded call compacted in memory");
+        tracing::info!(session = %context.session.id, pre = result.pre_tokens, post = result.post_tokens, "an unrecorded call compacted in memory");
         // Where the preserved tail starts in the call (past its end: all of it compacted).
         let upto = match context.tail.get(boundary.index) {
             Some(first_kept) => context.branch.position(first_kept.seq),
@@ -398,7 +382,7 @@ impl Service {
                 (context.tail.last()).and_then(|m| context.branch.position(m.seq).map(|p| p + 1))
             }
         };
-        Ok(upto.filter(|upto| *upto > 0).map(|upto| Kept {
+        let kept = upto.filter(|upto| *upto > 0).map(|upto| Kept {
             stored: (0, 0),
             upto,
             last: 0,
@@ -411,7 +395,8 @@ impl Service {
             summary: result.summary.into(),
             summary_tokens,
             num,
-        }))
+        });
+        Ok((context, kept))
     }
 }
 
