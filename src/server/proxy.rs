@@ -17,7 +17,7 @@ use super::offload::SLOTS;
 use crate::protocol::{ErrorCode, SessionId};
 use crate::provider::overflow::{MAX_ERROR_BYTES, Overflow, overflow};
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
-use crate::service::proxy::{Caller, Identity, ProxyTurn};
+use crate::service::proxy::{Caller, Identity, Preview, ProxyTurn};
 use crate::service::unrecorded::Refused;
 use crate::service::{Service, ServiceError};
 use crate::store::StoreError;
@@ -125,14 +125,7 @@ pub(super) async fn count_tokens(
             .await?;
         let bytes = SLOTS
             .run(call.bytes, move || {
-                let (mut outgoing, rest) = match &preview {
-                    Some(preview) => (
-                        outgoing(Wire::Anthropic, &preview.turn, &request),
-                        preview.matched,
-                    ),
-                    None => (Vec::new(), 0),
-                };
-                outgoing.extend(request.natives[rest..].iter().map(Outgoing::Native));
+                let outgoing = previewed(Wire::Anthropic, preview.as_ref(), &request);
                 Wire::Anthropic.render(&body, &outgoing)
             })
             .await?
@@ -411,17 +404,8 @@ async fn unrecorded(
         let wire = call.wire;
         let (bytes, preview, kept) = SLOTS
             .run(call.bytes, move || {
-                let bytes = {
-                    let (mut outgoing, rest) = match &preview {
-                        Some(p) => (
-                            outgoing(wire, &p.preview.turn, &conversation),
-                            p.preview.matched,
-                        ),
-                        None => (Vec::new(), 0),
-                    };
-                    outgoing.extend(conversation.natives[rest..].iter().map(Outgoing::Native));
-                    wire.render(&body, &outgoing)
-                };
+                let sent = previewed(wire, preview.as_ref().map(|p| &p.preview), &conversation);
+                let bytes = wire.render(&body, &sent);
                 (bytes, preview, (conversation, body))
             })
             .await?;
@@ -467,6 +451,22 @@ async fn parsed(
         .await?;
     let request = request.map_err(|e| ApiError::bad_request(format!("{what}: {e}")))?;
     Ok((request, body))
+}
+
+/// What goes upstream for a call nothing is stored of: its `preview` (the context it would
+/// be sent with), then the call's messages after those the preview stands for; the call's
+/// messages as they are without one.
+fn previewed<'a>(
+    wire: Wire,
+    preview: Option<&'a Preview>,
+    request: &'a WireRequest,
+) -> Vec<Outgoing<'a>> {
+    let (mut out, rest) = match preview {
+        Some(preview) => (outgoing(wire, &preview.turn, request), preview.matched),
+        None => (Vec::new(), 0),
+    };
+    out.extend(request.natives[rest..].iter().map(Outgoing::Native));
+    out
 }
 
 /// What goes upstream for a call: the context's messages as the request has them (patched
