@@ -89,6 +89,21 @@ fn byte_at(text: &str, n: usize) -> usize {
     text.char_indices().nth(n).map_or(text.len(), |(i, _)| i)
 }
 
+/// The parts of message `at` (of `tokens` estimated tokens) as the context shows it in a step
+/// of `step_calls` calls and `step_budget` tokens: shortened when it takes more than its
+/// share ([`message_budget`]), `None` when it is shown whole.
+pub fn shown_in_step(
+    message: &Message,
+    tokens: usize,
+    at: Origin,
+    step_budget: usize,
+    step_calls: usize,
+) -> Option<Vec<Part>> {
+    message_budget(message, step_budget, step_calls)
+        .filter(|&budget| tokens > budget)
+        .and_then(|budget| shorten_message(message, at, budget, &LazyEstimator::default()))
+}
+
 /// The parts of message `seq` shortened so the message takes at most `max_tokens`, or `None`
 /// when it fits already. What is shortened: tool outputs and text (a user's instruction, or
 /// an answer so long that it alone would not fit: a model server can send megabytes); a tool

@@ -305,9 +305,8 @@ impl Service {
                 seq,
             };
             let tokens = self.estimator.message(message);
-            let shortened = step::message_budget(message, step_budget, session.step_calls)
-                .filter(|budget| tokens > *budget)
-                .and_then(|budget| step::shorten_message(message, at, budget, &self.estimator));
+            let shortened =
+                step::shown_in_step(message, tokens, at, step_budget, session.step_calls);
             let appended = match shortened {
                 Some(parts) => {
                     let shown = Message {

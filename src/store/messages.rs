@@ -626,10 +626,13 @@ fn shortened(
     step_budget: usize,
     step_calls: usize,
 ) -> Result<(Option<String>, Option<usize>)> {
-    let parts = step::message_budget(message, step_budget, step_calls)
-        .filter(|&budget| tokens > budget)
-        .and_then(|budget| step::shorten_message(message, at, budget, &LazyEstimator::default()));
-    encoded(parts)
+    encoded(step::shown_in_step(
+        message,
+        tokens,
+        at,
+        step_budget,
+        step_calls,
+    ))
 }
 
 /// Shortens the session's active messages again for a new step budget (its limit or config
