@@ -43,7 +43,13 @@ enum Decision {
 /// A finished compaction as the store takes it (its timing and fallback still to be said).
 /// `seqs` are the compacted messages' (the boundary is the first kept one, or the one after
 /// the last when none is kept).
-fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) -> NewCompaction {
+fn to_store(
+    attempt: &AttemptOf,
+    session: &SessionRow,
+    seqs: &[u64],
+    done: Compacted,
+) -> NewCompaction {
+    let first_seq = session.active_from_seq;
     let boundary_seq = seqs
         .get(done.boundary.index)
         .copied()
@@ -55,6 +61,7 @@ fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) 
         summary_tokens: done.summary_tokens,
         first_seq,
         boundary_seq,
+        head_seq: session.head_seq,
         summarizer: done.summarizer,
         chunks: done.chunks,
         fallback_reason: None,
@@ -64,11 +71,14 @@ fn to_store(attempt: &AttemptOf, first_seq: u64, seqs: &[u64], done: Compacted) 
     }
 }
 
-/// What an attempt that found nothing to compact depends on: the messages (an append adds
-/// one) and the room a compaction plans for (the limit, the completion kept free beside it).
+/// What an attempt that found nothing to compact depends on: the messages of the branch it
+/// compacted (the branch ending at its last one; an append moves that on) and the room a
+/// compaction plans for (the limit, the completion kept free beside it). Not the session's
+/// message count: a proxied conversation's other branch moves that, and its attempt is not
+/// this one's.
 fn fruitless_key(session: &SessionRow) -> (u64, usize, usize) {
     (
-        session.message_count,
+        session.head_seq,
         session.estimated_limit(),
         session.completion_tokens,
     )
@@ -151,10 +161,10 @@ impl Service {
             return Some(CompactionStatus::in_progress(trigger));
         };
         let service = self.clone();
-        let id = session.id.clone();
+        let (id, head) = (session.id.clone(), session.head_seq);
         let task = self
             .tasks
-            .spawn(async move { service.auto_compact(id, guard).await });
+            .spawn(async move { service.auto_compact(id, head, guard).await });
         if !wait {
             return Some(CompactionStatus::started(trigger));
         }
@@ -167,19 +177,29 @@ impl Service {
     /// can fire the trigger again, hence the loop; the lock is given up between rounds. A
     /// round follows another only when something was appended in between (a compaction that
     /// left the context over the background line is not followed by one that cannot do better).
-    async fn auto_compact(self: Arc<Self>, id: SessionId, guard: SessionGuard) -> CompactionStatus {
+    /// Each round compacts the branch `head` lies on (grown since, or moved back to), the one
+    /// the append or the call that started it is on: see [`crate::store::Store::session_on`].
+    async fn auto_compact(
+        self: Arc<Self>,
+        id: SessionId,
+        mut head: u64,
+        guard: SessionGuard,
+    ) -> CompactionStatus {
         let mut status = None;
         let mut guard = guard;
         let mut last_round_from = None;
         loop {
-            let session = match self.store.session(&id).await {
+            let session = match self.store.session_on(&id, head).await {
                 Ok(session) => session,
                 Err(e) => return CompactionStatus::failed(Trigger::Tokens, e.to_string()),
             };
-            if last_round_from == Some(session.message_count) {
+            // Appended to this branch since the last round (another branch's appends leave
+            // this branch's context as the last round left it).
+            if last_round_from == Some(session.head_seq) {
                 break;
             }
-            last_round_from = Some(session.message_count);
+            head = session.head_seq;
+            last_round_from = Some(head);
             let trigger = match self.decide(&session) {
                 Decision::Idle => break,
                 Decision::BreakerOpen(trigger) => {
@@ -188,7 +208,10 @@ impl Service {
                 Decision::Compact(trigger) => trigger,
             };
             let _ = self.store.record_attempt(&id, session.turn_start_seq).await;
-            match self.compact_once(&id, trigger, None, None).await {
+            match self
+                .compact_once(&id, trigger, None, None, Some(head))
+                .await
+            {
                 Ok(Attempt::Compacted(row)) => {
                     status = Some(CompactionStatus::completed(trigger, *row));
                     if self.shutdown.is_cancelled() {
@@ -301,7 +324,10 @@ impl Service {
         self.store.session(id).await?;
         let _guard = self.locks.lock(id.as_str()).await;
         let focus = focus.filter(|f| !f.trim().is_empty());
-        match self.compact_once(id, Trigger::Manual, focus, None).await? {
+        match self
+            .compact_once(id, Trigger::Manual, focus, None, None)
+            .await?
+        {
             Attempt::Compacted(row) => Ok(SummarizeOutcome::compacted(*row)),
             Attempt::NothingToCompact => Ok(SummarizeOutcome::not_compacted(NOTHING_TO_COMPACT)),
         }
@@ -319,9 +345,10 @@ impl Service {
         trigger: Trigger,
         focus: Option<String>,
         instead: Option<String>,
+        head: Option<u64>,
     ) -> Result<Attempt, ServiceError> {
         let _charge = self.compaction_charge(id).await?;
-        let loaded = self.load(id).await?;
+        let loaded = self.load(id, head).await?;
         let session = &loaded.snapshot.session;
         let config = self.compaction_config(session);
         let planning = (*config)
@@ -387,11 +414,25 @@ impl Service {
                     fallback_reason,
                     duration_ms,
                     mask_tail,
-                    ..to_store(&attempt, session.active_from_seq, &loaded.seqs, done)
+                    ..to_store(&attempt, session, &loaded.seqs, done)
                 };
-                Ok(Attempt::Compacted(Box::new(
-                    self.commit(new, background).await?,
-                )))
+                match self.commit(new, background).await {
+                    Ok(row) => Ok(Attempt::Compacted(Box::new(row))),
+                    Err(error) => {
+                        // Its start was announced: so is its end, even when the store that
+                        // would record it takes nothing.
+                        let reason = format!("the compaction could not be stored: {error}");
+                        tracing::warn!(session = %id, trigger = trigger.as_str(), reason = %reason, "compaction failed");
+                        if self
+                            .record_failure(&attempt, reason.clone(), duration_ms)
+                            .await
+                            .is_err()
+                        {
+                            self.announce_failure(id, trigger, &reason);
+                        }
+                        Err(error)
+                    }
+                }
             }
             Err(error) => {
                 tracing::warn!(session = %id, trigger = trigger.as_str(), reason = %error, "compaction failed");
@@ -423,8 +464,9 @@ impl Service {
             self.hurries.calm(id.as_str());
             return true;
         };
-        // A compaction may have landed since `session` was read.
-        let Ok(session) = self.store.session(id).await else {
+        // A compaction may have landed since `session` was read (or another branch's call
+        // moved the session: it is `session`'s branch that needs the rescue).
+        let Ok(session) = self.store.session_on(id, session.head_seq).await else {
             return true;
         };
         let config = self.compaction_config(&session);
@@ -446,7 +488,7 @@ impl Service {
         );
         tracing::warn!(session = %id, reason = %why, "compacting a context over its trigger with the extractive summarizer");
         if let Err(e) = self
-            .compact_once(id, Trigger::Tokens, None, Some(why))
+            .compact_once(id, Trigger::Tokens, None, Some(why), Some(session.head_seq))
             .await
         {
             tracing::warn!(session = %id, error = %e, "a context over its trigger could not be compacted");
@@ -504,11 +546,10 @@ impl Service {
         }
     }
 
-    /// What a compaction of the session starts from. The caller holds the session's lock, so
-    /// no compaction can commit between these reads.
-    async fn load(&self, id: &SessionId) -> Result<Loaded, ServiceError> {
-        let snapshot = self.store.compaction_input(id).await?;
-        let prior_files = self.store.prior_files(id).await?;
+    /// What a compaction of the branch `head` lies on (the current one without `head`) starts
+    /// from, in one snapshot: its context and the file lists its summary extends.
+    async fn load(&self, id: &SessionId, head: Option<u64>) -> Result<Loaded, ServiceError> {
+        let (snapshot, prior_files) = self.store.compaction_input(id, head).await?;
         Loaded::of(snapshot, prior_files)
     }
 

@@ -261,7 +261,7 @@ impl Service {
         let prior_files = match &kept {
             Some(kept) => (*kept.files).clone(),
             None if stored && context.session.summary_num > 0 => {
-                self.store.prior_files(&context.session.id).await?
+                self.store.prior_files(&context.session).await?
             }
             None => Default::default(),
         };

@@ -18,6 +18,10 @@ pub struct NewCompaction {
     pub first_seq: u64,
     /// The new boundary: first message kept verbatim.
     pub boundary_seq: u64,
+    /// The last message of the branch compacted, as read: a proxied conversation's other
+    /// branch may be current by the time the compaction lands, and the session moves back
+    /// to this one for it (see [`Store::session_on`]).
+    pub head_seq: u64,
     pub summary_tokens: usize,
     pub summarizer: String,
     pub chunks: usize,
@@ -69,6 +73,7 @@ impl Store {
     pub async fn commit_compaction(&self, c: NewCompaction) -> Result<Committed> {
         self.write(move |conn| {
             let session = get_live(conn, c.session_id.as_str())?;
+            let session = super::reading::branch_of(conn, session, Some(c.head_seq))?;
             // The branch may have changed meanwhile (a proxied client resent an earlier
             // request): the boundary must still be on the current one.
             let on_branch = super::path::Branch::current(conn, &session)?.contains(c.boundary_seq)

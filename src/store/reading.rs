@@ -28,11 +28,10 @@ impl Store {
         .await
     }
 
-    /// The files the compaction the session's current branch starts from lists.
-    pub async fn prior_files(&self, session_id: &SessionId) -> Result<FileLists> {
-        let session_id = session_id.to_string();
-        self.read(move |conn| latest_files(conn, &get_live(conn, &session_id)?))
-            .await
+    /// The files the compaction `session`'s context starts from lists.
+    pub async fn prior_files(&self, session: &SessionRow) -> Result<FileLists> {
+        let session = session.clone();
+        self.read(move |conn| latest_files(conn, &session)).await
     }
 
     /// The session, its pinned messages, its latest summary and its uncompacted messages, in
@@ -59,10 +58,61 @@ impl Store {
         .await
     }
 
-    /// The same snapshot with every message whole, its tokens as the context counts them: what
-    /// a compaction summarizes.
-    pub async fn compaction_input(&self, session_id: &SessionId) -> Result<ContextSnapshot> {
-        self.snapshot(session_id, false).await
+    /// What a compaction of the branch `head` lies on summarizes (of the current branch
+    /// without `head`): the snapshot with every message whole, its tokens as the context
+    /// counts them, and the file lists its summary extends. See [`Store::session_on`] for
+    /// which branch that is.
+    pub async fn compaction_input(
+        &self,
+        session_id: &SessionId,
+        head: Option<u64>,
+    ) -> Result<(ContextSnapshot, FileLists)> {
+        self.on_branch(session_id, head, |conn, session| {
+            let files = latest_files(conn, &session)?;
+            Ok((snapshot_of(conn, session, false)?, files))
+        })
+        .await
+    }
+
+    /// The session with the branch `head` lies on current: as it stands when its current
+    /// branch holds `head` (the branch a caller saw, or that branch grown since), else moved
+    /// back to the branch ending at `head` (another branch's call moved the session since).
+    /// A compaction started for one branch's call compacts that branch, whatever the other
+    /// branch's calls do meanwhile; before, it compacted whichever branch was current when it
+    /// read the session, and the call it was for went out uncompacted.
+    pub async fn session_on(&self, session_id: &SessionId, head: u64) -> Result<SessionRow> {
+        self.on_branch(session_id, Some(head), |_, session| Ok(session))
+            .await
+    }
+
+    /// `then` of the session with `head`'s branch current (see [`Store::session_on`]): read,
+    /// or, when the session must move back to that branch, in the write that moves it.
+    async fn on_branch<T: Send + 'static>(
+        &self,
+        session_id: &SessionId,
+        head: Option<u64>,
+        then: impl Fn(&Connection, SessionRow) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        let then = std::sync::Arc::new(then);
+        let (id, read) = (session_id.to_string(), then.clone());
+        let found = self
+            .read(move |conn| {
+                let session = get_live(conn, &id)?;
+                match holds(conn, &session, head)? {
+                    true => read(conn, session).map(Some),
+                    false => Ok(None),
+                }
+            })
+            .await?;
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        let id = session_id.to_string();
+        self.write(move |conn| {
+            let session = branch_of(conn, get_live(conn, &id)?, head)?;
+            then(conn, session)
+        })
+        .await
     }
 
     async fn snapshot(&self, session_id: &SessionId, masked: bool) -> Result<ContextSnapshot> {
@@ -72,6 +122,28 @@ impl Store {
             snapshot_of(conn, session, masked)
         })
         .await
+    }
+}
+
+/// Whether the session's current branch holds `head` (any head, when there is none).
+fn holds(conn: &Connection, session: &SessionRow, head: Option<u64>) -> Result<bool> {
+    Ok(match head {
+        Some(head) if head > 0 && head != session.head_seq => {
+            Branch::current(conn, session)?.contains(head)
+        }
+        _ => true,
+    })
+}
+
+/// `session` with the branch `head` lies on current: see [`Store::session_on`].
+pub(super) fn branch_of(
+    conn: &Connection,
+    session: SessionRow,
+    head: Option<u64>,
+) -> Result<SessionRow> {
+    match (holds(conn, &session, head)?, head) {
+        (false, Some(head)) => super::counters::switch_to(conn, &session, head),
+        _ => Ok(session),
     }
 }
 

@@ -625,3 +625,75 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
     assert!(text.contains("Go on with the even modules."), "{text}");
     assert!(!text.contains("odd_"), "{text}");
 }
+
+/// A compaction a branch's call started with a model summarizer (slow, as models are) lands
+/// on that branch though the other branch's call moved the session while it ran: the
+/// summarizer's work is kept, and the branch's next call is sent with its summary. Before,
+/// the compaction was refused as "compacted by someone else meanwhile" when it landed: the
+/// model's summary was thrown away, and the call it was for went out uncompacted, to be
+/// summarized again (two branches taking turns: a refused call refused again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_started_for_one_branch_lands_though_the_other_branch_called_meanwhile() {
+    let upstream = model(16_000, 2);
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let written = Reply::After(std::time::Duration::ZERO);
+    let summarizer = MockModel::start(
+        vec![Reply::Gated(gate.clone(), Box::new(written.clone()))],
+        written,
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nanthropic_upstream = \"{}\"\n[summarizer]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"m\"\nmax_retries = 0\n",
+        upstream.base, summarizer.base
+    ));
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    let (mut odd, mut even) = two_branches(&client).await;
+    // The odd branch grows until its compaction starts in the background (its calls are
+    // served as they are meanwhile); the summarizer holds it.
+    let mut step = 0;
+    while summarizer.requests().is_empty() {
+        assert!(step < 30, "no compaction started in 30 steps");
+        assert_eq!(
+            branch_step(&client, &mut odd, "odd", step, 3_000).await,
+            200
+        );
+        step += 1;
+    }
+    let session = client.get("/session").await.unwrap()["sessions"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The even branch's call moves the session to its branch while the summary is written.
+    assert_eq!(branch_step(&client, &mut even, "even", 0, 100).await, 200);
+    gate.add_permits(1);
+    let landed = loop {
+        let (name, data) = crate::common::next_event(&mut events).await;
+        if name == "compaction_finished" || name == "compaction_failed" {
+            break (name, data);
+        }
+    };
+    assert_eq!(landed.0, "compaction_finished", "{}", landed.1);
+    assert_eq!(landed.1["session_id"], session.as_str());
+    let path = format!("/session/{session}/compaction");
+    let first = client.get(&path).await.unwrap();
+    assert_eq!(first["failures"], json!([]), "{first}");
+    assert_eq!(first["compactions"].as_array().unwrap().len(), 1);
+
+    // Each branch's next call: the odd one with a summary, the even one without any.
+    let sent = upstream.requests().len();
+    assert_eq!(branch_step(&client, &mut odd, "odd", step, 100).await, 200);
+    assert_eq!(branch_step(&client, &mut even, "even", 1, 100).await, 200);
+    let requests = upstream.requests();
+    let odd_sent = requests[sent].body["messages"].to_string();
+    let even_sent = requests[sent + 1].body["messages"].to_string();
+    assert!(odd_sent.contains("summary written by call"), "{odd_sent}");
+    assert!(!even_sent.contains("summary written"), "{even_sent}");
+    assert!(!even_sent.contains("odd_"), "{even_sent}");
+    // Every summary the model wrote landed.
+    let last = client.get(&path).await.unwrap();
+    assert_eq!(last["failures"], json!([]), "{last}");
+    assert_eq!(
+        last["compactions"].as_array().unwrap().len(),
+        summarizer.requests().len()
+    );
+}

@@ -228,9 +228,8 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
 /// reached the client). A compaction of the refused branch itself does make it stale.
 #[tokio::test]
 async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
-    use crate::compaction::{CompactionResult, Trigger};
     use crate::provider::overflow::Overflow;
-    use crate::store::{NewCompaction, SentContext};
+    use crate::store::SentContext;
     let (_dir, store, a) = with_branch_a().await;
     let id = a.session.id.clone();
     let sent_by = |head: u64| {
@@ -243,29 +242,6 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
                 .session
                 .context_version()
         }
-    };
-    let compact = |session: SessionRow, boundary_seq: u64| NewCompaction {
-        session_id: session.id.clone(),
-        trigger: Trigger::Manual,
-        focus: None,
-        result: CompactionResult {
-            summary: "## 1. Primary Request and Intent\nsummary".into(),
-            read_files: vec![],
-            modified_files: vec![],
-            created_files: vec![],
-            deleted_files: vec![],
-            pre_tokens: 100,
-            post_tokens: 50,
-            compaction_num: session.compaction_count + 1,
-        },
-        first_seq: session.active_from_seq,
-        boundary_seq,
-        summary_tokens: 10,
-        summarizer: "extractive".into(),
-        chunks: 1,
-        fallback_reason: None,
-        duration_ms: 1,
-        mask_tail: None,
     };
     let refusal = Overflow {
         tokens: Some(9_000),
@@ -281,7 +257,7 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
     assert_eq!(b.session.id, id, "one session, two branches");
     let sent_b = sent_by(b.session.head_seq).await;
     let (_, compacted, _) = store
-        .commit_compaction(compact(b.session.clone(), b.session.head_seq - 1))
+        .commit_compaction(compaction_of(&b.session, b.session.head_seq - 1))
         .await
         .unwrap();
     assert_eq!(compacted.compaction_count, 1);
@@ -309,6 +285,89 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
         .await
         .unwrap();
     assert!(stale.is_none(), "B's refused context was compacted since");
+}
+
+/// A compaction of `session`'s current branch as it stands, keeping from `boundary_seq`.
+fn compaction_of(session: &SessionRow, boundary_seq: u64) -> crate::store::NewCompaction {
+    use crate::compaction::{CompactionResult, Trigger};
+    crate::store::NewCompaction {
+        session_id: session.id.clone(),
+        trigger: Trigger::Manual,
+        focus: None,
+        result: CompactionResult {
+            summary: "## 1. Primary Request and Intent\nsummary".into(),
+            read_files: vec![],
+            modified_files: vec![],
+            created_files: vec![],
+            deleted_files: vec![],
+            pre_tokens: 100,
+            post_tokens: 50,
+            compaction_num: session.compaction_count + 1,
+        },
+        first_seq: session.active_from_seq,
+        boundary_seq,
+        head_seq: session.head_seq,
+        summary_tokens: 10,
+        summarizer: "extractive".into(),
+        chunks: 1,
+        fallback_reason: None,
+        duration_ms: 1,
+        mask_tail: None,
+    }
+}
+
+/// A compaction read from one branch lands on that branch though the other branch's call
+/// moved the session meanwhile: the session moves back to the compacted branch for it.
+/// Before, it was refused as "compacted by someone else", the summarizer's work was thrown
+/// away, and the call it was for went out uncompacted (two interleaving branches through the
+/// proxy: a refused call refused again). A compaction's input, too, is of the branch asked.
+#[tokio::test]
+async fn a_compaction_of_one_branch_lands_though_the_other_branchs_call_moved_the_session() {
+    let (_dir, store, a) = with_branch_a().await;
+    let id = a.session.id.clone();
+    let texts = |snapshot: &crate::store::ContextSnapshot| -> String {
+        snapshot.tail.iter().map(|m| m.parts.get()).collect()
+    };
+    let (input, _) = store
+        .compaction_input(&id, Some(a.session.head_seq))
+        .await
+        .unwrap();
+    let b_call = || store.place_call(headed_call("task B", 200, 2), rules);
+    let b = b_call().await.unwrap();
+    let (of_a, _) = store
+        .compaction_input(&id, Some(a.session.head_seq))
+        .await
+        .unwrap();
+    assert!(texts(&of_a).contains("task A") && !texts(&of_a).contains("task B"));
+    assert_eq!(texts(&of_a), texts(&input));
+    // B's call again: its branch is current when A's compaction lands.
+    b_call().await.unwrap();
+    let current = store.session(&id).await.unwrap();
+    assert_eq!(current.head_seq, b.session.head_seq);
+
+    let boundary = input.tail[input.tail.len() - 2].seq;
+    let (row, after, _) = store
+        .commit_compaction(compaction_of(&input.session, boundary))
+        .await
+        .expect("A's compaction lands");
+    assert_eq!(row.result.compaction_num, 1);
+    assert_eq!(
+        (after.head_seq, after.active_from_seq, after.summary_num),
+        (a.session.head_seq, boundary, 1)
+    );
+    let a_now = store.context_on(&id, a.session.head_seq).await.unwrap();
+    assert_eq!(a_now.latest.map(|l| l.compaction_num), Some(1));
+    assert_eq!(
+        a_now.tail.len(),
+        2,
+        "A's context: its summary and the tail kept"
+    );
+    let b_now = store.context_on(&id, b.session.head_seq).await.unwrap();
+    assert!(
+        b_now.latest.is_none(),
+        "B's context holds nothing of A's summary"
+    );
+    assert!(texts(&b_now).contains("task B") && !texts(&b_now).contains("task A"));
 }
 
 /// [`headed_call`] whose rounds are tool calls each answered by an output of 2,000 characters
