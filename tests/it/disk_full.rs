@@ -2,7 +2,7 @@
 //! mounted for the test, so only where the test runs as root) holds the database or the copy.
 //! Ground truth is what the system's `sqlite3` finds in the file.
 
-use crate::common::mock_model::MockModel;
+use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{
     SmallDisk, TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user,
 };
@@ -244,6 +244,90 @@ async fn a_full_disk_never_stops_a_proxied_agent_and_room_again_stores_all_it_sa
     // Every message of the conversation is stored once, in order, and the last answer after it.
     crate::common::assert_stored_whole(&db, "agent", &history);
     assert_eq!(client.get("/health").await.unwrap()["status"], "ok");
+}
+
+/// A compaction whose summary the model wrote while the disk filled cannot be stored: it ends
+/// in `compaction_failed` saying so (an IDE plugin shows its start and its end), nothing of
+/// it is in the file, and once there is room the session compacts on its next append. Before,
+/// a compaction that failed as it was stored ended in no event at all: its start stood
+/// unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_the_full_disk_cannot_store_ends_in_compaction_failed() {
+    let Some(disk) = small_disk_and_sqlite3() else {
+        return;
+    };
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let written = Reply::After(std::time::Duration::ZERO);
+    let summarizer = MockModel::start(
+        vec![Reply::Gated(gate.clone(), Box::new(written.clone()))],
+        written,
+    );
+    let db = disk.mount.join("compactd.db");
+    let daemon = TestDaemon::builder()
+        .db(&db)
+        .config(&format!(
+            "[compaction]\nmax_messages = 12\n[summarizer]\nkind = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"m\"\nmax_retries = 0\n",
+            summarizer.base
+        ))
+        .start();
+    let client = daemon.client();
+    let mut events = client.events().await.unwrap();
+    for i in 0..13 {
+        client
+            .post("/session/c/message", &message(i))
+            .await
+            .unwrap();
+    }
+    // The model is writing the summary; meanwhile another session fills the disk.
+    summarizer.wait_for_requests(1);
+    let (_, refusal) = fill(&client, "filler").await;
+    assert_eq!(refusal.0, 507, "{refusal:?}");
+    gate.add_permits(1);
+    let (name, ended_with) = compaction_of_c_ended(&mut events).await;
+    assert_eq!(name, "compaction_failed", "{ended_with}");
+    let reason = ended_with["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("could not be stored") && reason.contains("full"),
+        "{reason}"
+    );
+    assert_eq!(
+        sqlite3(
+            &db,
+            "select count(*) from compactions where session_id = 'c'"
+        )
+        .unwrap(),
+        "0"
+    );
+
+    disk.grow("32m");
+    client
+        .post("/session/c/message", &message(13))
+        .await
+        .unwrap();
+    let (name, compacted) = compaction_of_c_ended(&mut events).await;
+    assert_eq!(name, "compaction_finished", "{compacted}");
+    assert_eq!(
+        sqlite3(
+            &db,
+            "select count(*) from compactions where session_id = 'c'"
+        )
+        .unwrap(),
+        "1"
+    );
+}
+
+/// The next event that ends a compaction of session `c`: its name and data.
+async fn compaction_of_c_ended(
+    events: &mut compactd::client::EventStream,
+) -> (String, serde_json::Value) {
+    loop {
+        let (name, data) = crate::common::next_event(events).await;
+        if data["session_id"] == "c"
+            && (name == "compaction_finished" || name == "compaction_failed")
+        {
+            return (name, data);
+        }
+    }
 }
 
 /// A backup onto a disk that fills: `compactd backup` fails, names the copy's disk (not the
