@@ -419,17 +419,9 @@ impl Service {
                 match self.commit(new, background).await {
                     Ok(row) => Ok(Attempt::Compacted(Box::new(row))),
                     Err(error) => {
-                        // Its start was announced: so is its end, even when the store that
-                        // would record it takes nothing.
                         let reason = format!("the compaction could not be stored: {error}");
                         tracing::warn!(session = %id, trigger = trigger.as_str(), reason = %reason, "compaction failed");
-                        if self
-                            .record_failure(&attempt, reason.clone(), duration_ms)
-                            .await
-                            .is_err()
-                        {
-                            self.announce_failure(id, trigger, &reason);
-                        }
+                        let _ = self.record_failure(&attempt, reason, duration_ms).await;
                         Err(error)
                     }
                 }
@@ -601,7 +593,8 @@ impl Service {
         reason: String,
         duration_ms: u64,
     ) -> Result<(), ServiceError> {
-        self.store
+        let recorded = self
+            .store
             .record_failure(NewFailure {
                 session_id: attempt.id.clone(),
                 trigger: attempt.trigger,
@@ -610,17 +603,15 @@ impl Service {
                 reason: reason.clone(),
                 duration_ms,
             })
-            .await?;
-        self.announce_failure(attempt.id, attempt.trigger, &reason);
-        Ok(())
-    }
-
-    fn announce_failure(&self, id: &SessionId, trigger: Trigger, reason: &str) {
+            .await;
+        // Announced even when the store takes nothing (its disk full): the attempt's start
+        // was, and a plugin showing it waits for its end.
         self.emit(Event::CompactionFailed {
-            session_id: id.to_string(),
-            trigger,
-            reason: reason.to_string(),
+            session_id: attempt.id.to_string(),
+            trigger: attempt.trigger,
+            reason,
         });
+        Ok(recorded?)
     }
 
     /// Runs the planned compaction, cancelled by shutdown; on failure, the extractive fallback

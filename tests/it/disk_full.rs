@@ -253,14 +253,35 @@ async fn a_full_disk_never_stops_a_proxied_agent_and_room_again_stores_all_it_sa
 /// unanswered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_the_full_disk_cannot_store_ends_in_compaction_failed() {
+    compaction_held_while_the_disk_fills(Reply::After(std::time::Duration::ZERO), |reason| {
+        reason.contains("could not be stored") && reason.contains("full")
+    })
+    .await;
+}
+
+/// The model fails while the disk is full: the failure is announced whether or not the file
+/// takes its record (before, a failure the store did not take was not announced either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_failure_on_a_full_disk_still_ends_in_compaction_failed() {
+    compaction_held_while_the_disk_fills(
+        Reply::status(500, "{\"error\": \"overloaded\"}"),
+        |reason| reason.contains("500"),
+    )
+    .await;
+}
+
+/// Session `c` starts a compaction whose model call is held until another session has filled
+/// a real small disk, then answered `reply`: the compaction ends in `compaction_failed` with a
+/// reason `said` takes, leaves nothing in the file, and once there is room the session's next
+/// append compacts it.
+async fn compaction_held_while_the_disk_fills(reply: Reply, said: impl Fn(&str) -> bool) {
     let Some(disk) = small_disk_and_sqlite3() else {
         return;
     };
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let written = Reply::After(std::time::Duration::ZERO);
     let summarizer = MockModel::start(
-        vec![Reply::Gated(gate.clone(), Box::new(written.clone()))],
-        written,
+        vec![Reply::Gated(gate.clone(), Box::new(reply))],
+        Reply::After(std::time::Duration::ZERO),
     );
     let db = disk.mount.join("compactd.db");
     let daemon = TestDaemon::builder()
@@ -283,21 +304,18 @@ async fn a_compaction_the_full_disk_cannot_store_ends_in_compaction_failed() {
     let (_, refusal) = fill(&client, "filler").await;
     assert_eq!(refusal.0, 507, "{refusal:?}");
     gate.add_permits(1);
-    let (name, ended_with) = compaction_of_c_ended(&mut events).await;
-    assert_eq!(name, "compaction_failed", "{ended_with}");
-    let reason = ended_with["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("could not be stored") && reason.contains("full"),
-        "{reason}"
-    );
-    assert_eq!(
+    let (name, ended) = compaction_of_c_ended(&mut events).await;
+    assert_eq!(name, "compaction_failed", "{ended}");
+    let reason = ended["reason"].as_str().unwrap();
+    assert!(said(reason), "{reason}");
+    let in_file = |table: &str| {
         sqlite3(
             &db,
-            "select count(*) from compactions where session_id = 'c'"
+            &format!("select count(*) from {table} where session_id = 'c'"),
         )
-        .unwrap(),
-        "0"
-    );
+        .unwrap()
+    };
+    assert_eq!(in_file("compactions"), "0");
 
     disk.grow("32m");
     client
@@ -306,14 +324,7 @@ async fn a_compaction_the_full_disk_cannot_store_ends_in_compaction_failed() {
         .unwrap();
     let (name, compacted) = compaction_of_c_ended(&mut events).await;
     assert_eq!(name, "compaction_finished", "{compacted}");
-    assert_eq!(
-        sqlite3(
-            &db,
-            "select count(*) from compactions where session_id = 'c'"
-        )
-        .unwrap(),
-        "1"
-    );
+    assert_eq!(in_file("compactions"), "1");
 }
 
 /// The next event that ends a compaction of session `c`: its name and data.
