@@ -848,21 +848,32 @@ fn claude_code_finishes_its_task_through_compactd_while_a_person_holds_the_write
 }
 
 /// Claude Code through compactd on a model of a 48,000-token window, its task longer than
-/// that, while a person's `sqlite3` transaction holds the database's write lock all along:
-/// nothing can be stored, and the agent still finishes, never seeing a refusal: its calls past
-/// the session's trigger were compacted in memory, unrecorded, from its whole conversation
-/// (nothing of it was stored); the model refused only the first of them (compactd knew no
-/// rate yet for how the model counts), which went again compacted to what it counted.
-/// Before, each call past the window went as the agent sent it past the stored context, and
-/// was refused: 15 refusals in a run, each passed to the agent. The task's 20 outputs take about 4,000 tokens each:
-/// what the agent sends by its end is longer than the window, and before this the calls
-/// through compactd went as the agent sent them past the stored context, and were refused.
+/// that (20 outputs of about 4,000 tokens each), while a person's `sqlite3` transaction holds
+/// the database's write lock all along: nothing can be stored, and the agent still finishes,
+/// never seeing a refusal. Its calls past the session's trigger are compacted in memory,
+/// unrecorded, from its whole conversation (nothing of it was stored), at the rate the model's
+/// usage reports of the earlier calls taught. Before, each call past the window went as the
+/// agent sent it past the stored context, and was refused: 15 refusals in a run, each passed to
+/// the agent.
 #[test]
 fn claude_code_finishes_a_task_longer_than_its_window_while_a_person_holds_the_write_lock() {
-    if installed(Agent::ClaudeCode).is_none() {
+    finishes_a_long_task_while_a_person_holds_the_write_lock(Agent::ClaudeCode, "claude-opus-5-5");
+}
+
+/// The same with Codex, whose calls go through the Responses API: its in-memory compactions
+/// are rendered to that wire, and the model takes every call.
+#[test]
+fn codex_finishes_a_task_longer_than_its_window_while_a_person_holds_the_write_lock() {
+    finishes_a_long_task_while_a_person_holds_the_write_lock(Agent::Codex, "gpt-5-codex");
+}
+
+/// `agent` on model `name` of a 48,000-token window, through compactd whose database's write
+/// lock another process holds throughout: the task is done, no call refused, nothing stored.
+fn finishes_a_long_task_while_a_person_holds_the_write_lock(agent: Agent, name: &str) {
+    if installed(agent).is_none() {
         return;
     }
-    let (name, window) = ("claude-opus-5-5", 48_000);
+    let window = 48_000;
     let mut task = Task {
         lines: 1_500,
         chars_per_token: 2,
@@ -872,7 +883,7 @@ fn claude_code_finishes_a_task_longer_than_its_window_while_a_person_holds_the_w
     let api = ModelApi::start(task);
     let port = free_port();
     let config = format!(
-        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nanthropic_upstream = \"{base}\"\n\n[proxy.models]\n\"{name}\" = {window}\n",
+        "[proxy]\nlisten = \"127.0.0.1:{port}\"\nopenai_upstream = \"{base}/v1\"\nanthropic_upstream = \"{base}\"\n\n[proxy.models]\n\"{name}\" = {window}\n",
         base = api.base,
     );
     let mut daemon = crate::common::TestDaemon::builder().config(&config).start();
@@ -880,28 +891,25 @@ fn claude_code_finishes_a_task_longer_than_its_window_while_a_person_holds_the_w
     let dir = tempfile::TempDir::new().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let setup = Setup {
-        agent: Agent::ClaudeCode,
+        agent,
         base: &base,
         model: name,
         dir: dir.path(),
         prompt: PROMPT,
         key: "sk-test-locked-long",
         max_output: Some(AGENTS_MAX_OUTPUT),
-        thinking: true,
+        thinking: agent == Agent::ClaudeCode,
         task_tools: false,
     };
     let result = run(&setup, Duration::from_secs(400));
     let log = daemon.log();
-    for s in api.seen() {
-        eprintln!(
-            "DBG {} {} msgs={} sys={} tools={}",
-            s.body["model"],
-            s.tokens,
-            s.body["messages"].as_array().map_or(0, |m| m.len()),
-            s.body["system"].to_string().len(),
-            s.body["tools"].to_string().len()
-        );
-    }
+    let seen = api.seen();
+    eprintln!(
+        "{} under a held lock: {} requests, tokens {:?}",
+        agent.name(),
+        seen.len(),
+        seen.iter().map(|s| s.tokens).collect::<Vec<_>>()
+    );
     result.assert_done(&format!("daemon log:\n{log}"));
     // No refusal: the usage the model reported of the calls before the trigger taught
     // compactd how it counts, as a recorded session learns it.
