@@ -189,7 +189,7 @@ impl Service {
         let mut guard = guard;
         let mut last_round_from = None;
         loop {
-            let session = match self.store.session_on(&id, head).await {
+            let session = match self.store.session_on(&id, Some(head)).await {
                 Ok(session) => session,
                 Err(e) => return CompactionStatus::failed(Trigger::Tokens, e.to_string()),
             };
@@ -347,7 +347,7 @@ impl Service {
         instead: Option<String>,
         head: Option<u64>,
     ) -> Result<Attempt, ServiceError> {
-        let _charge = self.compaction_charge(id).await?;
+        let _charge = self.compaction_charge(id, head).await?;
         let loaded = self.load(id, head).await?;
         let session = &loaded.snapshot.session;
         let config = self.compaction_config(session);
@@ -458,7 +458,7 @@ impl Service {
         };
         // A compaction may have landed since `session` was read (or another branch's call
         // moved the session: it is `session`'s branch that needs the rescue).
-        let Ok(session) = self.store.session_on(id, session.head_seq).await else {
+        let Ok(session) = self.store.session_on(id, Some(session.head_seq)).await else {
             return true;
         };
         let config = self.compaction_config(&session);
@@ -518,10 +518,15 @@ impl Service {
         }
     }
 
-    /// What compacting the session will hold, from the compaction budget: a compaction waits
-    /// until others leave room (one larger than the whole budget runs alone).
-    async fn compaction_charge(&self, id: &SessionId) -> Result<memory::Charge, ServiceError> {
-        let session = self.store.session(id).await?;
+    /// What compacting the session (the branch `head` lies on) will hold, from the compaction
+    /// budget: a compaction waits until others leave room (one larger than the whole budget
+    /// runs alone).
+    async fn compaction_charge(
+        &self,
+        id: &SessionId,
+        head: Option<u64>,
+    ) -> Result<memory::Charge, ServiceError> {
+        let session = self.store.session_on(id, head).await?;
         self.charge_for(&session).await
     }
 

@@ -80,8 +80,13 @@ impl Store {
     /// A compaction started for one branch's call compacts that branch, whatever the other
     /// branch's calls do meanwhile; before, it compacted whichever branch was current when it
     /// read the session, and the call it was for went out uncompacted.
-    pub async fn session_on(&self, session_id: &SessionId, head: u64) -> Result<SessionRow> {
-        self.on_branch(session_id, Some(head), |_, session| Ok(session))
+    /// Without `head`, the session as it stands.
+    pub async fn session_on(
+        &self,
+        session_id: &SessionId,
+        head: Option<u64>,
+    ) -> Result<SessionRow> {
+        self.on_branch(session_id, head, |_, session| Ok(session))
             .await
     }
 
