@@ -41,6 +41,15 @@ pub struct Overflow {
     pub completion: Option<usize>,
 }
 
+impl Overflow {
+    /// The window the refusal says the model has, for a session told `limit`: the one it
+    /// named, else the count it refused when that is not over `limit` (the window is under
+    /// the count, and a count over the session's limit says nothing the limit does not).
+    pub fn window_under(&self, limit: usize) -> Option<usize> {
+        self.limit.or(self.tokens.filter(|t| *t <= limit))
+    }
+}
+
 /// Whether an upstream's answer (`status`, `body`) refuses the prompt as too long, and what it
 /// counted.
 pub(crate) fn overflow(status: u16, body: &[u8]) -> Option<Overflow> {

@@ -213,8 +213,7 @@ impl Service {
         } = refused;
         let config = &self.settings().config.compaction;
         let limit = overflow
-            .limit
-            .or(overflow.tokens.filter(|t| *t <= session.context_limit))
+            .window_under(session.context_limit)
             .filter(|limit| config.check_context_limit(*limit).is_ok())
             .map_or(session.context_limit, |l| l.min(session.context_limit));
         let counted = overflow.tokens.unwrap_or(limit + 1);

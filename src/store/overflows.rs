@@ -70,9 +70,7 @@ impl Store {
                 return Ok(None);
             }
             let learned = overflow
-                .limit
-                // A count the model refused at is over its window, whatever the session's limit.
-                .or(overflow.tokens.filter(|t| *t <= session.context_limit))
+                .window_under(session.context_limit)
                 .or_else(|| session.report_rate().map(|_| session.context_tokens().0))
                 .filter(|limit| fits(*limit));
             let limit = learned.map_or(session.context_limit, |l| l.min(session.context_limit));
