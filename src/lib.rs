@@ -47,6 +47,7 @@ pub(crate) mod config_watch;
 pub mod daemon;
 pub(crate) mod database_lock;
 pub(crate) mod fnv;
+pub(crate) mod json_shape;
 pub mod measure;
 pub(crate) mod message;
 pub(crate) mod paths;

@@ -13,6 +13,8 @@
 
 use crate::message::{Message, Part};
 use serde_json::Value;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// A request body the proxy cannot read as its API's conversation (what is wrong, and
 /// where); the client is answered 400, as the provider would answer it.
@@ -52,14 +54,39 @@ impl Wire {
         }
     }
 
-    /// Reads a request body, taking its conversation (`messages` or `input`) out of it: the
-    /// messages become the request's natives, held once ([`Wire::render`] borrows them back).
-    pub fn parse(self, body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
+    /// The body field that holds the conversation.
+    pub fn conversation_field(self) -> &'static str {
         match self {
-            Wire::Chat => super::chat::request::parse(body),
-            Wire::Anthropic => super::anthropic::request::parse(body),
-            Wire::Responses => super::responses::request::parse(body),
+            Wire::Chat | Wire::Anthropic => "messages",
+            Wire::Responses => "input",
         }
+    }
+
+    /// Reads a request: `body` is its fields but the conversation ([`split`]), `conversation`
+    /// the conversation's JSON as the client sent it. Each message is parsed on its own and
+    /// dropped once read: the request's natives keep the client's text ([`Native`]).
+    pub fn parse(
+        self,
+        body: &Value,
+        conversation: Option<&RawValue>,
+    ) -> Result<WireRequest, UnreadableRequest> {
+        match self {
+            Wire::Chat => super::chat::request::parse(body, conversation),
+            Wire::Anthropic => super::anthropic::request::parse(body, conversation),
+            Wire::Responses => super::responses::request::parse(body, conversation),
+        }
+    }
+
+    /// [`Wire::parse`] of a body already parsed whole, taking its conversation out of it.
+    pub fn parse_value(self, body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
+        let taken = body
+            .as_object_mut()
+            .and_then(|fields| fields.remove(self.conversation_field()));
+        let raw = taken
+            .map(|value| serde_json::value::to_raw_value(&value))
+            .transpose()
+            .map_err(|e| UnreadableRequest(e.to_string()))?;
+        self.parse(body, raw.as_deref())
     }
 
     /// `messages` (compactd's own) in the API's shape, one value per entry it needs.
@@ -127,7 +154,7 @@ pub struct WireRequest {
     /// that stores what is new of it, so nothing of it is copied.
     pub messages: std::sync::Arc<[Message]>,
     /// Each message as the client sent it (for the Responses API: the list of its items).
-    pub natives: Vec<Value>,
+    pub natives: Vec<Native>,
     /// The request's own instructions outside its messages (system, instructions), as text:
     /// what tells a side request (a title, a commit message) from the conversation.
     pub system: String,
@@ -140,6 +167,103 @@ pub struct WireRequest {
     /// The request offers tools.
     pub has_tools: bool,
     pub model: String,
+}
+
+/// A message as the client sent it (for the Responses API: the list of its items), held as
+/// its JSON text and parsed again only to be patched. A parsed JSON object costs hundreds of
+/// bytes (a map node, its keys), and an agent behind the proxy sends its whole history, tens
+/// of thousands of messages once it has run for days, with every call: held as text, a
+/// message costs its bytes. What goes upstream is the client's own text, byte for byte.
+#[derive(Debug, Clone)]
+pub struct Native(Box<RawValue>);
+
+impl Native {
+    /// Items of the Responses API gathered as one native: a JSON list of their texts.
+    pub(crate) fn list(items: &[Box<RawValue>]) -> Native {
+        let mut text =
+            String::with_capacity(items.iter().map(|i| i.get().len() + 1).sum::<usize>() + 2);
+        text.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(item.get());
+        }
+        text.push(']');
+        Native(RawValue::from_string(text).expect("a list of JSON values is JSON"))
+    }
+
+    pub(crate) fn from_raw(raw: Box<RawValue>) -> Native {
+        Native(raw)
+    }
+
+    /// The client's JSON text.
+    pub(crate) fn raw(&self) -> &RawValue {
+        &self.0
+    }
+
+    /// The message parsed (for patching): it was parsed once already, so it parses again.
+    pub(crate) fn value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+/// One entry of the conversation that goes upstream: the client's own text, or a value
+/// compactd made or patched.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+pub(crate) enum Sent<'a> {
+    Raw(&'a RawValue),
+    Value(Cow<'a, Value>),
+}
+
+impl Sent<'_> {
+    pub(crate) fn owned(value: Value) -> Sent<'static> {
+        Sent::Value(Cow::Owned(value))
+    }
+}
+
+/// The messages of a conversation field (`messages`, or `input` as a list), each as the
+/// client's text; `what` names the field's expected shape in the error.
+pub(crate) fn listed(
+    conversation: Option<&RawValue>,
+    what: &str,
+) -> Result<Vec<Box<RawValue>>, UnreadableRequest> {
+    conversation
+        .filter(|raw| raw.get().starts_with('['))
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .ok_or_else(|| UnreadableRequest(format!("expected {what}")))
+}
+
+/// One message of a conversation parsed on its own (to be read, then dropped).
+pub(crate) fn parsed(raw: &RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+}
+
+/// A request body read without parsing its conversation: every other field parsed, and
+/// where the conversation field's JSON lies in `bytes` (`None` if absent). A body that is
+/// JSON but not an object comes back whole, with no conversation (its API's reader says
+/// what it expected); a body that is not JSON is an error.
+pub(crate) fn split(
+    bytes: &[u8],
+    field: &str,
+) -> serde_json::Result<(Value, Option<std::ops::Range<usize>>)> {
+    let fields: std::collections::BTreeMap<String, &RawValue> = match serde_json::from_slice(bytes)
+    {
+        Ok(fields) => fields,
+        Err(_) => return serde_json::from_slice::<Value>(bytes).map(|whole| (whole, None)),
+    };
+    let mut rest = serde_json::Map::new();
+    let mut conversation = None;
+    for (key, raw) in fields {
+        if key == field {
+            let start = raw.get().as_ptr() as usize - bytes.as_ptr() as usize;
+            conversation = Some(start..start + raw.get().len());
+        } else {
+            rest.insert(key, serde_json::from_str(raw.get())?);
+        }
+    }
+    Ok((Value::Object(rest), conversation))
 }
 
 /// A JSON object serialized with one field set to `value` (in place of what it held).
@@ -201,10 +325,10 @@ pub(crate) fn with_call_args(message: &Message, id: &str, shown: Value) -> Messa
 #[derive(Debug, Clone)]
 pub enum Outgoing<'a> {
     /// A message of the request, sent as the client sent it.
-    Native(&'a Value),
+    Native(&'a Native),
     /// A message of the request whose tool outputs (or, for a user message, text) the context
     /// shows otherwise: masked, or shortened to head and tail. `shown` has the parts as shown.
-    Patched { native: &'a Value, shown: Message },
+    Patched { native: &'a Native, shown: Message },
     /// The summary of everything the context no longer holds verbatim.
     Summary(&'a str),
     /// A message compactd rendered in the API's shape from its own record.

@@ -6,18 +6,20 @@
 //! max_body_bytes` for the proxy's routes) within `[server] request_timeout_s`, after taking
 //! its size from the request budget every listener shares ([`crate::service::memory`]). Once
 //! read, it is scanned (not parsed) for how many JSON objects and arrays it holds and how deep
-//! they nest: a parsed message costs far more than its bytes (220,000 tiny messages are 7.5 MB
-//! of JSON and over 200 MB parsed), so the charge grows to what parsing and handling it will
-//! hold, and the charge is kept until the handler has answered. A body that holds more than
-//! [`MAX_CONTAINERS`] or nests deeper than [`MAX_DEPTH`] is refused before it is parsed. A
-//! client that trickles a body, or many clients sending large ones at once on both doors,
-//! cannot grow the daemon's memory beyond the budget.
+//! they nest ([`Shape`]): a parsed message costs far more than its bytes (220,000 tiny
+//! messages are 7.5 MB of JSON and over 200 MB parsed), so the charge grows to what parsing
+//! and handling it will hold ([`Costs`], one per door), and the charge is kept until the
+//! handler has answered. A body that would cost more than its door allows, or nests deeper
+//! than [`MAX_DEPTH`], is refused before it is parsed. A client that trickles a body, or many
+//! clients sending large ones at once on both doors, cannot grow the daemon's memory beyond
+//! the budget.
 
 use super::error::ApiError;
 use crate::compaction::microcompact::thousands;
+use crate::json_shape::Shape;
 use crate::protocol::ErrorCode;
 use crate::service::Service;
-use crate::service::memory::{BYTE_COST, Budget, CONTAINER_COST, Charge};
+use crate::service::memory::{Budget, Charge, Costs};
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -31,8 +33,6 @@ use std::time::Duration;
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 /// What a body of unknown length is charged before any of it has come.
 const UNDECLARED_FIRST_CHARGE: usize = 64 * 1024;
-/// JSON objects and arrays one request may hold (a message is one, each of its parts one).
-pub(super) const MAX_CONTAINERS: usize = 50_000;
 /// How deep JSON objects and arrays may nest in one request.
 pub(super) const MAX_DEPTH: usize = 64;
 
@@ -43,42 +43,72 @@ pub(super) async fn api_bodies(
     next: Next,
 ) -> Response {
     let limit = service.settings().config.server.max_body_bytes;
-    bounded(
-        &service,
-        Limit::new(limit, "[server] max_body_bytes"),
-        req,
-        next,
-    )
-    .await
+    let door = Door {
+        bytes: limit,
+        setting: "[server] max_body_bytes",
+        costs: Costs::API,
+    };
+    bounded(&service, door, req, next).await
 }
 
 /// The proxy's routes: a whole conversation comes with every call, up to `[proxy]
-/// max_body_bytes`.
+/// max_body_bytes`, and up to what the request budget can hold of it once read (its messages
+/// are held as text, [`crate::provider::wire::Native`], so this is several times the
+/// messages the API's door takes in one request: an agent behind the proxy never compacts
+/// its own history, and resends all of it with every call).
 pub(super) async fn proxy_bodies(
     State(service): State<Arc<Service>>,
     req: Request,
     next: Next,
 ) -> Response {
     let limit = service.settings().config.proxy.max_body_bytes;
-    bounded(
-        &service,
-        Limit::new(limit, "[proxy] max_body_bytes"),
-        req,
-        next,
-    )
-    .await
+    let door = Door {
+        bytes: limit,
+        setting: "[proxy] max_body_bytes",
+        costs: Costs::PROXY,
+    };
+    bounded(&service, door, req, next).await
 }
 
-/// A body limit and the setting it comes from.
+/// A door's body limit, the setting it comes from, and what its bodies cost once read.
 #[derive(Debug, Clone, Copy)]
-struct Limit {
+struct Door {
     bytes: usize,
     setting: &'static str,
+    costs: Costs,
 }
 
-impl Limit {
-    fn new(bytes: usize, setting: &'static str) -> Limit {
-        Limit { bytes, setting }
+impl Door {
+    /// Why a body of `shape` is refused before it is parsed, if it is: it nests too deep, or
+    /// holds more than the door takes (a count of containers, or what the budget holds).
+    fn refusal(self, shape: Shape, bytes: usize, budget: &Budget) -> Option<ApiError> {
+        if shape.depth > MAX_DEPTH {
+            return Some(ApiError::bad_request(format!(
+                "the body nests JSON objects and arrays deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        let too_large = |message: String| {
+            Some(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::TooLarge,
+                message,
+            ))
+        };
+        match self.costs.max_containers {
+            Some(max) if shape.containers > max => too_large(format!(
+                "the body holds {} JSON objects and arrays, more than the {} one request may hold (each message is one, each of its parts one): send the messages in several requests",
+                thousands(shape.containers),
+                thousands(max)
+            )),
+            None if self.costs.of(bytes, shape.containers) > budget.bytes() => too_large(format!(
+                "the conversation is too long for the proxy: its {} JSON objects and arrays ({} bytes) would hold {} MiB once read, more than the {} MiB all requests share. Start a new conversation or compact this one in the agent (Claude Code, Codex: /compact); compactd keeps its history",
+                thousands(shape.containers),
+                thousands(bytes),
+                self.costs.of(bytes, shape.containers) >> 20,
+                budget.bytes() >> 20
+            )),
+            _ => None,
+        }
     }
 
     fn exceeded(self) -> ApiError {
@@ -93,11 +123,11 @@ impl Limit {
     }
 }
 
-async fn bounded(service: &Arc<Service>, limit: Limit, req: Request, next: Next) -> Response {
+async fn bounded(service: &Arc<Service>, door: Door, req: Request, next: Next) -> Response {
     if req.body().size_hint().exact() == Some(0) {
         return next.run(req).await;
     }
-    match read_charged(service, limit, req).await {
+    match read_charged(service, door, req).await {
         Ok((req, charge)) => {
             let response = next.run(req).await;
             // The parsed body and everything made of it are gone once the handler answered
@@ -113,7 +143,7 @@ async fn bounded(service: &Arc<Service>, limit: Limit, req: Request, next: Next)
 /// its parsed form will hold; gives the request back with the body in memory.
 async fn read_charged(
     service: &Arc<Service>,
-    limit: Limit,
+    limit: Door,
     req: Request,
 ) -> Result<(Request, Charge), ApiError> {
     let declared = req.body().size_hint().exact().map(|n| n as usize);
@@ -134,23 +164,10 @@ async fn read_charged(
     let (parts, body) = req.into_parts();
     let bytes = read_body(body, declared, limit, timeout, (budget, &mut charge)).await?;
     let shape = Shape::of(&bytes);
-    if shape.depth > MAX_DEPTH {
-        return Err(ApiError::bad_request(format!(
-            "the body nests JSON objects and arrays deeper than {MAX_DEPTH} levels"
-        )));
+    if let Some(refusal) = limit.refusal(shape, bytes.len(), budget) {
+        return Err(refusal);
     }
-    if shape.containers > MAX_CONTAINERS {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::TooLarge,
-            format!(
-                "the body holds {} JSON objects and arrays, more than the {} one request may hold (each message is one, each of its parts one): send the messages in several requests",
-                thousands(shape.containers),
-                thousands(MAX_CONTAINERS)
-            ),
-        ));
-    }
-    let cost = bytes.len() * BYTE_COST + shape.containers * CONTAINER_COST;
+    let cost = limit.costs.of(bytes.len(), shape.containers);
     let more = cost.saturating_sub(charge.bytes());
     if !budget.extend(&mut charge, more, BUDGET_WAIT).await {
         return Err(busy());
@@ -172,7 +189,7 @@ fn busy() -> ApiError {
 async fn read_body(
     body: Body,
     declared: Option<usize>,
-    limit: Limit,
+    limit: Door,
     timeout: Duration,
     (budget, charge): (&Budget, &mut Charge),
 ) -> Result<Vec<u8>, ApiError> {
@@ -212,122 +229,4 @@ async fn read_body(
         }
     }
     Ok(bytes)
-}
-
-/// How many JSON objects and arrays a body holds and how deep they nest, read without
-/// parsing it (brackets inside strings do not count).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Shape {
-    containers: usize,
-    depth: usize,
-}
-
-impl Shape {
-    /// Every request body passes here, a proxied conversation of 10,000 messages (megabytes,
-    /// mostly strings) with every call: a string's inside is skipped to its next quote or
-    /// backslash with `memchr`, not looked at byte by byte (that loop took 8% of the daemon's
-    /// time on such a call).
-    fn of(bytes: &[u8]) -> Shape {
-        let mut shape = Shape::default();
-        let mut depth = 0usize;
-        let mut at = 0;
-        while let Some(&b) = bytes.get(at) {
-            at += 1;
-            match b {
-                b'"' => at = past_string(bytes, at),
-                _ => shape.count(&mut depth, b),
-            }
-        }
-        shape
-    }
-
-    /// Counts `b`, a byte outside strings, if it opens or closes a container; `depth` is how
-    /// deep the containers open before it nest.
-    fn count(&mut self, depth: &mut usize, b: u8) {
-        match b {
-            b'{' | b'[' => {
-                self.containers += 1;
-                *depth += 1;
-                self.depth = self.depth.max(*depth);
-            }
-            b'}' | b']' => *depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-}
-
-/// Where the string whose inside starts at `at` ends (just past its closing quote; past the
-/// end if it never closes): an escaped byte, a quote too, never closes it.
-fn past_string(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(rest) = bytes.get(at..) {
-        match memchr::memchr2(b'"', b'\\', rest) {
-            Some(found) if rest[found] == b'"' => return at + found + 1,
-            Some(found) => at += found + 2,
-            None => break,
-        }
-    }
-    bytes.len()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_shape_counts_containers_outside_strings() {
-        let body = br#"{"messages": [{"role": "user", "content": "a {[\"]} b"}, {"x": [1, [2]]}]}"#;
-        assert_eq!(
-            Shape::of(body),
-            Shape {
-                containers: 6,
-                depth: 5
-            }
-        );
-        let deep = "[".repeat(5_000);
-        assert_eq!(Shape::of(deep.as_bytes()).depth, 5_000);
-    }
-
-    /// The shape as it was first read, a byte at a time (strings entered and left byte by byte).
-    fn shape_byte_by_byte(bytes: &[u8]) -> Shape {
-        let mut shape = Shape::default();
-        let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-        for &b in bytes {
-            if in_string {
-                match b {
-                    _ if escaped => escaped = false,
-                    b'\\' => escaped = true,
-                    b'"' => in_string = false,
-                    _ => {}
-                }
-                continue;
-            }
-            match b {
-                b'"' => in_string = true,
-                _ => shape.count(&mut depth, b),
-            }
-        }
-        shape
-    }
-
-    proptest::proptest! {
-        /// Skipping strings finds what reading every byte finds, in any bytes: escapes at the
-        /// end, unclosed strings, brackets and quotes inside strings, stray closers.
-        #[test]
-        fn skipping_strings_reads_the_same_shape(
-            pieces in proptest::collection::vec(
-                proptest::prop_oneof![
-                    proptest::strategy::Just(b"\"".to_vec()),
-                    proptest::strategy::Just(b"\\".to_vec()),
-                    proptest::strategy::Just(b"\\\"".to_vec()),
-                    proptest::strategy::Just(b"{[".to_vec()),
-                    proptest::strategy::Just(b"]}".to_vec()),
-                    proptest::collection::vec(proptest::num::u8::ANY, 0..40),
-                ],
-                0..40,
-            )
-        ) {
-            let body = pieces.concat();
-            proptest::prop_assert_eq!(Shape::of(&body), shape_byte_by_byte(&body));
-        }
-    }
 }

@@ -31,32 +31,19 @@ impl FromRequest<Arc<Service>> for Utf8Body {
     }
 }
 
-/// A JSON body (see [`Utf8Body`]). An empty body reads as `{}`.
+/// A JSON body (see [`Utf8Body`]); an empty body reads as `{}`. A large body is parsed off
+/// the runtime's workers ([`super::offload`]).
 pub(super) struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<Service>> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, service: &Arc<Service>) -> Result<Self, ApiError> {
-        let SizedJson(value, _) = SizedJson::from_request(req, service).await?;
-        Ok(JsonBody(value))
-    }
-}
-
-/// A JSON body and its size in bytes (the proxy decides by it where its work on the body
-/// runs). A large body is parsed off the runtime's workers ([`super::offload`]).
-pub(super) struct SizedJson<T>(pub T, pub usize);
-
-impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<Service>> for SizedJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, service: &Arc<Service>) -> Result<Self, ApiError> {
         let Utf8Body(body) = Utf8Body::from_request(req, service).await?;
-        let size = body.len();
         let value = super::offload::SLOTS
-            .run(size, move || parse_json(&body))
+            .run(body.len(), move || parse_json(&body))
             .await??;
-        Ok(SizedJson(value, size))
+        Ok(JsonBody(value))
     }
 }
 

@@ -18,6 +18,7 @@ mod offload;
 pub(crate) mod openapi;
 mod peer;
 mod proxy;
+mod proxy_body;
 mod request_heads;
 mod routes;
 mod serve;

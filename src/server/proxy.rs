@@ -12,8 +12,9 @@
 
 use super::answer_reading::{Then, passed_on, recording};
 use super::error::ApiError;
-use super::extract::SizedJson;
+use super::extract::Utf8Body;
 use super::offload::SLOTS;
+use super::proxy_body::ProxyBody;
 use crate::protocol::{ErrorCode, SessionId};
 use crate::provider::overflow::{MAX_ERROR_BYTES, Overflow, overflow};
 use crate::provider::wire::{Outgoing, Wire, WireRequest};
@@ -71,9 +72,10 @@ pub(super) async fn chat_completions(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    SizedJson(body, size): SizedJson<Value>,
+    Utf8Body(bytes): Utf8Body,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Chat, network, query, headers, &body, size)?;
+    let body = ProxyBody::read(Wire::Chat, bytes).await?;
+    let call = Call::new(Wire::Chat, network, query, headers, &body)?;
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -82,9 +84,10 @@ pub(super) async fn messages(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    SizedJson(body, size): SizedJson<Value>,
+    Utf8Body(bytes): Utf8Body,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size)?;
+    let body = ProxyBody::read(Wire::Anthropic, bytes).await?;
+    let call = Call::new(Wire::Anthropic, network, query, headers, &body)?;
     logged(&call, proxied(&call, &service, body).await)
 }
 
@@ -93,13 +96,14 @@ pub(super) async fn responses(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    SizedJson(body, size): SizedJson<Value>,
+    Utf8Body(bytes): Utf8Body,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Responses, network, query, headers, &body, size)?;
+    let body = ProxyBody::read(Wire::Responses, bytes).await?;
+    let call = Call::new(Wire::Responses, network, query, headers, &body)?;
     // The history of a call that continues a stored response is upstream's: pass it on.
-    let result = match body["previous_response_id"].is_string() {
+    let result = match body.fields["previous_response_id"].is_string() {
         true => {
-            let bytes = SLOTS.run(size, move || serialized(&body)).await??;
+            let bytes = body.sent();
             forward(&call, &service, Method::POST, "/responses", Some(bytes)).await
         }
         false => proxied(&call, &service, body).await,
@@ -114,9 +118,10 @@ pub(super) async fn count_tokens(
     network: Option<Extension<Network>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    SizedJson(body, size): SizedJson<Value>,
+    Utf8Body(bytes): Utf8Body,
 ) -> Result<Response, ApiError> {
-    let call = Call::new(Wire::Anthropic, network, query, headers, &body, size)?;
+    let body = ProxyBody::read(Wire::Anthropic, bytes).await?;
+    let call = Call::new(Wire::Anthropic, network, query, headers, &body)?;
     let result = async {
         let caller = call.caller()?;
         let (request, body) = parsed(&call, body, "messages").await?;
@@ -155,16 +160,12 @@ pub(super) async fn models(
     } else {
         Wire::Chat
     };
-    let call = Call::new(wire, network, query, headers, &Value::Null, 0)?;
+    let call = Call::new(wire, network, query, headers, &ProxyBody::none(wire))?;
     call.caller()?;
     logged(
         &call,
         forward(&call, &service, Method::GET, "/models", None).await,
     )
-}
-
-fn serialized(body: &Value) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(body).map_err(internal)
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -197,8 +198,7 @@ impl Call {
         network: Option<Extension<Network>>,
         query: Option<String>,
         headers: HeaderMap,
-        body: &Value,
-        bytes: usize,
+        body: &ProxyBody,
     ) -> Result<Call, ApiError> {
         if headers
             .get(VIA_HEADER)
@@ -214,19 +214,20 @@ impl Call {
                 "this call came from this daemon itself: [proxy] openai_upstream, anthropic_upstream or [summarizer] base_url points at its own proxy; set it to the model API",
             ));
         }
+        let fields = &body.fields;
         Ok(Call {
             wire,
-            bytes,
+            bytes: body.size(),
             local: network.is_none(),
             query,
             headers,
-            model: body["model"]
+            model: fields["model"]
                 .as_str()
                 .unwrap_or_default()
                 .chars()
                 .take(128)
                 .collect(),
-            streamed: body["stream"] == true,
+            streamed: fields["stream"] == true,
         })
     }
 
@@ -322,7 +323,11 @@ fn logged(call: &Call, result: Result<Response, ApiError>) -> Result<Response, A
     result
 }
 
-async fn proxied(call: &Call, service: &Arc<Service>, body: Value) -> Result<Response, ApiError> {
+async fn proxied(
+    call: &Call,
+    service: &Arc<Service>,
+    body: ProxyBody,
+) -> Result<Response, ApiError> {
     let caller = call.caller()?;
     let (mut request, mut body) = parsed(call, body, "the request's conversation").await?;
     let path = match call.wire {
@@ -442,15 +447,13 @@ async fn unrecorded(
 /// `what` names the conversation in an error.
 async fn parsed(
     call: &Call,
-    mut body: Value,
+    body: ProxyBody,
     what: &str,
 ) -> Result<(WireRequest, Value), ApiError> {
-    let wire = call.wire;
-    let (request, body) = SLOTS
-        .run(call.bytes, move || (wire.parse(&mut body), body))
-        .await?;
-    let request = request.map_err(|e| ApiError::bad_request(format!("{what}: {e}")))?;
-    Ok((request, body))
+    SLOTS
+        .run(call.bytes, move || body.parse())
+        .await?
+        .map_err(|e| ApiError::bad_request(format!("{what}: {e}")))
 }
 
 /// What goes upstream for a call nothing is stored of: its `preview` (the context it would

@@ -18,12 +18,49 @@ pub(crate) const REQUEST_BUDGET: usize = 128 << 20;
 /// What compactions may hold: the session's messages, the plan and the summary's prompt.
 pub(crate) const COMPACTION_BUDGET: usize = 64 << 20;
 
-/// What a parsed request costs per JSON object or array it holds (the parsed value, the
-/// message it becomes, its row), measured with heaptrack on bodies of 220,000 tiny messages.
-pub(crate) const CONTAINER_COST: usize = 1024;
-/// What a parsed request costs per byte, on top of its containers (its text is held about
-/// twice: parsed, then as the message stored and sent on).
-pub(crate) const BYTE_COST: usize = 2;
+/// What a request body costs once read, by what it holds: the charge it takes from the
+/// request budget before it is parsed (see `server::body`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Costs {
+    /// Per JSON object or array.
+    pub(crate) container: usize,
+    /// Per byte, on top of its containers.
+    pub(crate) byte: usize,
+    /// The containers one request may hold; `None`: as many as the budget holds.
+    pub(crate) max_containers: Option<usize>,
+}
+
+impl Costs {
+    /// The API's requests: parsed whole (the parsed value, the message it becomes, its row;
+    /// measured with heaptrack on bodies of 220,000 tiny messages), text held about twice
+    /// (parsed, then as the message stored).
+    pub(crate) const API: Costs = Costs {
+        container: 1024,
+        byte: 2,
+        max_containers: Some(50_000),
+    };
+    /// The proxy's calls: every message held as its text and as compactd's message, read one
+    /// at a time. Per container, the worst body measured (glibc's `mallinfo2`, a release
+    /// build): 829 bytes for tool inputs of 100,000 one-key objects (each a map node held
+    /// parsed in its message); 501 for 100,000 one-letter messages; 705 for tool arguments
+    /// that are JSON in strings (counted as containers, see [`crate::json_shape`]); 275 for
+    /// a real-shaped tool loop of 12,000 messages. Per byte, three copies at most: the body
+    /// and the messages' text (as sent and as read) while it is read, then the messages and
+    /// the request sent on. A Claude Code message (1,163 bytes and 3.6 containers on average
+    /// in `../shared/transcripts`) is charged 6.5 KB: the budget holds about 20,000 of them.
+    pub(crate) const PROXY: Costs = Costs {
+        container: 832,
+        byte: 3,
+        max_containers: None,
+    };
+
+    /// What a body of `bytes` holding `containers` costs.
+    pub(crate) fn of(self, bytes: usize, containers: usize) -> usize {
+        bytes
+            .saturating_mul(self.byte)
+            .saturating_add(containers.saturating_mul(self.container))
+    }
+}
 /// What a compaction costs per message it loads, and per token of their text (four bytes a
 /// token, held as parts, in the prompt and in the plan).
 pub(crate) const COMPACTION_MESSAGE_COST: usize = 1024;

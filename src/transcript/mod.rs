@@ -238,12 +238,30 @@ pub(crate) fn content_text(content: &Value, draft: &mut Draft) -> Option<String>
     }
 }
 
-/// Tool arguments from OpenAI's JSON string (kept as a string if it is not JSON).
+/// Tool arguments from OpenAI's JSON string (kept as a string if it is not JSON, or if it
+/// would unfold past its bounds: see [`unfolds`]).
 pub(crate) fn parse_arguments(arguments: &Value) -> Value {
     match arguments {
-        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        Value::String(s) if unfolds(s) => {
+            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+        }
         other => other.clone(),
     }
+}
+
+/// Objects and arrays one call's arguments may unfold into from a string: more stay the
+/// string (a model server's answer may hold 128 calls, each megabytes of brackets).
+const MAX_ARGUMENT_CONTAINERS: usize = 1_024;
+
+/// Whether arguments written as a string are parsed: JSON that starts with its bracket (what
+/// a request's bounds count, [`crate::json_shape`]), or a plain value, and within
+/// [`MAX_ARGUMENT_CONTAINERS`].
+fn unfolds(arguments: &str) -> bool {
+    let brackets = ['{', '['];
+    if !arguments.starts_with(brackets) {
+        return !arguments.trim_start().starts_with(brackets);
+    }
+    crate::json_shape::Shape::of(arguments.as_bytes()).containers <= MAX_ARGUMENT_CONTAINERS
 }
 
 /// A session id made from a file name: allowed characters kept, others replaced by `-`.

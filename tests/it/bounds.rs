@@ -42,7 +42,8 @@ async fn a_body_of_too_many_messages_or_too_deep_is_refused_before_it_is_parsed(
     ));
     let client = daemon.client();
     // 60,000 one-letter messages: 2 MB of JSON, well under max_body_bytes, about 40 MB once
-    // parsed. Refused on its shape, whichever door it comes through; nothing is stored.
+    // parsed. Refused on its shape at the API's door; nothing is stored. (The proxy's door
+    // takes them: `a_proxied_history_longer_than_the_api_takes_goes_through_compacted`.)
     let tiny: Vec<Value> = (0..60_000)
         .map(|_| json!({"role": "user", "content": "a"}))
         .collect();
@@ -55,12 +56,6 @@ async fn a_body_of_too_many_messages_or_too_deep_is_refused_before_it_is_parsed(
     assert_eq!(status, 413, "{message}");
     assert!(message.contains("50,000"), "names the cap: {message}");
     assert!(client.get("/session/many").await.is_err(), "nothing stored");
-    let body = json!({"model": "m", "messages": tiny})
-        .to_string()
-        .into_bytes();
-    let (status, _, answer) = proxied(&daemon, "/v1/chat/completions", body).await;
-    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&answer));
-    assert!(mock.requests().is_empty(), "nothing went upstream");
     // Nesting past 64 levels is refused with a clear error (no stack is spent on it).
     let mut deep = json!("bottom");
     for _ in 0..100 {
@@ -80,6 +75,111 @@ async fn a_body_of_too_many_messages_or_too_deep_is_refused_before_it_is_parsed(
     let some = Value::Array(tiny[..1_000].to_vec());
     client.post("/session/many/message", &some).await.unwrap();
     assert_eq!(all_messages(&client, "many").await.len(), 1_000);
+}
+
+/// An Anthropic tool loop as Claude Code resends it: `pairs` calls of a tool and their
+/// results after a task, eight JSON objects and arrays a pair.
+fn tool_loop(pairs: usize) -> Vec<Value> {
+    let mut messages =
+        vec![json!({"role": "user", "content": "Work through the backlog, one module at a time."})];
+    for i in 0..pairs {
+        let id = format!("toolu_{i:020}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Reading module {i} next.")},
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": format!("cat src/mod_{i}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": format!("fn f{i}() {{}} // module {i}")}]}));
+    }
+    messages
+}
+
+/// An agent behind the proxy never compacts its own history (the usage it is shown is the
+/// compacted call's), so what it resends grows for as long as it runs: 20,000 messages
+/// (80,000 JSON objects and arrays, past the 50,000 the API's door takes in one request) go
+/// through, compacted, and again with the next turn; everything is stored once. A history
+/// past what the request budget holds is refused before it is read, saying what to do.
+#[tokio::test]
+async fn a_proxied_history_longer_than_the_api_takes_goes_through_compacted() {
+    let mock = MockModel::start(vec![], Reply::Anthropic("Next module.".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[proxy]\nanthropic_upstream = \"{}\"\n",
+        mock.base
+    ));
+    let mut history = tool_loop(10_000);
+    for turn in 0..2 {
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 4096, "messages": history});
+        let (status, session, answer) =
+            proxied(&daemon, "/v1/messages", body.to_string().into_bytes()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+        let sent = &mock.requests()[turn].body["messages"];
+        let sent = sent.as_array().unwrap();
+        assert!(
+            sent.len() < 2_000,
+            "compacted: {} messages went up",
+            sent.len()
+        );
+        assert_eq!(
+            sent.last(),
+            history.last(),
+            "the newest message as the client sent it"
+        );
+        let view = daemon
+            .client()
+            .get(&format!("/session/{session}"))
+            .await
+            .unwrap();
+        // The call's messages and the answer recorded.
+        assert_eq!(view["message_count"], history.len() as u64 + 1, "{view}");
+        history.push(
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Next module."}]}),
+        );
+        history.push(json!({"role": "user", "content": "Go on."}));
+    }
+    // 170,000 one-letter messages: 5 MB, under [proxy] max_body_bytes, but more than the
+    // request budget once read.
+    let tiny: Vec<Value> = (0..170_000)
+        .map(|_| json!({"role": "user", "content": "a"}))
+        .collect();
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 4096, "messages": tiny});
+    let (status, _, answer) = proxied(&daemon, "/v1/messages", body.to_string().into_bytes()).await;
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(status, 413, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("/compact"), "says what to do: {message}");
+    assert_eq!(mock.requests().len(), 2, "nothing more went upstream");
+}
+
+/// OpenAI tool calls carry their arguments as JSON inside a string, and compactd reads them:
+/// arguments that would unfold into more objects than the budget holds are counted before
+/// anything is parsed, and refused (they once passed as a few thousand objects, and then
+/// held over 100 MB parsed).
+#[tokio::test]
+async fn arguments_written_as_strings_are_counted_before_they_are_parsed() {
+    let mock = MockModel::start(vec![], Reply::OpenAi("fine".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let dense = serde_json::to_string(&vec![json!({"a": 0}); 500]).unwrap();
+    let calls: Vec<Value> = (0..400)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "type": "function",
+            "function": {"name": "edit", "arguments": dense}})
+        })
+        .collect();
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": "Edit."},
+        {"role": "assistant", "content": null, "tool_calls": calls}]});
+    let (status, _, answer) = proxied(
+        &daemon,
+        "/v1/chat/completions",
+        body.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&answer));
+    assert!(mock.requests().is_empty(), "nothing went upstream");
+    let sessions = daemon.client().get("/session").await.unwrap();
+    assert_eq!(sessions["total"], 0, "nothing stored: {sessions}");
 }
 
 /// A chat completion of `text`, whole or as a stream of pieces.

@@ -120,7 +120,9 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Older(i) if !sent.is_empty() => conversation = sent[i % sent.len()].clone(),
             _ => {}
         }
-        let request = Wire::Chat.parse(&mut chat_body(&conversation)).unwrap();
+        let request = Wire::Chat
+            .parse_value(&mut chat_body(&conversation))
+            .unwrap();
         let turn = service
             .proxy_turn(&caller, Identity::default(), &request)
             .await
@@ -250,7 +252,7 @@ fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() 
                      "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat f{i}\"}}")}}]}));
                 history.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": output}));
             }
-            let request = Wire::Chat.parse(&mut chat_body(&history)).unwrap();
+            let request = Wire::Chat.parse_value(&mut chat_body(&history)).unwrap();
             let identity = || Identity {
                 conversation: conversation_header.map(str::to_string),
                 ..Identity::default()
@@ -282,7 +284,7 @@ fn a_long_first_call_is_stored_once_and_in_order_however_many_writes_it_takes() 
                 history.push(json!({"role": "assistant", "content": format!("step {i}")}));
                 history.push(json!({"role": "user", "content": format!("go on {i}")}));
             }
-            let request = Wire::Chat.parse(&mut chat_body(&history)).unwrap();
+            let request = Wire::Chat.parse_value(&mut chat_body(&history)).unwrap();
             let longer = service
                 .proxy_turn(&caller, identity(), &request)
                 .await

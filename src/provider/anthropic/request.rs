@@ -5,19 +5,23 @@
 
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{
-    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
-    shown_output, text_of,
+    Native, Outgoing, Sent, UnreadableRequest, WireRequest, completion_tokens, listed,
+    overhead_tokens, parsed, shown_args, shown_output, text_of,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
-/// Reads the request, taking its `messages` out of `body` (they become the natives).
-pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
-    let Value::Array(list) = body["messages"].take() else {
-        return Err("expected a `messages` array".into());
-    };
+/// Reads the request: `body` its fields but `messages`, `conversation` the messages as sent
+/// (they become the natives, each read on its own).
+pub(crate) fn parse(
+    body: &Value,
+    conversation: Option<&RawValue>,
+) -> Result<WireRequest, UnreadableRequest> {
+    let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());
-    for (i, native) in list.iter().enumerate() {
+    for (i, raw) in list.iter().enumerate() {
+        let native = parsed(raw);
         let role = match native["role"].as_str() {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
@@ -37,7 +41,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
     }
     Ok(WireRequest {
         messages: messages.into(),
-        natives: list,
+        natives: list.into_iter().map(Native::from_raw).collect(),
         system: text_of(&body["system"]),
         overhead_tokens: overhead_tokens(body, "messages"),
         completion_tokens: completion_tokens(body, &["max_tokens"]),
@@ -73,15 +77,15 @@ pub(crate) fn parts(role: Role, content: &Value) -> Vec<Part> {
 }
 
 /// The `messages` that go upstream (the client's own borrowed, not copied).
-pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
+pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing<'a>]) -> Vec<Sent<'a>> {
     outgoing
         .iter()
         .map(|o| match o {
-            Outgoing::Native(native) => Cow::Borrowed(*native),
-            Outgoing::Patched { native, shown } => Cow::Owned(patched(native, shown)),
-            Outgoing::Rendered(value) => Cow::Borrowed(value),
+            Outgoing::Native(native) => Sent::Raw(native.raw()),
+            Outgoing::Patched { native, shown } => Sent::owned(patched(&native.value(), shown)),
+            Outgoing::Rendered(value) => Sent::Value(Cow::Borrowed(value)),
             Outgoing::Summary(text) => {
-                Cow::Owned(json!({"role": "user", "content": [{"type": "text", "text": text}]}))
+                Sent::owned(json!({"role": "user", "content": [{"type": "text", "text": text}]}))
             }
         })
         .collect()
@@ -165,7 +169,9 @@ mod tests {
     fn every_block_is_read_and_sent_back_as_the_client_sent_it() {
         let body = body();
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Anthropic
+            .parse_value(&mut sent)
+            .unwrap();
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -189,7 +195,9 @@ mod tests {
     fn a_shortened_result_keeps_the_other_blocks_and_marks() {
         let body = body();
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Anthropic
+            .parse_value(&mut sent)
+            .unwrap();
         let shown = Message {
             role: Role::User,
             parts: vec![Part::ToolResult {
@@ -227,7 +235,9 @@ mod tests {
                 {"type": "tool_result", "tool_use_id": "t1", "content": "a very long log"}]}
         ]});
         let body = sent.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Anthropic
+            .parse_value(&mut sent)
+            .unwrap();
         let mut shown = request.messages[1].clone();
         if let Part::ToolResult { output, .. } = &mut shown.parts[1] {
             *output = "[output of Bash masked: 15 chars]".into();
@@ -254,7 +264,9 @@ mod tests {
     fn a_shortened_call_goes_up_with_its_shortened_input() {
         let body = body();
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Anthropic
+            .parse_value(&mut sent)
+            .unwrap();
         let cut = json!({"command": "ls [… cut …]"});
         let outgoing = vec![Outgoing::Patched {
             native: &request.natives[2],

@@ -3,22 +3,26 @@
 
 use crate::message::{Message, Part, Role};
 use crate::provider::wire::{
-    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
-    text_of,
+    Native, Outgoing, Sent, UnreadableRequest, WireRequest, completion_tokens, listed,
+    overhead_tokens, parsed, shown_args, text_of,
 };
 use crate::transcript::parse_arguments;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
-/// Reads the request, taking its `messages` out of `body` (they become the natives).
-pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
-    let Value::Array(list) = body["messages"].take() else {
-        return Err("expected a `messages` array".into());
-    };
+/// Reads the request: `body` its fields but `messages`, `conversation` the messages as sent
+/// (they become the natives, each read on its own).
+pub(crate) fn parse(
+    body: &Value,
+    conversation: Option<&RawValue>,
+) -> Result<WireRequest, UnreadableRequest> {
+    let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());
     let mut system = Vec::new();
-    for (i, native) in list.iter().enumerate() {
-        let mut message = crate::transcript::openai_message(native).ok_or_else(|| {
+    for (i, raw) in list.iter().enumerate() {
+        let native = parsed(raw);
+        let mut message = crate::transcript::openai_message(&native).ok_or_else(|| {
             format!(
                 "messages[{i}]: unknown role {} (system, developer, user, assistant or tool)",
                 native["role"]
@@ -37,7 +41,7 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
     }
     Ok(WireRequest {
         messages: messages.into(),
-        natives: list,
+        natives: list.into_iter().map(Native::from_raw).collect(),
         system: system.join("\n"),
         overhead_tokens: overhead_tokens(body, "messages"),
         completion_tokens: completion_tokens(body, &["max_completion_tokens", "max_tokens"]),
@@ -48,14 +52,14 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
 }
 
 /// The `messages` that go upstream (the client's own borrowed, not copied).
-pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
+pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing<'a>]) -> Vec<Sent<'a>> {
     outgoing
         .iter()
         .map(|o| match o {
-            Outgoing::Native(native) => Cow::Borrowed(*native),
-            Outgoing::Patched { native, shown } => Cow::Owned(patched(native, shown)),
-            Outgoing::Rendered(value) => Cow::Borrowed(value),
-            Outgoing::Summary(text) => Cow::Owned(json!({"role": "user", "content": text})),
+            Outgoing::Native(native) => Sent::Raw(native.raw()),
+            Outgoing::Patched { native, shown } => Sent::owned(patched(&native.value(), shown)),
+            Outgoing::Rendered(value) => Sent::Value(Cow::Borrowed(value)),
+            Outgoing::Summary(text) => Sent::owned(json!({"role": "user", "content": text})),
         })
         .collect()
 }
@@ -97,7 +101,9 @@ mod tests {
              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "a.rs"}]});
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Chat
+            .parse_value(&mut sent)
+            .unwrap();
         assert_eq!(request.system, "Rules.");
         assert_eq!(request.messages.len(), 4);
         let shown = Message {
@@ -136,7 +142,9 @@ mod tests {
             {"role": "assistant", "content": null, "reasoning_content": "hmm",
              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "write", "arguments": "{\"path\":\"a.rs\",\"text\":\"long\"}"}}]}]});
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Chat
+            .parse_value(&mut sent)
+            .unwrap();
         let cut = json!({"path": "a.rs", "text": "lo [… cut …] ng"});
         let outgoing = vec![Outgoing::Patched {
             native: &request.natives[1],

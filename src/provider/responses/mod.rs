@@ -15,6 +15,7 @@ pub(crate) mod request;
 
 use crate::message::{Message, Part, Role};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Whether an item is one the model produces in its turn (so it belongs to the assistant
 /// message): anything that is not an input message or a tool's output.
@@ -102,18 +103,23 @@ fn call_id(item: &Value) -> String {
         .to_string()
 }
 
-/// Items grouped into runs that are one message each.
-pub(crate) fn group(items: Vec<Value>) -> Vec<Vec<Value>> {
-    let mut runs: Vec<Vec<Value>> = Vec::new();
-    for item in items {
-        let joins = from_the_model(&item)
-            && runs
-                .last()
-                .is_some_and(|run| run.first().is_some_and(from_the_model));
-        match runs.last_mut() {
-            Some(run) if joins => run.push(item),
-            _ => runs.push(vec![item]),
+/// Items gathered into runs that are one message each, read one at a time: `run` gets each
+/// run (its items parsed, and as the client sent them) once the next item starts another, so
+/// only one run is ever held parsed.
+pub(crate) fn group(items: Vec<Box<RawValue>>, mut run: impl FnMut(&[Value], &[Box<RawValue>])) {
+    let (mut parsed, mut sent): (Vec<Value>, Vec<Box<RawValue>>) = (Vec::new(), Vec::new());
+    for raw in items {
+        let item = crate::provider::wire::parsed(&raw);
+        let joins = from_the_model(&item) && parsed.first().is_some_and(from_the_model);
+        if !joins && !parsed.is_empty() {
+            run(&parsed, &sent);
+            parsed.clear();
+            sent.clear();
         }
+        parsed.push(item);
+        sent.push(raw);
     }
-    runs
+    if !parsed.is_empty() {
+        run(&parsed, &sent);
+    }
 }

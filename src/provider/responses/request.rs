@@ -3,28 +3,38 @@
 
 use super::{group, message_of};
 use crate::provider::wire::{
-    Outgoing, UnreadableRequest, WireRequest, completion_tokens, overhead_tokens, shown_args,
-    shown_output,
+    Native, Outgoing, Sent, UnreadableRequest, WireRequest, completion_tokens, listed,
+    overhead_tokens, shown_args, shown_output,
 };
 use crate::transcript::parse_arguments;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
-/// Reads the request, taking its `input` out of `body` (its items become the natives).
-pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> {
-    let items = match body["input"].take() {
-        Value::String(s) => vec![json!({"type": "message", "role": "user", "content": s})],
-        Value::Array(items) => items,
-        _ => return Err("expected `input`: a string or a list of items".into()),
+/// Reads the request: `body` its fields but `input`, `conversation` the input as sent (its
+/// items, gathered into runs, become the natives).
+pub(crate) fn parse(
+    body: &Value,
+    conversation: Option<&RawValue>,
+) -> Result<WireRequest, UnreadableRequest> {
+    const EXPECTED: &str = "`input`: a string or a list of items";
+    let items = match conversation {
+        Some(raw) if raw.get().starts_with('"') => {
+            let text: String = serde_json::from_str(raw.get())
+                .map_err(|_| UnreadableRequest(format!("expected {EXPECTED}")))?;
+            let item = json!({"type": "message", "role": "user", "content": text});
+            vec![serde_json::value::to_raw_value(&item).map_err(|e| e.to_string())?]
+        }
+        _ => listed(conversation, EXPECTED)?,
     };
-    let runs = group(items);
+    let (mut messages, mut natives) = (Vec::new(), Vec::new());
+    group(items, |parsed, sent| {
+        messages.push(message_of(parsed));
+        natives.push(Native::list(sent));
+    });
     Ok(WireRequest {
-        messages: runs
-            .iter()
-            .map(|run| message_of(run))
-            .collect::<Vec<_>>()
-            .into(),
-        natives: runs.into_iter().map(Value::Array).collect(),
+        messages: messages.into(),
+        natives,
         system: body["instructions"]
             .as_str()
             .unwrap_or_default()
@@ -37,35 +47,37 @@ pub(crate) fn parse(body: &mut Value) -> Result<WireRequest, UnreadableRequest> 
 }
 
 /// The `input` items that go upstream (the client's own borrowed, not copied).
-pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing]) -> Vec<Cow<'a, Value>> {
-    let mut input = Vec::new();
+pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing<'a>]) -> Vec<Sent<'a>> {
+    let mut input: Vec<Sent<'a>> = Vec::new();
     for o in outgoing {
         match o {
-            Outgoing::Native(native) => input.extend(items(native).iter().map(Cow::Borrowed)),
-            Outgoing::Patched { native, shown } => {
-                input.extend(patched(native, shown).into_iter().map(Cow::Owned))
-            }
-            Outgoing::Rendered(value) => input.push(Cow::Borrowed(value)),
+            Outgoing::Native(native) => input.extend(items(native).into_iter().map(Sent::Raw)),
+            Outgoing::Patched { native, shown } => input.extend(
+                patched(native, shown)
+                    .into_iter()
+                    .map(|v| Sent::Value(Cow::Owned(v))),
+            ),
+            Outgoing::Rendered(value) => input.push(Sent::Value(Cow::Borrowed(value))),
             Outgoing::Summary(text) => input
-                .push(Cow::Owned(json!({"type": "message", "role": "user",
+                .push(Sent::owned(json!({"type": "message", "role": "user",
                 "content": [{"type": "input_text", "text": text}]}))),
         }
     }
     input
 }
 
-/// A native's items: the run of items it stands for.
-fn items(native: &Value) -> &[Value] {
-    match native {
-        Value::Array(items) => items,
-        other => std::slice::from_ref(other),
-    }
+/// A native's items as the client sent them: the run of items it stands for.
+fn items(native: &Native) -> Vec<&RawValue> {
+    serde_json::from_str(native.raw().get()).unwrap_or_default()
 }
 
 /// The client's items with each output (and a user message's text) as the context shows it,
 /// and each call's arguments where the context shortened them.
-fn patched(native: &Value, shown: &crate::message::Message) -> Vec<Value> {
-    let mut out = items(native).to_vec();
+fn patched(native: &Native, shown: &crate::message::Message) -> Vec<Value> {
+    let mut out = match native.value() {
+        Value::Array(items) => items,
+        other => vec![other],
+    };
     for item in &mut out {
         let id = item["call_id"].as_str().unwrap_or_default().to_string();
         if let Some(output) = shown_output(shown, &id) {
@@ -117,7 +129,9 @@ mod tests {
         ]);
         let body = json!({"model": "gpt", "instructions": "Be brief.", "input": input});
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Responses
+            .parse_value(&mut sent)
+            .unwrap();
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -161,7 +175,9 @@ mod tests {
         ]);
         let body = json!({"model": "gpt", "input": input});
         let mut sent = body.clone();
-        let request = parse(&mut sent).unwrap();
+        let request = crate::provider::wire::Wire::Responses
+            .parse_value(&mut sent)
+            .unwrap();
         let cut = json!({"text": "lo [… cut …] ng"});
         let patch = json!({"input": "*** Begin [… cut …]"});
         let outgoing = vec![
