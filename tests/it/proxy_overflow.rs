@@ -5,12 +5,13 @@
 //! such a tokenizer would and refuses as the providers document; the agent must never see the
 //! refusal while compacting can make the call fit.
 
-use crate::common::TestDaemon;
 use crate::common::mock_model::{MockModel, Reply};
+use crate::common::{TestDaemon, eventually};
 use crate::proxy::{
     KEY, anthropic_call, assistant, call, counted_answer, no_orphans, proxy_to, read_modules, task,
 };
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// A mock upstream whose tokenizer counts a token every `chars_per_token` characters, its
 /// window `window` tokens.
@@ -649,9 +650,15 @@ async fn a_compaction_started_for_one_branch_lands_though_the_other_branch_calle
     let mut events = client.events().await.unwrap();
     let (mut odd, mut even) = two_branches(&client).await;
     // The odd branch grows until its compaction starts in the background (its calls are
-    // served as they are meanwhile); the summarizer holds it.
+    // served as they are meanwhile); the summarizer holds it. The call that starts it takes
+    // the session's compaction before it answers, so the next call is not sent until then
+    // (sent first, it would pass the hard trigger and wait for the held summary).
     let mut step = 0;
-    while summarizer.requests().is_empty() {
+    let compacting = || async {
+        let list = client.get("/session").await.unwrap();
+        list["sessions"][0]["compacting"] == true
+    };
+    while step == 0 || !compacting().await {
         assert!(step < 30, "no compaction started in 30 steps");
         assert_eq!(
             branch_step(&client, &mut odd, "odd", step, 3_000).await,
@@ -659,6 +666,10 @@ async fn a_compaction_started_for_one_branch_lands_though_the_other_branch_calle
         );
         step += 1;
     }
+    let asked = eventually(Duration::from_secs(30), || async {
+        (!summarizer.requests().is_empty()).then_some(())
+    });
+    assert!(asked.await.is_some(), "the summarizer was never asked");
     let session = client.get("/session").await.unwrap()["sessions"][0]["id"]
         .as_str()
         .unwrap()
