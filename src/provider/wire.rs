@@ -63,12 +63,12 @@ impl Wire {
     }
 
     /// Reads a request: `body` is its fields but the conversation ([`split`]), `conversation`
-    /// the conversation's JSON as the client sent it. Each message is parsed on its own and
-    /// dropped once read: the request's natives keep the client's text ([`Native`]).
+    /// the conversation's JSON text as the client sent it. Each message is parsed on its own
+    /// and dropped once read: the request's natives keep the client's text ([`Native`]).
     pub fn parse(
         self,
         body: &Value,
-        conversation: Option<&RawValue>,
+        conversation: Option<&str>,
     ) -> Result<WireRequest, UnreadableRequest> {
         match self {
             Wire::Chat => super::chat::request::parse(body, conversation),
@@ -82,11 +82,8 @@ impl Wire {
         let taken = body
             .as_object_mut()
             .and_then(|fields| fields.remove(self.conversation_field()));
-        let raw = taken
-            .map(|value| serde_json::value::to_raw_value(&value))
-            .transpose()
-            .map_err(|e| UnreadableRequest(e.to_string()))?;
-        self.parse(body, raw.as_deref())
+        let text = taken.map(|value| value.to_string());
+        self.parse(body, text.as_deref())
     }
 
     /// `messages` (compactd's own) in the API's shape, one value per entry it needs.
@@ -204,7 +201,7 @@ impl Native {
 
     /// The message parsed (for patching): it was parsed once already, so it parses again.
     pub(crate) fn value(&self) -> Value {
-        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+        parsed(&self.0)
     }
 }
 
@@ -217,8 +214,8 @@ pub(crate) enum Sent<'a> {
     Value(Cow<'a, Value>),
 }
 
-impl Sent<'_> {
-    pub(crate) fn owned(value: Value) -> Sent<'static> {
+impl<'a> Sent<'a> {
+    pub(crate) fn owned(value: Value) -> Sent<'a> {
         Sent::Value(Cow::Owned(value))
     }
 }
@@ -226,12 +223,12 @@ impl Sent<'_> {
 /// The messages of a conversation field (`messages`, or `input` as a list), each as the
 /// client's text; `what` names the field's expected shape in the error.
 pub(crate) fn listed(
-    conversation: Option<&RawValue>,
+    conversation: Option<&str>,
     what: &str,
 ) -> Result<Vec<Box<RawValue>>, UnreadableRequest> {
     conversation
-        .filter(|raw| raw.get().starts_with('['))
-        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .filter(|text| text.starts_with('['))
+        .and_then(|text| serde_json::from_str(text).ok())
         .ok_or_else(|| UnreadableRequest(format!("expected {what}")))
 }
 

@@ -79,9 +79,10 @@ struct Door {
 }
 
 impl Door {
-    /// Why a body of `shape` is refused before it is parsed, if it is: it nests too deep, or
-    /// holds more than the door takes (a count of containers, or what the budget holds).
-    fn refusal(self, shape: Shape, bytes: usize, budget: &Budget) -> Option<ApiError> {
+    /// Why a body of `bytes` and `shape`, costing `cost`, is refused before it is parsed, if
+    /// it is: it nests too deep, or holds more than the door takes (a count of containers,
+    /// or what the budget holds).
+    fn refusal(self, shape: Shape, bytes: usize, cost: usize, budget: &Budget) -> Option<ApiError> {
         if shape.depth > MAX_DEPTH {
             return Some(ApiError::bad_request(format!(
                 "the body nests JSON objects and arrays deeper than {MAX_DEPTH} levels"
@@ -100,11 +101,11 @@ impl Door {
                 thousands(shape.containers),
                 thousands(max)
             )),
-            None if self.costs.of(bytes, shape.containers) > budget.bytes() => too_large(format!(
+            None if cost > budget.bytes() => too_large(format!(
                 "the conversation is too long for the proxy: its {} JSON objects and arrays ({} bytes) would hold {} MiB once read, more than the {} MiB all requests share. Start a new conversation or compact this one in the agent (Claude Code, Codex: /compact); compactd keeps its history",
                 thousands(shape.containers),
                 thousands(bytes),
-                self.costs.of(bytes, shape.containers) >> 20,
+                cost >> 20,
                 budget.bytes() >> 20
             )),
             _ => None,
@@ -164,10 +165,10 @@ async fn read_charged(
     let (parts, body) = req.into_parts();
     let bytes = read_body(body, declared, limit, timeout, (budget, &mut charge)).await?;
     let shape = Shape::of(&bytes);
-    if let Some(refusal) = limit.refusal(shape, bytes.len(), budget) {
+    let cost = limit.costs.of(bytes.len(), shape.containers);
+    if let Some(refusal) = limit.refusal(shape, bytes.len(), cost, budget) {
         return Err(refusal);
     }
-    let cost = limit.costs.of(bytes.len(), shape.containers);
     let more = cost.saturating_sub(charge.bytes());
     if !budget.extend(&mut charge, more, BUDGET_WAIT).await {
         return Err(busy());

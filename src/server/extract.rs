@@ -48,13 +48,17 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<Service>> for JsonBod
 }
 
 fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let bytes: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+    serde_json::from_slice(json_text(body))
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// A body's JSON: an empty body (or only whitespace) reads as `{}`.
+pub(super) fn json_text(body: &[u8]) -> &[u8] {
+    if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         body
-    };
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
 }
 
 /// Query parameters.

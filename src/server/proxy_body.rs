@@ -5,11 +5,11 @@
 //! call lasts.
 
 use super::error::ApiError;
+use super::extract::json_text;
 use super::offload::SLOTS;
 use crate::provider::wire::{UnreadableRequest, Wire, WireRequest, split};
 use axum::body::Bytes;
 use serde_json::Value;
-use serde_json::value::RawValue;
 use std::ops::Range;
 
 pub(super) struct ProxyBody {
@@ -26,13 +26,9 @@ impl ProxyBody {
     /// Reads the body of a call in `wire`'s API (off the workers if it is large); an empty
     /// body reads as `{}`.
     pub(super) async fn read(wire: Wire, bytes: Bytes) -> Result<ProxyBody, ApiError> {
-        let bytes = match bytes.iter().all(u8::is_ascii_whitespace) {
-            true => Bytes::from_static(b"{}"),
-            false => bytes,
-        };
         SLOTS
             .run(bytes.len(), move || {
-                let (fields, conversation) = split(&bytes, wire.conversation_field())
+                let (fields, conversation) = split(json_text(&bytes), wire.conversation_field())
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
                 Ok(ProxyBody {
                     wire,
@@ -67,9 +63,10 @@ impl ProxyBody {
     /// Reads the conversation (on the calling thread: run it in a slot); gives back the
     /// request and the body's other fields. The client's bytes are dropped.
     pub(super) fn parse(self) -> Result<(WireRequest, Value), UnreadableRequest> {
+        // Read as JSON by `split` already; the body is UTF-8 (`Utf8Body`).
         let conversation = self
             .conversation
-            .map(|range| serde_json::from_slice::<&RawValue>(&self.bytes[range]))
+            .map(|range| std::str::from_utf8(&self.bytes[range]))
             .transpose()
             .map_err(|e| UnreadableRequest(e.to_string()))?;
         let request = self.wire.parse(&self.fields, conversation)?;

@@ -8,7 +8,6 @@ use crate::provider::wire::{
     Native, Outgoing, Sent, UnreadableRequest, WireRequest, completion_tokens, listed,
     overhead_tokens, parsed, shown_args, shown_output, text_of,
 };
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -16,7 +15,7 @@ use std::borrow::Cow;
 /// (they become the natives, each read on its own).
 pub(crate) fn parse(
     body: &Value,
-    conversation: Option<&RawValue>,
+    conversation: Option<&str>,
 ) -> Result<WireRequest, UnreadableRequest> {
     let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());

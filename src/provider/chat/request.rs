@@ -7,7 +7,6 @@ use crate::provider::wire::{
     overhead_tokens, parsed, shown_args, text_of,
 };
 use crate::transcript::parse_arguments;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -15,7 +14,7 @@ use std::borrow::Cow;
 /// (they become the natives, each read on its own).
 pub(crate) fn parse(
     body: &Value,
-    conversation: Option<&RawValue>,
+    conversation: Option<&str>,
 ) -> Result<WireRequest, UnreadableRequest> {
     let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());

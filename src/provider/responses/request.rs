@@ -15,12 +15,12 @@ use std::borrow::Cow;
 /// items, gathered into runs, become the natives).
 pub(crate) fn parse(
     body: &Value,
-    conversation: Option<&RawValue>,
+    conversation: Option<&str>,
 ) -> Result<WireRequest, UnreadableRequest> {
     const EXPECTED: &str = "`input`: a string or a list of items";
     let items = match conversation {
-        Some(raw) if raw.get().starts_with('"') => {
-            let text: String = serde_json::from_str(raw.get())
+        Some(raw) if raw.starts_with('"') => {
+            let text: String = serde_json::from_str(raw)
                 .map_err(|_| UnreadableRequest(format!("expected {EXPECTED}")))?;
             let item = json!({"type": "message", "role": "user", "content": text});
             vec![serde_json::value::to_raw_value(&item).map_err(|e| e.to_string())?]
@@ -48,15 +48,13 @@ pub(crate) fn parse(
 
 /// The `input` items that go upstream (the client's own borrowed, not copied).
 pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing<'a>]) -> Vec<Sent<'a>> {
-    let mut input: Vec<Sent<'a>> = Vec::new();
+    let mut input = Vec::new();
     for o in outgoing {
         match o {
             Outgoing::Native(native) => input.extend(items(native).into_iter().map(Sent::Raw)),
-            Outgoing::Patched { native, shown } => input.extend(
-                patched(native, shown)
-                    .into_iter()
-                    .map(|v| Sent::Value(Cow::Owned(v))),
-            ),
+            Outgoing::Patched { native, shown } => {
+                input.extend(patched(native, shown).into_iter().map(Sent::owned))
+            }
             Outgoing::Rendered(value) => input.push(Sent::Value(Cow::Borrowed(value))),
             Outgoing::Summary(text) => input
                 .push(Sent::owned(json!({"type": "message", "role": "user",
