@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """What one client's append could cost on this machine, beside what compactd's costs.
 
-    cargo build --release && python3 scripts/append-floor.py [./target/release/compactd] [N]
+    cargo build --release && python3 scripts/append-floor.py [./target/release/compactd] [N] [full|normal]
 
 Three ways of committing the same ~450 B message, one transaction each (SQLite WAL,
-synchronous = FULL, as the daemon and `compactd bench` do), measured in alternating rounds:
+synchronous = FULL as the daemon and `compactd bench` do by default; `normal` takes the fsync
+out of all three, which leaves the software path alone and measures it with a tenth of the
+spread), in alternating rounds:
 
 - in-process: the commit alone (what `compactd bench` calls raw SQLite);
 - through a second process: a client hands the message over a Unix socket to a server
@@ -30,6 +32,9 @@ import time
 
 BINARY = sys.argv[1] if len(sys.argv) > 1 else "./target/release/compactd"
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+SYNCHRONOUS = sys.argv[3] if len(sys.argv) > 3 else "full"
+if SYNCHRONOUS not in ("full", "normal"):
+    sys.exit("the third argument is `full` or `normal`")
 ROUNDS = 3
 
 
@@ -40,7 +45,7 @@ def message(i):
 def open_db(path):
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
+    db.execute(f"PRAGMA synchronous = {SYNCHRONOUS.upper()}")
     db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, session TEXT, parts TEXT)")
     return db
 
@@ -102,7 +107,8 @@ def main():
     daemon = None
     try:
         os.makedirs(f"{work}/config")
-        open(f"{work}/config/config.toml", "w").close()
+        with open(f"{work}/config/config.toml", "w") as config:
+            config.write(f'[store]\nsynchronous = "{SYNCHRONOUS}"\n')
         daemon = subprocess.Popen(
             [BINARY, "--socket", f"{work}/compactd.sock", "serve", "--db", f"{work}/compactd.db",
              "--config", f"{work}/config/config.toml"],
