@@ -21,6 +21,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod bounded_json;
 pub(crate) mod chat;
+pub(crate) mod images;
 pub(crate) mod models;
 pub(crate) mod overflow;
 pub(crate) mod responses;

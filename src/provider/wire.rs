@@ -152,6 +152,9 @@ pub struct WireRequest {
     pub messages: std::sync::Arc<[Message]>,
     /// Each message as the client sent it (for the Responses API: the list of its items).
     pub natives: Vec<Native>,
+    /// What each message's images cost the model (see [`super::images`]), beside the
+    /// estimate of its parts, where an image is a note of a few tokens.
+    pub image_tokens: Vec<usize>,
     /// The request's own instructions outside its messages (system, instructions), as text:
     /// what tells a side request (a title, a commit message) from the conversation.
     pub system: String,

@@ -160,9 +160,8 @@ impl Service {
             self.unrecorded.record(&key, memory);
         }
         let turn = ProxyTurn::previewed(snapshot, stored);
-        let after: usize = request.messages[matched..]
-            .iter()
-            .map(|m| self.estimator.message(m))
+        let after: usize = (matched..request.messages.len())
+            .map(|i| self.estimator.message(&request.messages[i]) + images_of(request, i))
             .sum();
         let tokens = turn.context.tokens + after + request.overhead_tokens;
         // A small call's answer (a side call's, a conversation's first steps) is not worth
@@ -239,7 +238,7 @@ impl Service {
     ) -> Result<(ContextSnapshot, Option<Kept>), ServiceError> {
         let bound = self.settings().config.proxy.max_recorded_bytes;
         let at = (snapshot.session.message_count, snapshot.session.summary_num);
-        let mut context = self.appended(snapshot, &request.messages[matched..], stored)?;
+        let mut context = self.appended(snapshot, request, matched, stored)?;
         let kept = kept.filter(|k| {
             k.stored == at
                 && k.upto <= request.messages.len()
@@ -279,23 +278,25 @@ impl Service {
         Ok((context, Some(kept)))
     }
 
-    /// `snapshot` with `newer` appended after its branch, unstored: numbered after every
-    /// stored message (so no seq is taken twice; once writes go on, a stored session's next
-    /// messages take the same), never pinned, shortened and counted as appends are (an output
-    /// too large for the step's room keeps its head and tail; its marker names the session
-    /// only when it is `stored`).
+    /// `snapshot` with the call's messages after its first `matched` appended after its
+    /// branch, unstored: numbered after every stored message (so no seq is taken twice; once
+    /// writes go on, a stored session's next messages take the same), never pinned, shortened
+    /// and counted as appends are (an output too large for the step's room keeps its head and
+    /// tail; its marker names the session only when it is `stored`).
     fn appended(
         &self,
         mut snapshot: ContextSnapshot,
-        newer: &[Message],
+        request: &WireRequest,
+        matched: usize,
         stored: bool,
     ) -> Result<ContextSnapshot, ServiceError> {
+        let newer = &request.messages[matched..];
         let config = self.compaction_config(&snapshot.session);
         let session = &mut snapshot.session;
         let step_budget = config.step_budget(session.estimated_limit(), session.fixed_tokens());
         let first = session.message_count + 1;
         snapshot.branch = snapshot.branch.followed_by(first, newer.len());
-        for (message, seq) in newer.iter().zip(first..) {
+        for ((message, seq), index) in newer.iter().zip(first..).zip(matched..) {
             if message.role == Role::Assistant {
                 session.step_calls = message.tool_call_ids().count();
             }
@@ -303,7 +304,7 @@ impl Service {
                 session: if stored { session.id.as_str() } else { "" },
                 seq,
             };
-            let tokens = self.estimator.message(message);
+            let tokens = self.estimator.message(message) + images_of(request, index);
             let shortened =
                 step::shown_in_step(message, tokens, at, step_budget, session.step_calls);
             let appended = match shortened {
@@ -452,4 +453,9 @@ fn empty(session: SessionRow) -> ContextSnapshot {
         tail: Vec::new(),
         branch: Branch::empty(),
     }
+}
+
+/// What the images of the call's message `index` cost the model (see `provider::images`).
+fn images_of(request: &WireRequest, index: usize) -> usize {
+    request.image_tokens.get(index).copied().unwrap_or(0)
 }

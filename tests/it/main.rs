@@ -25,6 +25,7 @@ mod overflow_report;
 mod pinning;
 mod provider_formats;
 mod proxy;
+mod proxy_images;
 mod proxy_overflow;
 mod proxy_preamble;
 mod proxy_wire;

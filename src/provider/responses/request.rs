@@ -2,8 +2,9 @@
 //! request's own system text, and the conversation put back as items.
 
 use super::{group, message_of};
+use crate::provider::images;
 use crate::provider::wire::{
-    Native, Outgoing, Sent, UnreadableRequest, WireRequest, completion_tokens, listed,
+    Native, Outgoing, Sent, UnreadableRequest, Wire, WireRequest, completion_tokens, listed,
     overhead_tokens, shown_args, shown_output,
 };
 use crate::transcript::parse_arguments;
@@ -27,14 +28,21 @@ pub(crate) fn parse(
         }
         _ => listed(conversation, EXPECTED)?,
     };
-    let (mut messages, mut natives) = (Vec::new(), Vec::new());
+    let (mut messages, mut natives, mut image_tokens) = (Vec::new(), Vec::new(), Vec::new());
     group(items, |parsed, sent| {
         messages.push(message_of(parsed));
         natives.push(Native::list(sent));
+        image_tokens.push(
+            parsed
+                .iter()
+                .map(|item| images::tokens(item, Wire::Responses))
+                .sum(),
+        );
     });
     Ok(WireRequest {
         messages: messages.into(),
         natives,
+        image_tokens,
         system: body["instructions"]
             .as_str()
             .unwrap_or_default()

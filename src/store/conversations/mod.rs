@@ -58,6 +58,9 @@ pub struct ProxyCall {
     pub messages: Arc<[Message]>,
     /// Each message's fingerprints, in the same order.
     pub fingerprints: Vec<Fingerprints>,
+    /// What each message's images cost the model beside its estimate (see
+    /// `provider::images`), in the same order; a message past its end has none.
+    pub image_tokens: Vec<usize>,
     /// How a message that is stored has its tokens estimated.
     pub estimator: LazyEstimator,
     pub has_tools: bool,
@@ -93,11 +96,13 @@ impl ProxyCall {
     /// most [`STORE_STEP`] of them and [`STORE_STEP_TOKENS`] (past the first).
     fn to_store(&self, from: usize) -> Vec<NewMessage> {
         let (mut step, mut tokens) = (Vec::new(), 0);
-        for (message, f) in self.messages[from..].iter().zip(&self.fingerprints[from..]) {
+        let messages = self.messages[from..].iter().zip(&self.fingerprints[from..]);
+        for (at, (message, f)) in (from..).zip(messages) {
             if step.len() == STORE_STEP || tokens >= STORE_STEP_TOKENS {
                 break;
             }
-            let estimate = self.estimator.message(message);
+            let images = self.image_tokens.get(at).copied().unwrap_or(0);
+            let estimate = self.estimator.message(message) + images;
             tokens += estimate;
             step.push(NewMessage::new(message, estimate).with_hash(f.hash, f.opening));
         }

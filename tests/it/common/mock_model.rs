@@ -304,8 +304,9 @@ fn tokenized(counted: &(String, Value), window: usize, chars_per_token: usize) -
     if let Some(refusal) = refusal(counted, window, chars_per_token) {
         return refusal;
     }
-    let tokens = tokens_of(&counted.1, chars_per_token);
-    let answer = match counted.0.ends_with("/messages") {
+    let anthropic = counted.0.ends_with("/messages");
+    let tokens = tokens_of(&counted.1, chars_per_token, anthropic);
+    let answer = match anthropic {
         true => json!({
             "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
             "content": [{"type": "text", "text": "noted"}],
@@ -321,14 +322,19 @@ fn tokenized(counted: &(String, Value), window: usize, chars_per_token: usize) -
 }
 
 /// The tokens of a request's messages, system and tools (as JSON), a token every
-/// `chars_per_token` characters.
-fn tokens_of(body: &Value, chars_per_token: usize) -> usize {
+/// `chars_per_token` characters; images as the API (Anthropic's on `anthropic`) bills them,
+/// their base64 text not counted (see [`super::vision`]).
+fn tokens_of(body: &Value, chars_per_token: usize, anthropic: bool) -> usize {
     let chars: usize = ["messages", "system", "tools"]
         .iter()
         .filter(|key| !body[**key].is_null())
-        .map(|key| body[*key].to_string().len())
+        .map(|key| {
+            super::vision::without_image_data(&body[*key])
+                .to_string()
+                .len()
+        })
         .sum();
-    chars / chars_per_token
+    chars / chars_per_token + super::vision::image_tokens(&body["messages"], anthropic)
 }
 
 /// The provider's refusal of the request `(path, body)` when it is longer than `window`
@@ -338,7 +344,7 @@ fn refusal(
     window: usize,
     chars_per_token: usize,
 ) -> Option<Response> {
-    let tokens = tokens_of(body, chars_per_token);
+    let tokens = tokens_of(body, chars_per_token, path.ends_with("/messages"));
     if path.ends_with("/messages") {
         if let Some(message) = super::model_api::messages::length_refusal(body, tokens, window) {
             let refusal = json!({"type": "error", "error": {"type": "invalid_request_error",

@@ -5,6 +5,7 @@
 pub mod mock_model;
 pub mod model_api;
 pub mod random_session;
+pub mod vision;
 
 use compactd::client::Client;
 use serde_json::{Value, json};

@@ -324,7 +324,8 @@ async fn handle(
     let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let path = uri.path().to_string();
     let task = shared.task();
-    let tokens = count::request_tokens(&value, task.chars_per_token);
+    let anthropic = path.contains("/messages");
+    let tokens = count::request_tokens(&value, task.chars_per_token, anthropic);
     let window = task
         .windows
         .get(value["model"].as_str().unwrap_or(""))

@@ -1,0 +1,113 @@
+//! Images through the proxy. A model bills an image by its size (a screenshot: 1,000 to 1,600
+//! tokens), not by its base64 text, and compactd reads it as a note of a few tokens: unless
+//! it counts what the image costs, an agent that takes screenshots reaches the model with a
+//! context compactd thought was a tenth of its window. The mock here bills images as the
+//! providers document and refuses as they do.
+
+use crate::common::vision::{image_tokens, png_base64};
+use crate::proxy::{KEY, anthropic_call, call, proxy_to};
+use crate::proxy_overflow::{model, results_follow_their_calls};
+use serde_json::{Value, json};
+
+/// The mock's window (tokens), and what each call asks room for beside its prompt.
+const WINDOW: usize = 16_000;
+const MAX_TOKENS: usize = 1_024;
+
+/// Claude Code driving a browser: each step takes a screenshot (1366 × 768: 1,399 tokens to
+/// Anthropic), 24 steps, 33,576 tokens of images against a window of 16,000. compactd counts
+/// each image as the model does, compacts before the window, and the model refuses nothing:
+/// every call reaches it once, under its window, with every result beside its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_are_counted_as_the_model_bills_them_and_compacted_before_the_window() {
+    let mock = model(WINDOW, 4);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let screenshot = png_base64(1366, 768);
+    let mut messages =
+        vec![json!({"role": "user", "content": "Check every page of the site renders."})];
+    let mut session = String::new();
+    for i in 0..24 {
+        let body = json!({"model": "claude-test", "max_tokens": MAX_TOKENS,
+                          "system": "You drive a browser.", "messages": messages});
+        let (status, head, answer) = anthropic_call(&client, &body).await;
+        assert_eq!(status, 200, "step {i}: {answer}");
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Opening page {i}.")},
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "browser_take_screenshot",
+             "input": {"url": format!("https://example.test/page/{i}")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": [
+                {"type": "text", "text": format!("Screenshot of page {i}")},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": screenshot}}]}]}));
+    }
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 24, "no call was refused and sent again");
+    for request in &requests {
+        let sent = &request.body;
+        let images = image_tokens(&sent["messages"], true);
+        let text = crate::common::vision::without_image_data(&sent["messages"])
+            .to_string()
+            .len()
+            / 4;
+        assert!(
+            images + text + MAX_TOKENS <= WINDOW,
+            "{images} + {text} tokens sent"
+        );
+        results_follow_their_calls(sent["messages"].as_array().unwrap());
+    }
+    // The newest screenshot reaches the model; the oldest steps are in the summary.
+    let last: &Value = &requests[23].body["messages"];
+    assert!(last.to_string().contains("toolu_22"), "{last}");
+    assert!(
+        image_tokens(last, true) >= 1_399,
+        "the newest screenshot is sent"
+    );
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+}
+
+/// The same through Chat Completions (an OpenAI-compatible agent sending `image_url` data
+/// URLs, two screenshots a step): OpenAI bills each 1,105 tokens (six tiles), and compactd
+/// counts that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_completions_images_are_counted_as_openai_bills_them() {
+    let mock = model(WINDOW, 4);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let url = format!("data:image/png;base64,{}", png_base64(1366, 768));
+    let mut messages =
+        vec![json!({"role": "user", "content": "Check every page of the site renders."})];
+    for i in 0..24 {
+        let body = json!({"model": "gpt-test", "max_tokens": MAX_TOKENS, "messages": messages});
+        let (status, _, answer) = call(&client, KEY, None, &body).await;
+        assert_eq!(
+            status,
+            200,
+            "step {i}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        messages.push(
+            json!({"role": "assistant", "content": format!("Opening page {i}."),
+            "tool_calls": [{"id": format!("call_{i}"), "type": "function",
+                "function": {"name": "screenshot", "arguments": format!("{{\"page\": {i}}}")}}]}),
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"),
+            "content": format!("Screenshot of page {i} follows.")}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}},
+            {"type": "image_url", "image_url": {"url": url}}]}));
+    }
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 24, "no call was refused and sent again");
+    for request in &requests {
+        let sent = &request.body["messages"];
+        let images = image_tokens(sent, false);
+        let text = crate::common::vision::without_image_data(sent)
+            .to_string()
+            .len()
+            / 4;
+        assert!(images + text <= WINDOW, "{images} + {text} tokens sent");
+        crate::proxy::no_orphans(sent.as_array().unwrap());
+    }
+}
