@@ -4,67 +4,112 @@
 //! context compactd thought was a tenth of its window. The mock here bills images as the
 //! providers document and refuses as they do.
 
-use crate::common::vision::{image_tokens, png_base64};
+use crate::common::mock_model::MockModel;
+use crate::common::vision::{image_tokens, png_base64, without_image_data};
 use crate::proxy::{KEY, anthropic_call, call, proxy_to};
 use crate::proxy_overflow::{model, results_follow_their_calls};
+use compactd::client::Client;
+use hyper::HeaderMap;
 use serde_json::{Value, json};
 
 /// The mock's window (tokens), and what each call asks room for beside its prompt.
 const WINDOW: usize = 16_000;
 const MAX_TOKENS: usize = 1_024;
 
-/// Claude Code driving a browser: each step takes a screenshot (1366 × 768: 1,399 tokens to
-/// Anthropic), 24 steps, 33,576 tokens of images against a window of 16,000. compactd counts
-/// each image as the model does, compacts before the window, and the model refuses nothing:
-/// every call reaches it once, under its window, with every result beside its call.
+/// One step of Claude Code driving a browser: its whole conversation to the model, then the
+/// model's screenshot call and its result (a 1366 × 768 PNG: 1,399 tokens to Anthropic)
+/// kept. Returns the call's headers.
+async fn browser_step(client: &Client, messages: &mut Vec<Value>, i: usize) -> HeaderMap {
+    let body = json!({"model": "claude-test", "max_tokens": MAX_TOKENS,
+                      "system": "You drive a browser.", "messages": messages});
+    let (status, head, answer) = anthropic_call(client, &body).await;
+    assert_eq!(status, 200, "step {i}: {answer}");
+    messages.push(json!({"role": "assistant", "content": [
+        {"type": "text", "text": format!("Opening page {i}.")},
+        {"type": "tool_use", "id": format!("toolu_{i}"), "name": "browser_take_screenshot",
+         "input": {"url": format!("https://example.test/page/{i}")}}]}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": [
+            {"type": "text", "text": format!("Screenshot of page {i}")},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": png_base64(1366, 768)}}]}]}));
+    head
+}
+
+/// Every call the mock received reached it once (none refused and sent again), inside its
+/// window beside the completion asked for, each tool result after its call.
+fn each_call_fit(mock: &MockModel, calls: usize) {
+    let requests = mock.requests();
+    assert_eq!(requests.len(), calls, "no call was refused and sent again");
+    for request in &requests {
+        let sent = &request.body["messages"];
+        let images = image_tokens(sent, true);
+        let text = without_image_data(sent).to_string().len() / 4;
+        assert!(
+            images + text + MAX_TOKENS <= WINDOW,
+            "{images} + {text} tokens sent"
+        );
+        results_follow_their_calls(sent.as_array().unwrap());
+    }
+    // The newest screenshot reaches the model; the oldest steps are in the summary.
+    let last = &requests[calls - 1].body["messages"];
+    assert!(
+        last.to_string().contains(&format!("toolu_{}", calls - 2)),
+        "{last}"
+    );
+    assert!(
+        image_tokens(last, true) >= 1_399,
+        "the newest screenshot is sent"
+    );
+}
+
+/// Claude Code driving a browser, 24 steps: 33,576 tokens of images against a window of
+/// 16,000. compactd counts each image as the model does, compacts before the window, and the
+/// model refuses nothing: every call reaches it once, under its window, with every result
+/// beside its call. (Counting an image as its note, two calls were refused.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn screenshots_are_counted_as_the_model_bills_them_and_compacted_before_the_window() {
     let mock = model(WINDOW, 4);
     let daemon = proxy_to(&mock);
     let client = daemon.client();
-    let screenshot = png_base64(1366, 768);
     let mut messages =
         vec![json!({"role": "user", "content": "Check every page of the site renders."})];
     let mut session = String::new();
     for i in 0..24 {
-        let body = json!({"model": "claude-test", "max_tokens": MAX_TOKENS,
-                          "system": "You drive a browser.", "messages": messages});
-        let (status, head, answer) = anthropic_call(&client, &body).await;
-        assert_eq!(status, 200, "step {i}: {answer}");
+        let head = browser_step(&client, &mut messages, i).await;
         session = head["x-compactd-session"].to_str().unwrap().to_string();
-        messages.push(json!({"role": "assistant", "content": [
-            {"type": "text", "text": format!("Opening page {i}.")},
-            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "browser_take_screenshot",
-             "input": {"url": format!("https://example.test/page/{i}")}}]}));
-        messages.push(json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": [
-                {"type": "text", "text": format!("Screenshot of page {i}")},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": screenshot}}]}]}));
     }
-    let requests = mock.requests();
-    assert_eq!(requests.len(), 24, "no call was refused and sent again");
-    for request in &requests {
-        let sent = &request.body;
-        let images = image_tokens(&sent["messages"], true);
-        let text = crate::common::vision::without_image_data(&sent["messages"])
-            .to_string()
-            .len()
-            / 4;
-        assert!(
-            images + text + MAX_TOKENS <= WINDOW,
-            "{images} + {text} tokens sent"
-        );
-        results_follow_their_calls(sent["messages"].as_array().unwrap());
-    }
-    // The newest screenshot reaches the model; the oldest steps are in the summary.
-    let last: &Value = &requests[23].body["messages"];
-    assert!(last.to_string().contains("toolu_22"), "{last}");
-    assert!(
-        image_tokens(last, true) >= 1_399,
-        "the newest screenshot is sent"
-    );
+    each_call_fit(&mock, 24);
     let state = client.get(&format!("/session/{session}")).await.unwrap();
     assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+}
+
+/// The same while a person holds the database's write lock from the fourth step on: nothing
+/// is stored, each call goes upstream from the stored context and its newer messages,
+/// compacted in memory past the trigger, and those count their images too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_sent_while_nothing_is_stored_are_counted_as_well() {
+    let mock = model(WINDOW, 4);
+    let mut daemon = proxy_to(&mock);
+    let mut messages =
+        vec![json!({"role": "user", "content": "Check every page of the site renders."})];
+    for i in 0..3 {
+        let head = browser_step(&daemon.client(), &mut messages, i).await;
+        assert!(head.get("x-compactd-unrecorded").is_none(), "step {i}");
+    }
+    let person = crate::common::restart_under_a_held_lock(&mut daemon);
+    let client = daemon.client();
+    for i in 3..24 {
+        let head = browser_step(&client, &mut messages, i).await;
+        assert_eq!(head["x-compactd-unrecorded"], "busy", "step {i}");
+    }
+    each_call_fit(&mock, 24);
+    assert!(
+        daemon.log().contains("compacted in memory"),
+        "{}",
+        daemon.log()
+    );
+    crate::common::let_go(person, &client).await;
 }
 
 /// The same through Chat Completions (an OpenAI-compatible agent sending `image_url` data
@@ -103,10 +148,7 @@ async fn chat_completions_images_are_counted_as_openai_bills_them() {
     for request in &requests {
         let sent = &request.body["messages"];
         let images = image_tokens(sent, false);
-        let text = crate::common::vision::without_image_data(sent)
-            .to_string()
-            .len()
-            / 4;
+        let text = without_image_data(sent).to_string().len() / 4;
         assert!(images + text <= WINDOW, "{images} + {text} tokens sent");
         crate::proxy::no_orphans(sent.as_array().unwrap());
     }
