@@ -50,7 +50,8 @@ pub(crate) fn tokens(native: &Value, wire: Wire) -> usize {
 }
 
 /// Calls `found` with every image block in `value`: Anthropic's `image`, Chat Completions'
-/// `image_url`, the Responses API's `input_image`.
+/// `image_url`, the Responses API's `input_image`. A tool call's input is the model's JSON,
+/// not content: an object there that says `"type": "image"` is not searched.
 fn each_image(value: &Value, depth: usize, found: &mut impl FnMut(&Value)) {
     if depth == 0 {
         return;
@@ -59,9 +60,12 @@ fn each_image(value: &Value, depth: usize, found: &mut impl FnMut(&Value)) {
         Value::Object(fields) => match fields.get("type").and_then(Value::as_str) {
             Some("image" | "image_url" | "input_image") => found(value),
             _ => fields
-                .values()
-                .filter(|v| v.is_object() || v.is_array())
-                .for_each(|v| each_image(v, depth - 1, found)),
+                .iter()
+                .filter(|(key, v)| {
+                    !matches!(key.as_str(), "input" | "tool_calls" | "arguments")
+                        && (v.is_object() || v.is_array())
+                })
+                .for_each(|(_, v)| each_image(v, depth - 1, found)),
         },
         Value::Array(items) => items.iter().for_each(|v| each_image(v, depth - 1, found)),
         _ => {}
@@ -373,6 +377,10 @@ mod tests {
         assert_eq!(tokens(&responses, Wire::Responses), 1_105 + OPENAI_MAX);
         let text_only = json!({"role": "user", "content": "no images: {\"type\": \"image\"}"});
         assert_eq!(tokens(&text_only, Wire::Anthropic), 0);
+        // A tool call whose input happens to hold such an object holds no image.
+        let call = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+            "name": "draw", "input": {"shapes": [{"type": "image", "source": {}}]}}]});
+        assert_eq!(tokens(&call, Wire::Anthropic), 0);
     }
 
     /// Each API's reader counts every message's images beside it (the Responses API's per
