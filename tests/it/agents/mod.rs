@@ -142,6 +142,16 @@ fn through(agent: Agent, model: Model) {
 /// [`through`] with the model's task changed by `change` (sub-agents, parallel calls);
 /// every call the model API saw is returned.
 fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> Vec<Seen> {
+    through_inspected(agent, model, change, |_| {})
+}
+
+/// [`through_with`], then `inspect` given the daemon, before it stops.
+fn through_inspected(
+    agent: Agent,
+    model: Model,
+    change: impl FnOnce(&mut Task),
+    inspect: impl FnOnce(&crate::common::TestDaemon),
+) -> Vec<Seen> {
     if installed(agent).is_none() {
         return Vec::new();
     }
@@ -308,6 +318,7 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
     if let Some(n) = delegation {
         each_conversation_its_own(&seen, n, inherited);
     }
+    inspect(&daemon);
     drop(api);
     seen
 }
@@ -315,6 +326,50 @@ fn through_with(agent: Agent, model: Model, change: impl FnOnce(&mut Task)) -> V
 #[test]
 fn claude_code_runs_the_task_through_compactd() {
     through(Agent::ClaudeCode, Model::new("claude-opus-5-5", 48_000, 2));
+}
+
+/// Claude Code reads a screenshot after every step (its `Read` of a 1366 × 768 PNG, sent to
+/// the model as an image in the tool result: 1,399 tokens to Anthropic, however few bytes the
+/// file has), 20 steps against a 48,000-token window. Each screenshot reaches the model, none
+/// is refused, no request passes the window, and the task ends with its last step's output;
+/// each stored screenshot counts what the model bills for it (as its note it counted about 10
+/// tokens: with Claude Code's large instructions, the usage reports' rate made up for it here,
+/// where `proxy_images` shows what it could not).
+#[test]
+fn claude_code_reads_screenshots_through_compactd() {
+    let shots = tempfile::TempDir::new().unwrap();
+    let file = shots.path().join("screen.png");
+    std::fs::write(&file, crate::common::vision::png_file(1366, 768)).unwrap();
+    let model = Model::new("claude-opus-5-5", 48_000, 2);
+    let change = |task: &mut Task| {
+        task.screenshot = Some(file.clone());
+        task.lines = 300;
+    };
+    let mut stored = Vec::new();
+    let seen = through_inspected(Agent::ClaudeCode, model, change, |daemon| {
+        let conn = rusqlite::Connection::open(daemon.db()).unwrap();
+        stored = conn
+            .prepare("SELECT tokens FROM messages WHERE parts LIKE '%[image omitted]%'")
+            .unwrap()
+            .query_map([], |r| r.get::<_, usize>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    });
+    if seen.is_empty() {
+        return;
+    }
+    let most = seen
+        .iter()
+        .map(|s| crate::common::vision::image_tokens(&s.body["messages"], true))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most >= 5 * 1_399,
+        "the screenshots reached the model: {most}"
+    );
+    assert_eq!(stored.len(), 20, "each screenshot stored once: {stored:?}");
+    assert!(stored.iter().all(|&t| t >= 1_399), "{stored:?}");
 }
 
 #[test]

@@ -182,9 +182,27 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .iter()
         .rev()
         .flat_map(|m| blocks(m).into_iter().rev())
-        .filter(|b| b["type"] == "tool_result")
+        .filter(|b| b["type"] == "tool_result" && !is_image_result(b))
         .map(|b| super::text_of(&b["content"]))
         .find(|output| !super::is_side_output(output))
+}
+
+/// A tool result that holds an image (Claude Code's `Read` of one).
+fn is_image_result(block: &Value) -> bool {
+    block["content"]
+        .as_array()
+        .is_some_and(|parts| parts.iter().any(|p| p["type"] == "image"))
+}
+
+/// Whether the request's newest tool result is a step's output, not the screenshot read
+/// after it.
+fn newest_result_is_output(messages: &[Value]) -> bool {
+    let newest = messages
+        .iter()
+        .rev()
+        .flat_map(|m| blocks(m).into_iter().rev())
+        .find(|b| b["type"] == "tool_result");
+    newest.is_some_and(|b| !is_image_result(&b))
 }
 
 /// The sub-agent this conversation is, if it is one: its first user message (its task,
@@ -310,6 +328,14 @@ pub fn answer(
                     Turn::Act(Action::Text(String::new()))
                 }
             }
+        }
+        Turn::Act(_)
+            if let Some(file) = &task.screenshot
+                && shell
+                && newest_result_is_output(&messages) =>
+        {
+            own_call = Some(("Read", json!({"file_path": file})));
+            Turn::Act(Action::Text(String::new()))
         }
         turn => turn,
     };
