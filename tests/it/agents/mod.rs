@@ -332,7 +332,7 @@ fn claude_code_runs_the_task_through_compactd() {
 /// the model as an image in the tool result: 1,399 tokens to Anthropic, however few bytes the
 /// file has), 20 steps against a 48,000-token window. Each screenshot reaches the model, none
 /// is refused, no request passes the window, and the task ends with its last step's output;
-/// each stored screenshot counts what the model bills for it (as its note it counted about 10
+/// each stored screenshot counts what the model bills for it (as its note it counted a few
 /// tokens: with Claude Code's large instructions, the usage reports' rate made up for it here,
 /// where `proxy_images` shows what it could not).
 #[test]
