@@ -169,6 +169,19 @@ pub struct WireRequest {
     pub model: String,
 }
 
+impl WireRequest {
+    /// What message `index` costs the model: the estimate of its parts, and its images
+    /// beside (the parts hold only a note of each).
+    pub fn message_tokens(
+        &self,
+        index: usize,
+        estimator: &crate::compaction::LazyEstimator,
+    ) -> usize {
+        estimator.message(&self.messages[index])
+            + self.image_tokens.get(index).copied().unwrap_or(0)
+    }
+}
+
 /// A message as the client sent it (for the Responses API: the list of its items), held as
 /// its JSON text and parsed again only to be patched. A parsed JSON object costs hundreds of
 /// bytes (a map node, its keys), and an agent behind the proxy sends its whole history, tens

@@ -161,7 +161,7 @@ impl Service {
         }
         let turn = ProxyTurn::previewed(snapshot, stored);
         let after: usize = (matched..request.messages.len())
-            .map(|i| self.estimator.message(&request.messages[i]) + images_of(request, i))
+            .map(|i| request.message_tokens(i, &self.estimator))
             .sum();
         let tokens = turn.context.tokens + after + request.overhead_tokens;
         // A small call's answer (a side call's, a conversation's first steps) is not worth
@@ -304,7 +304,7 @@ impl Service {
                 session: if stored { session.id.as_str() } else { "" },
                 seq,
             };
-            let tokens = self.estimator.message(message) + images_of(request, index);
+            let tokens = request.message_tokens(index, &self.estimator);
             let shortened =
                 step::shown_in_step(message, tokens, at, step_budget, session.step_calls);
             let appended = match shortened {
@@ -453,9 +453,4 @@ fn empty(session: SessionRow) -> ContextSnapshot {
         tail: Vec::new(),
         branch: Branch::empty(),
     }
-}
-
-/// What the images of the call's message `index` cost the model (see `provider::images`).
-fn images_of(request: &WireRequest, index: usize) -> usize {
-    request.image_tokens.get(index).copied().unwrap_or(0)
 }
