@@ -11,7 +11,7 @@
 //! bytes the header needs) and as the largest an image can cost otherwise (a URL, a file id,
 //! a format not read).
 
-use super::wire::Wire;
+use super::base64_text::Base64;
 use serde_json::Value;
 
 /// Anthropic: an image whose long side passes this many pixels is scaled down to it.
@@ -19,7 +19,7 @@ const ANTHROPIC_LONG_EDGE: u64 = 1_568;
 /// Anthropic: pixels a token.
 const ANTHROPIC_PIXELS_PER_TOKEN: u64 = 750;
 /// Anthropic: the most an image costs once scaled (and what one not read is counted at).
-const ANTHROPIC_MAX: usize = 1_600;
+pub(super) const ANTHROPIC_MAX: usize = 1_600;
 /// OpenAI: what any image costs, and what one of `"detail": "low"` costs in all.
 const OPENAI_BASE: usize = 85;
 /// OpenAI: what each tile of [`OPENAI_TILE`] pixels square costs besides.
@@ -31,49 +31,10 @@ const OPENAI_SQUARE: u64 = 2_048;
 const OPENAI_SHORT_SIDE: u64 = 768;
 /// OpenAI: the most an image costs at high detail (768 × 2,048: eight tiles), what one not
 /// read is counted at.
-const OPENAI_MAX: usize = OPENAI_BASE + 8 * OPENAI_PER_TILE;
-/// How deep a message's JSON is searched for images (tool results hold them two levels
-/// down; the parser refuses deeper than 128 anyway).
-const MAX_DEPTH: usize = 16;
-
-/// Tokens the images in `native` (one message as the client sent it; for the Responses API,
-/// the list of its items) cost the model `wire` speaks to; 0 for a message without any.
-pub(crate) fn tokens(native: &Value, wire: Wire) -> usize {
-    let mut total = 0;
-    each_image(native, MAX_DEPTH, &mut |image| {
-        total += match wire {
-            Wire::Anthropic => anthropic(image),
-            Wire::Chat | Wire::Responses => openai(image),
-        }
-    });
-    total
-}
-
-/// Calls `found` with every image block in `value`: Anthropic's `image`, Chat Completions'
-/// `image_url`, the Responses API's `input_image`. A tool call's input is the model's JSON,
-/// not content: an object there that says `"type": "image"` is not searched.
-fn each_image(value: &Value, depth: usize, found: &mut impl FnMut(&Value)) {
-    if depth == 0 {
-        return;
-    }
-    match value {
-        Value::Object(fields) => match fields.get("type").and_then(Value::as_str) {
-            Some("image" | "image_url" | "input_image") => found(value),
-            _ => fields
-                .iter()
-                .filter(|(key, v)| {
-                    !matches!(key.as_str(), "input" | "tool_calls" | "arguments")
-                        && (v.is_object() || v.is_array())
-                })
-                .for_each(|(_, v)| each_image(v, depth - 1, found)),
-        },
-        Value::Array(items) => items.iter().for_each(|v| each_image(v, depth - 1, found)),
-        _ => {}
-    }
-}
+pub(super) const OPENAI_MAX: usize = OPENAI_BASE + 8 * OPENAI_PER_TILE;
 
 /// An Anthropic image block's cost.
-fn anthropic(block: &Value) -> usize {
+pub(super) fn anthropic(block: &Value) -> usize {
     let source = &block["source"];
     let data = match source["type"].as_str() {
         Some("base64") => source["data"].as_str(),
@@ -94,7 +55,7 @@ fn anthropic_tokens(width: u64, height: u64) -> usize {
 }
 
 /// A Chat Completions `image_url` or Responses `input_image` part's cost.
-fn openai(part: &Value) -> usize {
+pub(super) fn openai(part: &Value) -> usize {
     // Chat: {"image_url": {"url", "detail"}}; Responses: {"image_url": "...", "detail"}.
     let (url, detail) = match &part["image_url"] {
         Value::Object(inner) => (
@@ -210,49 +171,9 @@ fn le(bytes: &[u8]) -> u64 {
     bytes.iter().rev().fold(0, |n, &b| n << 8 | u64::from(b))
 }
 
-/// Standard base64 text read at any byte offset, decoding only the 4-character groups that
-/// hold the bytes asked for (an image's header, a JPEG's segment heads).
-struct Base64<'a>(&'a [u8]);
-
-impl Base64<'_> {
-    /// `len` bytes from `offset`; `None` past the end or over a character that is not base64.
-    fn range(&self, offset: usize, len: usize) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(len + 3);
-        let mut group = offset / 3;
-        while out.len() < offset % 3 + len {
-            let chars = self.0.get(group * 4..group * 4 + 4)?;
-            let mut n: u32 = 0;
-            let mut bytes = 3;
-            for (i, &c) in chars.iter().enumerate() {
-                let value = match c {
-                    b'A'..=b'Z' => c - b'A',
-                    b'a'..=b'z' => c - b'a' + 26,
-                    b'0'..=b'9' => c - b'0' + 52,
-                    b'+' | b'-' => 62,
-                    b'/' | b'_' => 63,
-                    b'=' if i >= 2 => {
-                        bytes = bytes.min(i - 1);
-                        0
-                    }
-                    _ => return None,
-                };
-                n = n << 6 | u32::from(value);
-            }
-            out.extend_from_slice(&n.to_be_bytes()[1..1 + bytes]);
-            if bytes < 3 {
-                break;
-            }
-            group += 1;
-        }
-        let start = offset % 3;
-        out.get(start..start + len).map(<[u8]>::to_vec)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use serde_json::json;
 
     /// Standard base64, as SDKs write an image's bytes.
     fn base64(bytes: &[u8]) -> String {
@@ -274,7 +195,7 @@ mod tests {
     }
 
     /// A PNG's signature and header chunk (all a reader of its size needs), then some data.
-    fn png(width: u32, height: u32) -> Vec<u8> {
+    pub(crate) fn png(width: u32, height: u32) -> Vec<u8> {
         let mut bytes = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
         bytes.extend(width.to_be_bytes());
         bytes.extend(height.to_be_bytes());
@@ -328,21 +249,6 @@ mod tests {
     }
 
     #[test]
-    fn a_range_decodes_at_any_offset_and_stops_at_the_padding() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        let text = base64(&bytes[..100]);
-        let decoded = Base64(text.as_bytes());
-        for offset in [0, 1, 2, 3, 50, 97] {
-            assert_eq!(
-                decoded.range(offset, 3),
-                Some(bytes[offset..offset + 3].to_vec())
-            );
-        }
-        assert_eq!(decoded.range(98, 2), Some(vec![98, 99]));
-        assert_eq!(decoded.range(99, 2), None, "past the end");
-    }
-
-    #[test]
     fn the_providers_formulas() {
         // A 1366 × 768 screenshot: Anthropic 1366 × 768 / 750; OpenAI 3 × 2 tiles.
         assert_eq!(anthropic_tokens(1366, 768), 1_399);
@@ -354,61 +260,5 @@ mod tests {
         // Small images cost little, never nothing.
         assert_eq!(anthropic_tokens(10, 10), 1);
         assert_eq!(openai_tokens(10, 10), 85 + 170);
-    }
-
-    #[test]
-    fn images_are_found_where_each_api_puts_them_and_counted_as_it_bills() {
-        let data = base64(&png(1366, 768));
-        // Claude Code: a screenshot in a tool result, and a user's pasted image by URL.
-        let anthropic = json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": [
-                {"type": "text", "text": "Screenshot taken"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]},
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]});
-        assert_eq!(tokens(&anthropic, Wire::Anthropic), 1_399 + 1_600);
-        let chat = json!({"role": "user", "content": [
-            {"type": "text", "text": "What is on screen?"},
-            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}},
-            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}"), "detail": "low"}}]});
-        assert_eq!(tokens(&chat, Wire::Chat), 1_105 + 85);
-        let responses = json!([{"type": "message", "role": "user", "content": [
-            {"type": "input_image", "image_url": format!("data:image/png;base64,{data}")},
-            {"type": "input_image", "file_id": "file-1"}]}]);
-        assert_eq!(tokens(&responses, Wire::Responses), 1_105 + OPENAI_MAX);
-        let text_only = json!({"role": "user", "content": "no images: {\"type\": \"image\"}"});
-        assert_eq!(tokens(&text_only, Wire::Anthropic), 0);
-        // A tool call whose input happens to hold such an object holds no image.
-        let call = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
-            "name": "draw", "input": {"shapes": [{"type": "image", "source": {}}]}}]});
-        assert_eq!(tokens(&call, Wire::Anthropic), 0);
-    }
-
-    /// Each API's reader counts every message's images beside it (the Responses API's per
-    /// run of items that make one message), and nothing for a message without any.
-    #[test]
-    fn each_api_reader_counts_its_messages_images() {
-        let data = base64(&png(1366, 768));
-        let url = format!("data:image/png;base64,{data}");
-        let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}});
-        let mut anthropic = json!({"model": "claude", "max_tokens": 10, "messages": [
-            {"role": "user", "content": "Look."},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image, image]}]}]});
-        let read = Wire::Anthropic.parse_value(&mut anthropic).unwrap();
-        assert_eq!(read.image_tokens, [0, 0, 2 * 1_399]);
-        let mut chat = json!({"model": "gpt", "messages": [
-            {"role": "system", "content": "Rules."},
-            {"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image_url", "image_url": {"url": url}}]}]});
-        let read = Wire::Chat.parse_value(&mut chat).unwrap();
-        assert_eq!(read.image_tokens, [0, 1_105]);
-        let mut responses = json!({"model": "gpt", "input": [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Look."}]},
-            {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c1", "output": [
-                {"type": "input_image", "image_url": url, "detail": "low"}]}]});
-        let read = Wire::Responses.parse_value(&mut responses).unwrap();
-        assert_eq!(read.messages.len(), read.image_tokens.len());
-        assert_eq!(read.image_tokens.iter().sum::<usize>(), 85);
-        assert_eq!(read.image_tokens[0], 0);
     }
 }

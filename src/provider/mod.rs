@@ -19,9 +19,12 @@
 //! Pure functions: no I/O.
 
 pub(crate) mod anthropic;
+mod base64_text;
 pub(crate) mod bounded_json;
 pub(crate) mod chat;
-pub(crate) mod images;
+mod documents;
+mod images;
+pub(crate) mod media;
 pub(crate) mod models;
 pub(crate) mod overflow;
 pub(crate) mod responses;

@@ -154,7 +154,7 @@ pub struct WireRequest {
     pub natives: Vec<Native>,
     /// What each message's images cost the model (see [`super::images`]), beside the
     /// estimate of its parts, where an image is a note of a few tokens.
-    pub image_tokens: Vec<usize>,
+    pub media_tokens: Vec<usize>,
     /// The request's own instructions outside its messages (system, instructions), as text:
     /// what tells a side request (a title, a commit message) from the conversation.
     pub system: String,
@@ -178,7 +178,7 @@ impl WireRequest {
         estimator: &crate::compaction::LazyEstimator,
     ) -> usize {
         estimator.message(&self.messages[index])
-            + self.image_tokens.get(index).copied().unwrap_or(0)
+            + self.media_tokens.get(index).copied().unwrap_or(0)
     }
 }
 

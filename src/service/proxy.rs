@@ -312,7 +312,7 @@ impl Service {
             root_hash,
             messages: request.messages.clone(),
             fingerprints,
-            image_tokens: request.image_tokens.clone(),
+            media_tokens: request.media_tokens.clone(),
             estimator: self.estimator,
             has_tools: request.has_tools,
             overhead_tokens: request.overhead_tokens,

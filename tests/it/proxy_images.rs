@@ -1,11 +1,14 @@
-//! Images through the proxy. A model bills an image by its size (a screenshot: 1,000 to 1,600
-//! tokens), not by its base64 text, and compactd reads it as a note of a few tokens: unless
-//! it counts what the image costs, an agent that takes screenshots reaches the model with a
-//! context compactd thought was a tenth of its window. The mock here bills images as the
-//! providers document and refuses as they do.
+//! Images and PDFs through the proxy. A model bills an image by its size (a screenshot: 1,000
+//! to 1,600 tokens) and a PDF by its pages (a page of text: over 2,000), not by their base64
+//! text, and compactd reads either as a note of a few tokens: unless it counts what they
+//! cost, an agent that takes screenshots or reads PDFs reaches the model with a context
+//! compactd thought was a tenth of its window. The mock here bills them as the providers do
+//! and refuses as they do.
 
 use crate::common::mock_model::MockModel;
-use crate::common::vision::{image_tokens, png_base64, without_image_data};
+use crate::common::vision::{
+    PDF_PAGE_TOKENS, media_tokens, pdf_base64, png_base64, without_media_data,
+};
 use crate::proxy::{KEY, anthropic_call, call, proxy_to};
 use crate::proxy_overflow::{model, results_follow_their_calls};
 use compactd::client::Client;
@@ -43,8 +46,8 @@ fn each_call_fit(mock: &MockModel, calls: usize) {
     assert_eq!(requests.len(), calls, "no call was refused and sent again");
     for request in &requests {
         let sent = &request.body["messages"];
-        let images = image_tokens(sent, true);
-        let text = without_image_data(sent).to_string().len() / 4;
+        let images = media_tokens(sent, true);
+        let text = without_media_data(sent).to_string().len() / 4;
         assert!(
             images + text + MAX_TOKENS <= WINDOW,
             "{images} + {text} tokens sent"
@@ -58,7 +61,7 @@ fn each_call_fit(mock: &MockModel, calls: usize) {
         "{last}"
     );
     assert!(
-        image_tokens(last, true) >= 1_399,
+        media_tokens(last, true) >= 1_399,
         "the newest screenshot is sent"
     );
 }
@@ -80,6 +83,54 @@ async fn screenshots_are_counted_as_the_model_bills_them_and_compacted_before_th
         session = head["x-compactd-session"].to_str().unwrap().to_string();
     }
     each_call_fit(&mock, 24);
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+}
+
+/// Claude Code reading a two-page PDF at every step, as its `Read` sends one (a `document`
+/// block in the tool's result: checked against Claude Code 2.1.332), 12 steps: 56,328 tokens of
+/// pages against a window of 16,000. compactd counts each PDF by its pages, compacts before
+/// the window, and the model refuses nothing. (Counting a PDF as its note, the agent got the
+/// model's 400 at the fifth call: "prompt is too long: 19107 tokens > 16000 maximum".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdfs_are_counted_by_their_pages_and_compacted_before_the_window() {
+    let mock = model(WINDOW, 4);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let mut messages = vec![json!({"role": "user", "content": "Summarize every report."})];
+    let mut session = String::new();
+    for i in 0..12 {
+        let body = json!({"model": "claude-test", "max_tokens": MAX_TOKENS,
+                          "system": "You read reports.", "messages": messages});
+        let (status, head, answer) = anthropic_call(&client, &body).await;
+        assert_eq!(status, 200, "step {i}: {answer}");
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read",
+             "input": {"file_path": format!("/work/report-{i}.pdf")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": [
+                {"type": "text", "text": format!("PDF file read: /work/report-{i}.pdf (1.1KB)")},
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                "data": pdf_base64(2)}}]}]}));
+    }
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 12, "no call was refused and sent again");
+    for request in &requests {
+        let sent = &request.body["messages"];
+        let pages = media_tokens(sent, true);
+        let text = without_media_data(sent).to_string().len() / 4;
+        assert!(
+            pages + text + MAX_TOKENS <= WINDOW,
+            "{pages} + {text} tokens sent"
+        );
+        results_follow_their_calls(sent.as_array().unwrap());
+    }
+    let last = &requests[11].body["messages"];
+    assert!(
+        media_tokens(last, true) >= 2 * PDF_PAGE_TOKENS,
+        "the newest report is sent: {last}"
+    );
     let state = client.get(&format!("/session/{session}")).await.unwrap();
     assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
 }
@@ -147,8 +198,8 @@ async fn chat_completions_images_are_counted_as_openai_bills_them() {
     assert_eq!(requests.len(), 24, "no call was refused and sent again");
     for request in &requests {
         let sent = &request.body["messages"];
-        let images = image_tokens(sent, false);
-        let text = without_image_data(sent).to_string().len() / 4;
+        let images = media_tokens(sent, false);
+        let text = without_media_data(sent).to_string().len() / 4;
         assert!(images + text <= WINDOW, "{images} + {text} tokens sent");
         crate::proxy::no_orphans(sent.as_array().unwrap());
     }

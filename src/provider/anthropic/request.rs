@@ -4,7 +4,7 @@
 //! (thinking with signatures, images, cache marks, types compactd does not know) stay as sent.
 
 use crate::message::{Message, Part, Role};
-use crate::provider::images;
+use crate::provider::media;
 use crate::provider::wire::{
     Native, Outgoing, Sent, UnreadableRequest, Wire, WireRequest, completion_tokens, listed,
     overhead_tokens, parsed, shown_args, shown_output, text_of,
@@ -20,10 +20,10 @@ pub(crate) fn parse(
 ) -> Result<WireRequest, UnreadableRequest> {
     let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());
-    let mut image_tokens = Vec::with_capacity(list.len());
+    let mut media_tokens = Vec::with_capacity(list.len());
     for (i, raw) in list.iter().enumerate() {
         let native = parsed(raw);
-        image_tokens.push(images::tokens(&native, Wire::Anthropic));
+        media_tokens.push(media::tokens(&native, Wire::Anthropic));
         let role = match native["role"].as_str() {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
@@ -44,7 +44,7 @@ pub(crate) fn parse(
     Ok(WireRequest {
         messages: messages.into(),
         natives: list.into_iter().map(Native::from_raw).collect(),
-        image_tokens,
+        media_tokens,
         system: text_of(&body["system"]),
         overhead_tokens: overhead_tokens(body, "messages"),
         completion_tokens: completion_tokens(body, &["max_tokens"]),

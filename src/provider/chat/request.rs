@@ -2,7 +2,7 @@
 //! and developer messages included), and the conversation put back in their place.
 
 use crate::message::{Message, Part, Role};
-use crate::provider::images;
+use crate::provider::media;
 use crate::provider::wire::{
     Native, Outgoing, Sent, UnreadableRequest, Wire, WireRequest, completion_tokens, listed,
     overhead_tokens, parsed, shown_args, text_of,
@@ -19,11 +19,11 @@ pub(crate) fn parse(
 ) -> Result<WireRequest, UnreadableRequest> {
     let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());
-    let mut image_tokens = Vec::with_capacity(list.len());
+    let mut media_tokens = Vec::with_capacity(list.len());
     let mut system = Vec::new();
     for (i, raw) in list.iter().enumerate() {
         let native = parsed(raw);
-        image_tokens.push(images::tokens(&native, Wire::Chat));
+        media_tokens.push(media::tokens(&native, Wire::Chat));
         let mut message = crate::transcript::openai_message(&native).ok_or_else(|| {
             format!(
                 "messages[{i}]: unknown role {} (system, developer, user, assistant or tool)",
@@ -44,7 +44,7 @@ pub(crate) fn parse(
     Ok(WireRequest {
         messages: messages.into(),
         natives: list.into_iter().map(Native::from_raw).collect(),
-        image_tokens,
+        media_tokens,
         system: system.join("\n"),
         overhead_tokens: overhead_tokens(body, "messages"),
         completion_tokens: completion_tokens(body, &["max_completion_tokens", "max_tokens"]),

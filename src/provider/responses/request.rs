@@ -2,7 +2,7 @@
 //! request's own system text, and the conversation put back as items.
 
 use super::{group, message_of};
-use crate::provider::images;
+use crate::provider::media;
 use crate::provider::wire::{
     Native, Outgoing, Sent, UnreadableRequest, Wire, WireRequest, completion_tokens, listed,
     overhead_tokens, shown_args, shown_output,
@@ -28,21 +28,21 @@ pub(crate) fn parse(
         }
         _ => listed(conversation, EXPECTED)?,
     };
-    let (mut messages, mut natives, mut image_tokens) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut messages, mut natives, mut media_tokens) = (Vec::new(), Vec::new(), Vec::new());
     group(items, |parsed, sent| {
         messages.push(message_of(parsed));
         natives.push(Native::list(sent));
-        image_tokens.push(
+        media_tokens.push(
             parsed
                 .iter()
-                .map(|item| images::tokens(item, Wire::Responses))
+                .map(|item| media::tokens(item, Wire::Responses))
                 .sum(),
         );
     });
     Ok(WireRequest {
         messages: messages.into(),
         natives,
-        image_tokens,
+        media_tokens,
         system: body["instructions"]
             .as_str()
             .unwrap_or_default()

@@ -60,7 +60,7 @@ pub struct ProxyCall {
     pub fingerprints: Vec<Fingerprints>,
     /// What each message's images cost the model beside its estimate (see
     /// `provider::images`), in the same order; a message past its end has none.
-    pub image_tokens: Vec<usize>,
+    pub media_tokens: Vec<usize>,
     /// How a message that is stored has its tokens estimated.
     pub estimator: LazyEstimator,
     pub has_tools: bool,
@@ -101,7 +101,7 @@ impl ProxyCall {
             if step.len() == STORE_STEP || tokens >= STORE_STEP_TOKENS {
                 break;
             }
-            let images = self.image_tokens.get(at).copied().unwrap_or(0);
+            let images = self.media_tokens.get(at).copied().unwrap_or(0);
             let estimate = self.estimator.message(message) + images;
             tokens += estimate;
             step.push(NewMessage::new(message, estimate).with_hash(f.hash, f.opening));

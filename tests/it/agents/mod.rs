@@ -361,7 +361,7 @@ fn claude_code_reads_screenshots_through_compactd() {
     }
     let most = seen
         .iter()
-        .map(|s| crate::common::vision::image_tokens(&s.body["messages"], true))
+        .map(|s| crate::common::vision::media_tokens(&s.body["messages"], true))
         .max()
         .unwrap_or(0);
     assert!(

@@ -329,12 +329,12 @@ fn tokens_of(body: &Value, chars_per_token: usize, anthropic: bool) -> usize {
         .iter()
         .filter(|key| !body[**key].is_null())
         .map(|key| {
-            super::vision::without_image_data(&body[*key])
+            super::vision::without_media_data(&body[*key])
                 .to_string()
                 .len()
         })
         .sum();
-    chars / chars_per_token + super::vision::image_tokens(&body["messages"], anthropic)
+    chars / chars_per_token + super::vision::media_tokens(&body["messages"], anthropic)
 }
 
 /// The provider's refusal of the request `(path, body)` when it is longer than `window`

@@ -1,8 +1,10 @@
-//! Images as the model APIs bill them, for the mock models: a PNG's size read from its
-//! header, then Anthropic's `width × height / 750` tokens once it fits 1,568 pixels on its
-//! long side (1,600 at most), or OpenAI's 85 tokens and 170 a 512-pixel tile once it fits
-//! 2,048 square and 768 on its short side. An image not read costs the most it can. The
-//! image's base64 text is not counted as text: the providers do not read it as such.
+//! Images and PDFs as the model APIs bill them, for the mock models: a PNG's size read from
+//! its header, then Anthropic's `width × height / 750` tokens once it fits 1,568 pixels on
+//! its long side (1,600 at most), or OpenAI's 85 tokens and 170 a 512-pixel tile once it fits
+//! 2,048 square and 768 on its short side. An image not read costs the most it can. A PDF
+//! (Anthropic's `document` block) costs 2,347 tokens a page, what a page of text was measured
+//! to cost Claude, its pages those of the tests' own (uncompressed) files. The base64 text is
+//! not counted as text: the providers do not read it as such.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -18,10 +20,61 @@ pub fn png_base64(width: u32, height: u32) -> String {
     STANDARD.encode(bytes)
 }
 
-/// Tokens the images in `value` cost: Anthropic's count when `anthropic`, else OpenAI's.
-pub fn image_tokens(value: &Value, anthropic: bool) -> usize {
+/// What a page of a PDF costs the mock.
+pub const PDF_PAGE_TOKENS: usize = 2_347;
+
+/// A PDF of `pages` pages of text, in base64.
+pub fn pdf_base64(pages: usize) -> String {
+    STANDARD.encode(pdf_file(pages))
+}
+
+/// A PDF file of `pages` pages of text, each object plain (PDF 1.4).
+pub fn pdf_file(pages: usize) -> Vec<u8> {
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        format!(
+            "<< /Type /Pages /Kids [{}] /Count {pages} >>",
+            (0..pages)
+                .map(|i| format!("{} 0 R", 3 + 2 * i))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    ];
+    for i in 0..pages {
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {} 0 R >>",
+            4 + 2 * i
+        ));
+        let text = format!(
+            "BT /F1 12 Tf 72 700 Td (Page {} of the report.) Tj ET",
+            i + 1
+        );
+        objects.push(format!(
+            "<< /Length {} >>\nstream\n{text}\nendstream",
+            text.len()
+        ));
+    }
+    let mut file = "%PDF-1.4\n".to_string();
+    for (n, object) in objects.iter().enumerate() {
+        file.push_str(&format!("{} 0 obj\n{object}\nendobj\n", n + 1));
+    }
+    file.push_str("%%EOF\n");
+    file.into_bytes()
+}
+
+/// Tokens the images and PDFs in `value` cost: Anthropic's count when `anthropic`, else
+/// OpenAI's.
+pub fn media_tokens(value: &Value, anthropic: bool) -> usize {
     let mut total = 0;
-    each_image(value, &mut |image| {
+    each_medium(value, &mut |image| {
+        if image["type"] == "document" {
+            let data = image["source"]["data"].as_str().unwrap_or_default();
+            let pdf = STANDARD.decode(data).unwrap_or_default();
+            let text = String::from_utf8_lossy(&pdf);
+            let pages = text.matches("/Type /Page ").count().max(1);
+            total += pages * PDF_PAGE_TOKENS;
+            return;
+        }
         let data = match image["type"].as_str() {
             Some("image") => image["source"]["data"].as_str().map(str::to_string),
             _ => {
@@ -53,36 +106,36 @@ pub fn image_tokens(value: &Value, anthropic: bool) -> usize {
     total
 }
 
-/// `value` with every image's base64 text taken out (what is counted as text).
-pub fn without_image_data(value: &Value) -> Value {
+/// `value` with every image's and PDF's base64 text taken out (what is counted as text).
+pub fn without_media_data(value: &Value) -> Value {
     match value {
         Value::Object(fields) => {
             let is_image = matches!(
                 fields.get("type").and_then(Value::as_str),
-                Some("image" | "image_url" | "input_image")
+                Some("image" | "image_url" | "input_image" | "document")
             );
             let mut out = serde_json::Map::new();
             for (key, v) in fields {
                 let v = match (is_image, key.as_str()) {
                     (true, "source" | "image_url") => Value::Null,
-                    _ => without_image_data(v),
+                    _ => without_media_data(v),
                 };
                 out.insert(key.clone(), v);
             }
             Value::Object(out)
         }
-        Value::Array(items) => Value::Array(items.iter().map(without_image_data).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(without_media_data).collect()),
         other => other.clone(),
     }
 }
 
-fn each_image(value: &Value, found: &mut impl FnMut(&Value)) {
+fn each_medium(value: &Value, found: &mut impl FnMut(&Value)) {
     match value {
         Value::Object(fields) => match fields.get("type").and_then(Value::as_str) {
-            Some("image" | "image_url" | "input_image") => found(value),
-            _ => fields.values().for_each(|v| each_image(v, found)),
+            Some("image" | "image_url" | "input_image" | "document") => found(value),
+            _ => fields.values().for_each(|v| each_medium(v, found)),
         },
-        Value::Array(items) => items.iter().for_each(|v| each_image(v, found)),
+        Value::Array(items) => items.iter().for_each(|v| each_medium(v, found)),
         _ => {}
     }
 }

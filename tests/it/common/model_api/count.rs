@@ -10,8 +10,8 @@ use serde_json::Value;
 
 /// Tokens of a request body sent to Anthropic's API (`anthropic`) or OpenAI's.
 pub fn request_tokens(body: &Value, chars_per_token: usize, anthropic: bool) -> usize {
-    let images = crate::common::vision::image_tokens(body, anthropic);
-    let body = &crate::common::vision::without_image_data(body);
+    let images = crate::common::vision::media_tokens(body, anthropic);
+    let body = &crate::common::vision::without_media_data(body);
     let mut chars = 0;
     let mut items = 0;
     for key in [
