@@ -372,6 +372,51 @@ fn claude_code_reads_screenshots_through_compactd() {
     assert!(stored.iter().all(|&t| t >= 1_399), "{stored:?}");
 }
 
+/// Claude Code reads a four-page PDF report after every step (its `Read` of a PDF, sent to
+/// the model whole as a `document` block in the tool result, which the model bills by its
+/// pages: 9,388 tokens here, whatever its 900 bytes), 20 steps against a 128,000-token window.
+/// The reports reach the model, none is refused, no request passes the window, and the task
+/// ends with its last step's output; each stored report counts its pages (as its note it
+/// counted 14 tokens, and the largest request reached 116,916 tokens where it now stays under
+/// 107,000: the usage reports' rate made up for the rest).
+#[test]
+fn claude_code_reads_pdfs_through_compactd() {
+    let reports = tempfile::TempDir::new().unwrap();
+    let file = reports.path().join("report.pdf");
+    std::fs::write(&file, crate::common::vision::pdf_file(4)).unwrap();
+    let model = Model::new("claude-opus-5-5", 128_000, 2);
+    let change = |task: &mut Task| {
+        task.screenshot = Some(file.clone());
+        task.lines = 300;
+    };
+    let mut stored = Vec::new();
+    let seen = through_inspected(Agent::ClaudeCode, model, change, |daemon| {
+        let conn = rusqlite::Connection::open(daemon.db()).unwrap();
+        stored = conn
+            .prepare("SELECT tokens FROM messages WHERE parts LIKE '%PDF file read%'")
+            .unwrap()
+            .query_map([], |r| r.get::<_, usize>(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    });
+    if seen.is_empty() {
+        return;
+    }
+    let page = crate::common::vision::PDF_PAGE_TOKENS;
+    let most = seen
+        .iter()
+        .map(|s| crate::common::vision::media_tokens(&s.body["messages"], true))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most >= 5 * 4 * page,
+        "the reports reached the model: {most}"
+    );
+    assert_eq!(stored.len(), 20, "each report stored once: {stored:?}");
+    assert!(stored.iter().all(|&t| t >= 4 * page), "{stored:?}");
+}
+
 #[test]
 fn codex_runs_the_task_through_compactd() {
     through(Agent::Codex, Model::new("gpt-5-codex", 40_000, 2));

@@ -187,11 +187,23 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .find(|output| !super::is_side_output(output))
 }
 
-/// A tool result that holds an image (Claude Code's `Read` of one).
+/// The last action a compacted context's summary names, if the request has one.
+fn summarized_last_action(messages: &[Value]) -> Option<String> {
+    let summary = messages
+        .iter()
+        .map(|m| super::text_of(&m["content"]))
+        .find(|text| text.starts_with("This conversation continues from an earlier part"))?;
+    let line = summary.lines().find(|l| l.starts_with("Last action:"))?;
+    Some(line.to_string())
+}
+
+/// A tool result that holds an image or a PDF (Claude Code's `Read` of one).
 fn is_image_result(block: &Value) -> bool {
-    block["content"]
-        .as_array()
-        .is_some_and(|parts| parts.iter().any(|p| p["type"] == "image"))
+    block["content"].as_array().is_some_and(|parts| {
+        parts
+            .iter()
+            .any(|p| p["type"] == "image" || p["type"] == "document")
+    })
 }
 
 /// Whether the request's newest tool result is a step's output, not the screenshot read
@@ -271,7 +283,14 @@ pub fn answer(
         .into_iter()
         .flatten()
         .any(|t| t["name"] == "Bash");
-    let newest = newest_output(&messages);
+    let newest = newest_output(&messages).or_else(|| {
+        // Reading a file after each step, the model's step output can be in the summary
+        // before the file's result alone (a PDF larger than the kept tail): it goes on from
+        // the step the summary's last action ran, as a model reading it would.
+        task.screenshot
+            .as_ref()
+            .and_then(|_| summarized_last_action(&messages))
+    });
     let turn = delegation::next_turn(
         task,
         sub_agent_of(&messages),
