@@ -328,42 +328,55 @@ fn claude_code_runs_the_task_through_compactd() {
     through(Agent::ClaudeCode, Model::new("claude-opus-5-5", 48_000, 2));
 }
 
-/// Claude Code reads a screenshot after every step (its `Read` of a 1366 × 768 PNG, sent to
-/// the model as an image in the tool result: 1,399 tokens to Anthropic, however few bytes the
-/// file has), 20 steps against a 48,000-token window. Each screenshot reaches the model, none
-/// is refused, no request passes the window, and the task ends with its last step's output;
-/// each stored screenshot counts what the model bills for it (as its note it counted a few
-/// tokens: with Claude Code's large instructions, the usage reports' rate made up for it here,
-/// where `proxy_images` shows what it could not).
-#[test]
-fn claude_code_reads_screenshots_through_compactd() {
-    let shots = tempfile::TempDir::new().unwrap();
-    let file = shots.path().join("screen.png");
-    std::fs::write(&file, crate::common::vision::png_file(1366, 768)).unwrap();
-    let model = Model::new("claude-opus-5-5", 48_000, 2);
+/// Claude Code reading a file after every step (its `Read`, which sends an image or a PDF to
+/// the model whole in the tool result) against a window of `window` tokens, 20 steps: the
+/// most media tokens one request carried, and the tokens of each stored message whose parts
+/// hold `stored_as` (how compactd keeps the read). `None` if Claude Code is not installed.
+fn claude_code_reading(
+    name: &str,
+    contents: &[u8],
+    window: usize,
+    stored_as: &str,
+) -> Option<(usize, Vec<usize>)> {
+    let dir = tempfile::TempDir::new().unwrap();
+    let file = dir.path().join(name);
+    std::fs::write(&file, contents).unwrap();
     let change = |task: &mut Task| {
-        task.screenshot = Some(file.clone());
+        task.read_after_step = Some(file.clone());
         task.lines = 300;
     };
     let mut stored = Vec::new();
+    let model = Model::new("claude-opus-5-5", window, 2);
     let seen = through_inspected(Agent::ClaudeCode, model, change, |daemon| {
         let conn = rusqlite::Connection::open(daemon.db()).unwrap();
         stored = conn
-            .prepare("SELECT tokens FROM messages WHERE parts LIKE '%[image omitted]%'")
+            .prepare("SELECT tokens FROM messages WHERE instr(parts, ?1) > 0")
             .unwrap()
-            .query_map([], |r| r.get::<_, usize>(0))
+            .query_map([stored_as], |r| r.get::<_, usize>(0))
             .unwrap()
             .map(Result::unwrap)
             .collect();
     });
-    if seen.is_empty() {
-        return;
-    }
     let most = seen
         .iter()
         .map(|s| crate::common::vision::media_tokens(&s.body["messages"], true))
-        .max()
-        .unwrap_or(0);
+        .max()?;
+    Some((most, stored))
+}
+
+/// Claude Code reads a screenshot after every step (a 1366 × 768 PNG: 1,399 tokens to
+/// Anthropic, however few bytes the file has) against a 48,000-token window. Each screenshot
+/// reaches the model, none is refused, no request passes the window, and the task ends with
+/// its last step's output; each stored screenshot counts what the model bills for it (as its
+/// note it counted a few tokens: with Claude Code's large instructions, the usage reports'
+/// rate made up for it here, where `proxy_images` shows what it could not).
+#[test]
+fn claude_code_reads_screenshots_through_compactd() {
+    let png = crate::common::vision::png_file(1366, 768);
+    let Some((most, stored)) = claude_code_reading("screen.png", &png, 48_000, "[image omitted]")
+    else {
+        return;
+    };
     assert!(
         most >= 5 * 1_399,
         "the screenshots reached the model: {most}"
@@ -372,43 +385,19 @@ fn claude_code_reads_screenshots_through_compactd() {
     assert!(stored.iter().all(|&t| t >= 1_399), "{stored:?}");
 }
 
-/// Claude Code reads a four-page PDF report after every step (its `Read` of a PDF, sent to
-/// the model whole as a `document` block in the tool result, which the model bills by its
-/// pages: 9,388 tokens here, whatever its 900 bytes), 20 steps against a 128,000-token window.
-/// The reports reach the model, none is refused, no request passes the window, and the task
-/// ends with its last step's output; each stored report counts its pages (as its note it
-/// counted 14 tokens, and the largest request reached 116,916 tokens where it now stays under
-/// 107,000: the usage reports' rate made up for the rest).
+/// Claude Code reads a four-page PDF report after every step (sent whole as a `document`
+/// block, which the model bills by its pages: 9,388 tokens here, whatever its 900 bytes)
+/// against a 128,000-token window. The same holds; each stored report counts its pages (as
+/// its note it counted 14 tokens, and the largest request reached 116,916 tokens where it now
+/// stays under 107,000: the usage reports' rate made up for the rest).
 #[test]
 fn claude_code_reads_pdfs_through_compactd() {
-    let reports = tempfile::TempDir::new().unwrap();
-    let file = reports.path().join("report.pdf");
-    std::fs::write(&file, crate::common::vision::pdf_file(4)).unwrap();
-    let model = Model::new("claude-opus-5-5", 128_000, 2);
-    let change = |task: &mut Task| {
-        task.screenshot = Some(file.clone());
-        task.lines = 300;
-    };
-    let mut stored = Vec::new();
-    let seen = through_inspected(Agent::ClaudeCode, model, change, |daemon| {
-        let conn = rusqlite::Connection::open(daemon.db()).unwrap();
-        stored = conn
-            .prepare("SELECT tokens FROM messages WHERE parts LIKE '%PDF file read%'")
-            .unwrap()
-            .query_map([], |r| r.get::<_, usize>(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-    });
-    if seen.is_empty() {
+    let pdf = crate::common::vision::pdf_file(4);
+    let Some((most, stored)) = claude_code_reading("report.pdf", &pdf, 128_000, "PDF file read")
+    else {
         return;
-    }
+    };
     let page = crate::common::vision::PDF_PAGE_TOKENS;
-    let most = seen
-        .iter()
-        .map(|s| crate::common::vision::media_tokens(&s.body["messages"], true))
-        .max()
-        .unwrap_or(0);
     assert!(
         most >= 5 * 4 * page,
         "the reports reached the model: {most}"

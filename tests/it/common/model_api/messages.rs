@@ -206,8 +206,7 @@ fn is_image_result(block: &Value) -> bool {
     })
 }
 
-/// Whether the request's newest tool result is a step's output, not the screenshot read
-/// after it.
+/// Whether the request's newest tool result is a step's output, not the file read after it.
 fn newest_result_is_output(messages: &[Value]) -> bool {
     let newest = messages
         .iter()
@@ -287,7 +286,7 @@ pub fn answer(
         // Reading a file after each step, the model's step output can be in the summary
         // before the file's result alone (a PDF larger than the kept tail): it goes on from
         // the step the summary's last action ran, as a model reading it would.
-        task.screenshot
+        task.read_after_step
             .as_ref()
             .and_then(|_| summarized_last_action(&messages))
     });
@@ -349,7 +348,7 @@ pub fn answer(
             }
         }
         Turn::Act(_)
-            if let Some(file) = &task.screenshot
+            if let Some(file) = &task.read_after_step
                 && shell
                 && newest_result_is_output(&messages) =>
         {

@@ -70,10 +70,10 @@ pub struct Task {
     /// tasks one task at a time, and ends by finishing those its context says are pending
     /// ([`task_list`]).
     pub task_list: bool,
-    /// Anthropic Messages (Claude Code's `Read` of an image): after each step's output the
-    /// model reads this PNG, a screenshot, before it goes on; the API bills each image it is
-    /// sent by its size ([`count`]).
-    pub screenshot: Option<std::path::PathBuf>,
+    /// Anthropic Messages (Claude Code's `Read` of an image or a PDF): after each step's
+    /// output the model reads this file (a screenshot, a report) before it goes on; the API
+    /// bills each image it is sent by its size, each PDF by its pages ([`count`]).
+    pub read_after_step: Option<std::path::PathBuf>,
 }
 
 impl Default for Task {
@@ -91,7 +91,7 @@ impl Default for Task {
             background_command: false,
             stopped_command: false,
             task_list: false,
-            screenshot: None,
+            read_after_step: None,
         }
     }
 }
