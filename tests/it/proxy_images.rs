@@ -40,7 +40,8 @@ async fn browser_step(client: &Client, messages: &mut Vec<Value>, i: usize) -> H
 }
 
 /// Every call the mock received reached it once (none refused and sent again), inside its
-/// window beside the completion asked for, each tool result after its call.
+/// window beside the completion asked for, each tool result after its call, the newest
+/// step's image or document among what reached the model.
 fn each_call_fit(mock: &MockModel, calls: usize) {
     let requests = mock.requests();
     assert_eq!(requests.len(), calls, "no call was refused and sent again");
@@ -62,7 +63,7 @@ fn each_call_fit(mock: &MockModel, calls: usize) {
     );
     assert!(
         media_tokens(last, true) >= 1_399,
-        "the newest screenshot is sent"
+        "the newest screenshot or report is sent"
     );
 }
 
@@ -114,19 +115,8 @@ async fn pdfs_are_counted_by_their_pages_and_compacted_before_the_window() {
                 {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
                                                 "data": pdf_base64(2)}}]}]}));
     }
-    let requests = mock.requests();
-    assert_eq!(requests.len(), 12, "no call was refused and sent again");
-    for request in &requests {
-        let sent = &request.body["messages"];
-        let pages = media_tokens(sent, true);
-        let text = without_media_data(sent).to_string().len() / 4;
-        assert!(
-            pages + text + MAX_TOKENS <= WINDOW,
-            "{pages} + {text} tokens sent"
-        );
-        results_follow_their_calls(sent.as_array().unwrap());
-    }
-    let last = &requests[11].body["messages"];
+    each_call_fit(&mock, 12);
+    let last = &mock.requests()[11].body["messages"];
     assert!(
         media_tokens(last, true) >= 2 * PDF_PAGE_TOKENS,
         "the newest report is sent: {last}"
