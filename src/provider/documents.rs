@@ -13,6 +13,8 @@
 use flate2::{Decompress, FlushDecompress, Status};
 use memchr::memmem;
 use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 /// What one page of a PDF is counted at: the most a page of text was measured to cost Claude
 /// (its image, at most 1,600, and its text).
@@ -23,6 +25,16 @@ const BYTES_PER_UNCOUNTED_PAGE: usize = 20_000;
 const MAX_INFLATED: usize = 16 << 20;
 /// Inflated a buffer of this size at a time.
 const WINDOW: usize = 64 << 10;
+/// PDFs counted lately, at most this many: a conversation's PDFs are sent again with every
+/// call, and counting one reads the whole of it.
+const MAX_COUNTED: usize = 4_096;
+/// Base64 characters at each end of a PDF that, with its length, tell it from another.
+const ENDS: usize = 4_096;
+
+/// What PDFs counted lately cost, by their [`identity`]: counting one decodes the whole of it
+/// (a 350 KB PDF, 0.5 ms), and an agent that read thirty sends them all with every call.
+static COUNTED: LazyLock<Mutex<HashMap<(usize, u64), usize>>> = LazyLock::new(Default::default);
+
 /// Bytes carried from one buffer to the next, so that a page object cut between two is found:
 /// more than `/Type`, some white space, `/Page` and the byte after it.
 const CARRIED: usize = 32;
@@ -51,11 +63,34 @@ pub(super) fn tokens(block: &Value) -> usize {
     inline.map_or(PAGE_TOKENS, pdf_tokens)
 }
 
-/// Tokens a PDF costs the model, `base64` its bytes as a request carries them.
+/// Tokens a PDF costs the model, `base64` its bytes as a request carries them: counted once
+/// and remembered (see [`COUNTED`]).
 fn pdf_tokens(base64: &str) -> usize {
+    let key = identity(base64.as_bytes());
+    let counted = || COUNTED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&tokens) = counted().get(&key) {
+        return tokens;
+    }
     let pdf = super::base64_text::decode(base64.as_bytes());
     let pages = pdf_pages(&pdf).unwrap_or(pdf.len() / BYTES_PER_UNCOUNTED_PAGE);
-    pages.max(1) * PAGE_TOKENS
+    let tokens = pages.max(1) * PAGE_TOKENS;
+    let mut counted = counted();
+    if counted.len() >= MAX_COUNTED {
+        counted.clear();
+    }
+    counted.insert(key, tokens);
+    tokens
+}
+
+/// What tells a PDF from another without reading all of it: its length, and a hash of its
+/// first and last [`ENDS`] characters (its header and first objects; its cross-reference
+/// table, which gives every object's place in the file, and its trailer, where most writers
+/// put an ID made from the file's content).
+fn identity(base64: &[u8]) -> (usize, u64) {
+    let mut hash = crate::fnv::Fnv::default();
+    hash.feed(&base64[..base64.len().min(ENDS)]);
+    hash.feed(&base64[base64.len().saturating_sub(ENDS)..]);
+    (base64.len(), hash.finish())
 }
 
 /// The pages of a PDF, if it is one and any page object is found.
@@ -220,6 +255,18 @@ pub(super) mod tests {
         let tight =
             b"%PDF-1.7\n<</Type/Pages/Kids[3 0 R]>> <</Type/Page/Parent 2 0 R>> <</Type /Page>>";
         assert_eq!(pdf_pages(tight), Some(2));
+    }
+
+    #[test]
+    fn a_pdf_sent_again_is_counted_from_memory() {
+        let text = base64(&pdf(7, true));
+        assert_eq!(pdf_tokens(&text), 7 * PAGE_TOKENS);
+        let key = identity(text.as_bytes());
+        assert_eq!(COUNTED.lock().unwrap().get(&key), Some(&(7 * PAGE_TOKENS)));
+        // Another PDF of the same length differs at its ends: its own count.
+        let other = base64(&pdf(7, true)).replace("JVBERi0xLjUK", "JVBERi0xLjYK");
+        assert_eq!(other.len(), text.len());
+        assert_ne!(identity(other.as_bytes()), key);
     }
 
     #[test]
