@@ -23,6 +23,10 @@ pub(super) const PAGE_TOKENS: usize = 2_500;
 const BYTES_PER_UNCOUNTED_PAGE: usize = 20_000;
 /// The most a document's compressed object streams are inflated to, together.
 const MAX_INFLATED: usize = 16 << 20;
+/// The most object streams of a document inflated (a large book has some hundreds).
+const MAX_STREAMS: usize = 4_096;
+/// How far after `/Type /ObjStm` its dictionary ends and its stream begins, at most.
+const DICTIONARY_BYTES: usize = 4_096;
 /// Inflated a buffer of this size at a time.
 const WINDOW: usize = 64 << 10;
 /// PDFs counted lately, at most this many: a conversation's PDFs are sent again with every
@@ -98,22 +102,22 @@ fn pdf_pages(pdf: &[u8]) -> Option<usize> {
     if !pdf.starts_with(b"%PDF") {
         return None;
     }
-    let (mut pages, mut inflated, mut from) = (0, 0, 0);
+    let mut inflating = Inflating::default();
+    let (mut pages, mut from) = (0, 0);
     while let Some(found) = memmem::find(&pdf[from..], b"/Type") {
         let at = from + found;
         from = at + b"/Type".len();
         match named_type(&pdf[at..]) {
             Some(Type::Page) => pages += 1,
-            Some(Type::ObjectStream) => {
+            Some(Type::ObjectStream) if inflating.streams < MAX_STREAMS => {
                 if let Some(start) = stream_start(&pdf[at..]) {
-                    let data = &pdf[at + start..];
-                    let (inside, read) = pages_in_deflated(data, &mut inflated);
+                    let (inside, read) = inflating.pages(&pdf[at + start..]);
                     pages += inside;
                     // The stream's bytes are not searched again as they stand.
                     from = at + start + read;
                 }
             }
-            None => {}
+            _ => {}
         }
     }
     (pages > 0).then_some(pages)
@@ -145,11 +149,14 @@ fn named_type(text: &[u8]) -> Option<Type> {
 }
 
 /// Where the stream data begins after the object dictionary at the start of `text`: after
-/// its `stream` keyword and end of line (the deflate stream ends itself).
+/// its `stream` keyword and end of line (the deflate stream ends itself). The keyword comes
+/// within [`DICTIONARY_BYTES`], right after the dictionary's `>>`, or it is not there.
 fn stream_start(text: &[u8]) -> Option<usize> {
-    // The dictionary holding `/Type /ObjStm` ends before its stream starts.
-    let dictionary_end = memmem::find(text, b">>")?;
-    let keyword = dictionary_end + memmem::find(&text[dictionary_end..], b"stream")?;
+    let head = &text[..text.len().min(DICTIONARY_BYTES)];
+    let keyword = memmem::find(head, b"stream")?;
+    if !head[..keyword].trim_ascii_end().ends_with(b">>") {
+        return None;
+    }
     let mut start = keyword + b"stream".len();
     for end_of_line in [b'\r', b'\n'] {
         if text.get(start) == Some(&end_of_line) {
@@ -159,36 +166,61 @@ fn stream_start(text: &[u8]) -> Option<usize> {
     Some(start)
 }
 
-/// Page objects in the zlib stream at the start of `data`, inflated a window at a time while
-/// `inflated` (shared by a document's streams) stays within [`MAX_INFLATED`], and how many
-/// bytes of `data` were read. A stream that is not zlib (another filter) counts what it
-/// inflated before failing, which is nothing.
-fn pages_in_deflated(data: &[u8], inflated: &mut usize) -> (usize, usize) {
-    let mut inflater = Decompress::new(true);
-    let mut window = vec![0u8; CARRIED + WINDOW];
-    let (mut carried, mut pages) = (0, 0);
-    while *inflated < MAX_INFLATED {
-        let (read, written) = (inflater.total_in(), inflater.total_out());
-        let Some(input) = data.get(read as usize..) else {
-            break;
-        };
-        let status = inflater.decompress(input, &mut window[carried..], FlushDecompress::None);
-        let produced = (inflater.total_out() - written) as usize;
-        *inflated += produced;
-        let filled = carried + produced;
-        pages += page_objects_ending_after(&window[..filled], carried);
-        let done = match status {
-            Ok(Status::StreamEnd) | Err(_) => true,
-            Ok(_) => produced == 0 && inflater.total_in() == read,
-        };
-        if done {
-            break;
+/// The inflating of a document's object streams: one inflater and one window for all of
+/// them, and how much they inflated and how many there were, each bounded.
+struct Inflating {
+    inflater: Decompress,
+    window: Vec<u8>,
+    /// Bytes inflated so far, at most [`MAX_INFLATED`].
+    inflated: usize,
+    /// Object streams read so far, at most [`MAX_STREAMS`].
+    streams: usize,
+}
+
+impl Default for Inflating {
+    fn default() -> Inflating {
+        Inflating {
+            inflater: Decompress::new(true),
+            window: vec![0u8; CARRIED + WINDOW],
+            inflated: 0,
+            streams: 0,
         }
-        let keep = filled.min(CARRIED);
-        window.copy_within(filled - keep..filled, 0);
-        carried = keep;
     }
-    (pages, inflater.total_in() as usize)
+}
+
+impl Inflating {
+    /// Page objects in the zlib stream at the start of `data`, inflated a window at a time,
+    /// and how many bytes of `data` were read. A stream that is not zlib (another filter)
+    /// counts what it inflated before failing, which is nothing.
+    fn pages(&mut self, data: &[u8]) -> (usize, usize) {
+        self.streams += 1;
+        self.inflater.reset(true);
+        let (mut carried, mut pages) = (0, 0);
+        while self.inflated < MAX_INFLATED {
+            let (read, written) = (self.inflater.total_in(), self.inflater.total_out());
+            let Some(input) = data.get(read as usize..) else {
+                break;
+            };
+            let status =
+                self.inflater
+                    .decompress(input, &mut self.window[carried..], FlushDecompress::None);
+            let produced = (self.inflater.total_out() - written) as usize;
+            self.inflated += produced;
+            let filled = carried + produced;
+            pages += page_objects_ending_after(&self.window[..filled], carried);
+            let done = match status {
+                Ok(Status::StreamEnd) | Err(_) => true,
+                Ok(_) => produced == 0 && self.inflater.total_in() == read,
+            };
+            if done {
+                break;
+            }
+            let keep = filled.min(CARRIED);
+            self.window.copy_within(filled - keep..filled, 0);
+            carried = keep;
+        }
+        (pages, self.inflater.total_in() as usize)
+    }
 }
 
 /// Page objects in `text` whose last byte read (the one after `/Page`) lies past `from`: those
@@ -289,11 +321,12 @@ pub(super) mod tests {
         let mut file = b"%PDF-1.5\n<< /Type /ObjStm /N 1 >>\nstream\n".to_vec();
         file.extend(&bomb);
         let started = std::time::Instant::now();
-        let mut inflated = 0;
         let start = 9 + stream_start(&file[9..]).unwrap();
-        let (pages, read) = pages_in_deflated(&file[start..], &mut inflated);
+        let mut inflating = Inflating::default();
+        let (pages, read) = inflating.pages(&file[start..]);
         assert_eq!(pages, 0);
         assert!(read < bomb.len(), "stopped before the stream's end");
+        let inflated = inflating.inflated;
         assert!(inflated <= MAX_INFLATED + WINDOW, "inflated {inflated}");
         // No page found: counted by its size.
         assert_eq!(
@@ -309,6 +342,25 @@ pub(super) mod tests {
         assert_eq!(tokens(&text), 1_000);
         let url = serde_json::json!({"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}});
         assert_eq!(tokens(&url), PAGE_TOKENS);
+    }
+
+    #[test]
+    fn object_streams_are_found_after_nested_dictionaries_and_false_ones_cost_little() {
+        let mut zlib = ZlibEncoder::new(Vec::new(), Compression::default());
+        zlib.write_all(b"<</Type/Page>> <</Type/Page>>").unwrap();
+        let mut file =
+            b"%PDF-1.5\n<< /Type /ObjStm /DecodeParms << /Columns 5 >> /N 2 >>\nstream\n".to_vec();
+        file.extend(zlib.finish().unwrap());
+        assert_eq!(pdf_pages(&file), Some(2));
+        // A body of markers: none with a stream, then each with one that is not zlib.
+        let no_stream = [&b"%PDF-1.5\n"[..], &b"<< /Type /ObjStm >> ".repeat(200_000)].concat();
+        assert_eq!(pdf_pages(&no_stream), None);
+        let not_zlib = [
+            &b"%PDF-1.5\n"[..],
+            &b"<</Type /ObjStm>>stream\nxx ".repeat(200_000),
+        ]
+        .concat();
+        assert_eq!(pdf_pages(&not_zlib), None);
     }
 
     #[test]
