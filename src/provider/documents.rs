@@ -3,12 +3,15 @@
 //! Claude Code's `Read` of a PDF sends the file whole, as a `document` block in the tool's
 //! result (checked against Claude Code 2.1.332), and compactd read it as a note of a few
 //! tokens. The model reads a PDF page by page, each page's text and an image of it: a page of
-//! text costs Claude 2,100 to 2,500 tokens, a scanned page about 1,600 (its image alone). So a
-//! document counts [`PAGE_TOKENS`] a page, the pages counted in the file: its page objects,
-//! those inside compressed object streams too (pdfTeX and most writers since PDF 1.5 put them
-//! there), inflated within [`MAX_INFLATED`] bytes a document, a buffer at a time, so a small
-//! body that inflates to gigabytes costs a bounded moment and no memory. A PDF whose pages
-//! cannot be counted counts a page per [`BYTES_PER_UNCOUNTED_PAGE`] of it.
+//! text costs Claude 2,100 to 2,500 tokens, a scanned page about 1,600, its image alone (a
+//! published measurement of Claude's own counts; a user's 44 slides read by Claude Code cost
+//! 73,500, 1,670 a page). A document counts [`PAGE_TOKENS`] a page, the most a page was seen
+//! to cost (a compaction early rather than a refusal late), its pages counted in the file:
+//! its page objects, those inside compressed object streams too (pdfTeX and most writers
+//! since PDF 1.5 put them there), inflated within [`MAX_INFLATED`] bytes a document, a buffer
+//! at a time, so a small body that inflates to gigabytes costs a bounded moment and no
+//! memory. A PDF whose pages cannot be counted counts a page per
+//! [`BYTES_PER_UNCOUNTED_PAGE`] of it.
 
 use flate2::{Decompress, FlushDecompress, Status};
 use memchr::memmem;
@@ -29,6 +32,9 @@ const MAX_STREAMS: usize = 4_096;
 const DICTIONARY_BYTES: usize = 4_096;
 /// Inflated a buffer of this size at a time.
 const WINDOW: usize = 64 << 10;
+/// Bytes carried from one buffer to the next, so that a page object cut between two is found:
+/// more than `/Type`, some white space, `/Page` and the byte after it.
+const CARRIED: usize = 32;
 /// PDFs counted lately, at most this many: a conversation's PDFs are sent again with every
 /// call, and counting one reads the whole of it.
 const MAX_COUNTED: usize = 4_096;
@@ -38,10 +44,6 @@ const ENDS: usize = 4_096;
 /// What PDFs counted lately cost, by their [`identity`]: counting one decodes the whole of it
 /// (a 350 KB PDF, 0.5 ms), and an agent that read thirty sends them all with every call.
 static COUNTED: LazyLock<Mutex<HashMap<(usize, u64), usize>>> = LazyLock::new(Default::default);
-
-/// Bytes carried from one buffer to the next, so that a page object cut between two is found:
-/// more than `/Type`, some white space, `/Page` and the byte after it.
-const CARRIED: usize = 32;
 
 /// What a document block costs: Anthropic's `document` (a PDF's bytes in `source.data`,
 /// plain text in it, or a PDF by URL or file id), Chat's `file` and Responses' `input_file`
