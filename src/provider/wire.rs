@@ -152,8 +152,8 @@ pub struct WireRequest {
     pub messages: std::sync::Arc<[Message]>,
     /// Each message as the client sent it (for the Responses API: the list of its items).
     pub natives: Vec<Native>,
-    /// What each message's images cost the model (see [`super::images`]), beside the
-    /// estimate of its parts, where an image is a note of a few tokens.
+    /// What each message's images and documents cost the model (see [`super::media`]),
+    /// beside the estimate of its parts, where each is a note of a few tokens.
     pub media_tokens: Vec<usize>,
     /// The request's own instructions outside its messages (system, instructions), as text:
     /// what tells a side request (a title, a commit message) from the conversation.
@@ -170,7 +170,7 @@ pub struct WireRequest {
 }
 
 impl WireRequest {
-    /// What message `index` costs the model: the estimate of its parts, and its images
+    /// What message `index` costs the model: the estimate of its parts, and its media
     /// beside (the parts hold only a note of each).
     pub fn message_tokens(
         &self,

@@ -58,8 +58,8 @@ pub struct ProxyCall {
     pub messages: Arc<[Message]>,
     /// Each message's fingerprints, in the same order.
     pub fingerprints: Vec<Fingerprints>,
-    /// What each message's images cost the model beside its estimate (see
-    /// `provider::images`), in the same order; a message past its end has none.
+    /// What each message's images and documents cost the model beside its estimate (see
+    /// `provider::media`), in the same order; a message past its end has none.
     pub media_tokens: Vec<usize>,
     /// How a message that is stored has its tokens estimated.
     pub estimator: LazyEstimator,
@@ -101,8 +101,8 @@ impl ProxyCall {
             if step.len() == STORE_STEP || tokens >= STORE_STEP_TOKENS {
                 break;
             }
-            let images = self.media_tokens.get(at).copied().unwrap_or(0);
-            let estimate = self.estimator.message(message) + images;
+            let media = self.media_tokens.get(at).copied().unwrap_or(0);
+            let estimate = self.estimator.message(message) + media;
             tokens += estimate;
             step.push(NewMessage::new(message, estimate).with_hash(f.hash, f.opening));
         }
