@@ -8,7 +8,8 @@
 //! 73,500, 1,670 a page). A document counts [`PAGE_TOKENS`] a page, the most a page was seen
 //! to cost (a compaction early rather than a refusal late), its pages counted in the file:
 //! its page objects, those inside compressed object streams too (pdfTeX and most writers
-//! since PDF 1.5 put them there), inflated within [`MAX_INFLATED`] bytes a document, a buffer
+//! since PDF 1.5 put them there), inflated within [`MAX_INFLATED`] bytes a document (and
+//! [`MAX_INFLATION`] times its size: a small request's is parsed on a runtime worker), a buffer
 //! at a time, so a small body that inflates to gigabytes costs a bounded moment and no
 //! memory. A PDF whose pages cannot be counted counts a page per
 //! [`BYTES_PER_UNCOUNTED_PAGE`] of it.
@@ -26,6 +27,9 @@ pub(super) const PAGE_TOKENS: usize = 2_500;
 const BYTES_PER_UNCOUNTED_PAGE: usize = 20_000;
 /// The most a document's compressed object streams are inflated to, together.
 const MAX_INFLATED: usize = 16 << 20;
+/// And at most this many times the document's own size: object streams compress some 3 to
+/// 10 times, and are a part of the file; a stream of zeros compresses a thousand times.
+const MAX_INFLATION: usize = 64;
 /// The most object streams of a document inflated (a large book has some hundreds).
 const MAX_STREAMS: usize = 4_096;
 /// How far after `/Type /ObjStm` its dictionary ends and its stream begins, at most.
@@ -104,7 +108,7 @@ fn pdf_pages(pdf: &[u8]) -> Option<usize> {
     if !pdf.starts_with(b"%PDF") {
         return None;
     }
-    let mut inflating = Inflating::default();
+    let mut inflating = Inflating::new(inflation_limit(pdf.len()));
     let (mut pages, mut from) = (0, 0);
     while let Some(found) = memmem::find(&pdf[from..], b"/Type") {
         let at = from + found;
@@ -123,6 +127,11 @@ fn pdf_pages(pdf: &[u8]) -> Option<usize> {
         }
     }
     (pages > 0).then_some(pages)
+}
+
+/// The most a document of `bytes` has inflated.
+fn inflation_limit(bytes: usize) -> usize {
+    bytes.saturating_mul(MAX_INFLATION).min(MAX_INFLATED)
 }
 
 /// The object types counted.
@@ -173,24 +182,25 @@ fn stream_start(text: &[u8]) -> Option<usize> {
 struct Inflating {
     inflater: Decompress,
     window: Vec<u8>,
-    /// Bytes inflated so far, at most [`MAX_INFLATED`].
+    /// Bytes inflated so far, at most `limit`.
     inflated: usize,
+    limit: usize,
     /// Object streams read so far, at most [`MAX_STREAMS`].
     streams: usize,
 }
 
-impl Default for Inflating {
-    fn default() -> Inflating {
+impl Inflating {
+    /// Inflating at most `limit` bytes in all.
+    fn new(limit: usize) -> Inflating {
         Inflating {
             inflater: Decompress::new(true),
             window: vec![0u8; CARRIED + WINDOW],
             inflated: 0,
+            limit,
             streams: 0,
         }
     }
-}
 
-impl Inflating {
     /// Page objects in the zlib stream at the start of `data`, inflated a window at a time,
     /// and how many bytes of `data` were read. A stream that is not zlib (another filter)
     /// counts what it inflated before failing, which is nothing.
@@ -198,7 +208,7 @@ impl Inflating {
         self.streams += 1;
         self.inflater.reset(true);
         let (mut carried, mut pages) = (0, 0);
-        while self.inflated < MAX_INFLATED {
+        while self.inflated < self.limit {
             let (read, written) = (self.inflater.total_in(), self.inflater.total_out());
             let Some(input) = data.get(read as usize..) else {
                 break;
@@ -322,9 +332,13 @@ pub(super) mod tests {
         let bomb = zlib.finish().unwrap();
         let mut file = b"%PDF-1.5\n<< /Type /ObjStm /N 1 >>\nstream\n".to_vec();
         file.extend(&bomb);
-        let started = std::time::Instant::now();
         let start = 9 + stream_start(&file[9..]).unwrap();
-        let mut inflating = Inflating::default();
+        let limit = inflation_limit(file.len());
+        assert_eq!(
+            limit, MAX_INFLATED,
+            "a quarter megabyte may inflate to the most"
+        );
+        let mut inflating = Inflating::new(limit);
         let (pages, read) = inflating.pages(&file[start..]);
         assert_eq!(pages, 0);
         assert!(read < bomb.len(), "stopped before the stream's end");
@@ -335,7 +349,12 @@ pub(super) mod tests {
             pdf_tokens(&base64(&file)),
             file.len() / BYTES_PER_UNCOUNTED_PAGE * PAGE_TOKENS
         );
-        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        // A small document inflates at most its size times MAX_INFLATION.
+        let small = &file[..start + 16 * 1024];
+        let mut inflating = Inflating::new(inflation_limit(small.len()));
+        inflating.pages(&small[start..]);
+        assert!(inflating.inflated <= small.len() * MAX_INFLATION + WINDOW);
+        assert!(inflating.inflated >= small.len() * MAX_INFLATION);
     }
 
     #[test]
