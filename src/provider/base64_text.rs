@@ -98,14 +98,19 @@ impl Base64<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use base64::Engine;
+
+    /// Standard base64 with padding, as SDKs write an image's or a PDF's bytes.
+    pub(crate) fn encoded(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
 
     #[test]
     fn whole_text_decodes_with_white_space_and_stops_at_padding_or_garbage() {
         let bytes: Vec<u8> = (0..=255).collect();
-        let text = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let text = encoded(&bytes);
         assert_eq!(decode(text.as_bytes()), bytes);
         let wrapped: Vec<u8> = text
             .as_bytes()
@@ -120,7 +125,7 @@ mod tests {
     #[test]
     fn a_range_decodes_at_any_offset_and_stops_at_the_padding() {
         let bytes: Vec<u8> = (0..=255).collect();
-        let text = base64::engine::general_purpose::STANDARD.encode(&bytes[..100]);
+        let text = encoded(&bytes[..100]);
         let decoded = Base64(text.as_bytes());
         for offset in [0, 1, 2, 3, 50, 97] {
             assert_eq!(

@@ -250,6 +250,7 @@ fn page_objects_ending_after(text: &[u8], from: usize) -> usize {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::provider::base64_text::tests::encoded as base64;
     use flate2::Compression;
     use flate2::write::ZlibEncoder;
     use std::io::Write;
@@ -281,11 +282,6 @@ pub(super) mod tests {
         }
         out.extend(b"\n%%EOF\n");
         out
-    }
-
-    fn base64(bytes: &[u8]) -> String {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 
     #[test]

@@ -19,7 +19,7 @@ const ANTHROPIC_LONG_EDGE: u64 = 1_568;
 /// Anthropic: pixels a token.
 const ANTHROPIC_PIXELS_PER_TOKEN: u64 = 750;
 /// Anthropic: the most an image costs once scaled (and what one not read is counted at).
-pub(super) const ANTHROPIC_MAX: usize = 1_600;
+const ANTHROPIC_MAX: usize = 1_600;
 /// OpenAI: what any image costs, and what one of `"detail": "low"` costs in all.
 const OPENAI_BASE: usize = 85;
 /// OpenAI: what each tile of [`OPENAI_TILE`] pixels square costs besides.
@@ -174,25 +174,7 @@ fn le(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-
-    /// Standard base64, as SDKs write an image's bytes.
-    fn base64(bytes: &[u8]) -> String {
-        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-            for i in 0..4 {
-                match i <= chunk.len() {
-                    true => out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char),
-                    false => out.push('='),
-                }
-            }
-        }
-        out
-    }
+    use crate::provider::base64_text::tests::encoded as base64;
 
     /// A PNG's signature and header chunk (all a reader of its size needs), then some data.
     pub(crate) fn png(width: u32, height: u32) -> Vec<u8> {

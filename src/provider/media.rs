@@ -61,16 +61,12 @@ fn each_medium(value: &Value, depth: usize, found: &mut impl FnMut(&Value, Mediu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::base64_text::tests::encoded as base64;
     use crate::provider::documents::PAGE_TOKENS;
     use crate::provider::documents::tests::pdf;
     use crate::provider::images::OPENAI_MAX;
     use crate::provider::images::tests::png;
-    use base64::Engine;
     use serde_json::json;
-
-    fn base64(bytes: &[u8]) -> String {
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    }
 
     #[test]
     fn media_are_found_where_each_api_puts_them_and_counted_as_it_bills() {
