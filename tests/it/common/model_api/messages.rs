@@ -182,7 +182,7 @@ fn newest_output(messages: &[Value]) -> Option<String> {
         .iter()
         .rev()
         .flat_map(|m| blocks(m).into_iter().rev())
-        .filter(|b| b["type"] == "tool_result" && !is_image_result(b))
+        .filter(|b| b["type"] == "tool_result" && !is_media_result(b))
         .map(|b| super::text_of(&b["content"]))
         .find(|output| !super::is_side_output(output))
 }
@@ -198,7 +198,7 @@ fn summarized_last_action(messages: &[Value]) -> Option<String> {
 }
 
 /// A tool result that holds an image or a PDF (Claude Code's `Read` of one).
-fn is_image_result(block: &Value) -> bool {
+fn is_media_result(block: &Value) -> bool {
     block["content"].as_array().is_some_and(|parts| {
         parts
             .iter()
@@ -213,7 +213,7 @@ fn newest_result_is_output(messages: &[Value]) -> bool {
         .rev()
         .flat_map(|m| blocks(m).into_iter().rev())
         .find(|b| b["type"] == "tool_result");
-    newest.is_some_and(|b| !is_image_result(&b))
+    newest.is_some_and(|b| !is_media_result(&b))
 }
 
 /// The sub-agent this conversation is, if it is one: its first user message (its task,
