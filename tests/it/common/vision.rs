@@ -8,7 +8,10 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use flate2::write::ZlibEncoder;
+use flate2::{Compression, Crc};
 use serde_json::Value;
+use std::io::Write;
 
 /// A PNG of `width` × `height` (its signature and header chunk, then filler), in base64.
 pub fn png_base64(width: u32, height: u32) -> String {
@@ -155,21 +158,9 @@ fn png_size(data: &str) -> Option<(u64, u64)> {
 pub fn png_file(width: u32, height: u32) -> Vec<u8> {
     let row = 1 + (width as usize).div_ceil(8);
     let pixels = vec![0u8; row * height as usize];
-    // zlib: its header, stored blocks of at most 65,535 bytes, then the Adler-32 of the data.
-    let mut zlib = vec![0x78, 0x01];
-    let blocks: Vec<&[u8]> = pixels.chunks(65_535).collect();
-    for (i, block) in blocks.iter().enumerate() {
-        zlib.push(u8::from(i + 1 == blocks.len()));
-        let len = block.len() as u16;
-        zlib.extend(len.to_le_bytes());
-        zlib.extend((!len).to_le_bytes());
-        zlib.extend_from_slice(block);
-    }
-    let (a, b) = pixels.iter().fold((1u32, 0u32), |(a, b), &x| {
-        let a = (a + u32::from(x)) % 65_521;
-        (a, (b + a) % 65_521)
-    });
-    zlib.extend((b << 16 | a).to_be_bytes());
+    let mut zlib = ZlibEncoder::new(Vec::new(), Compression::none());
+    zlib.write_all(&pixels).unwrap();
+    let zlib = zlib.finish().unwrap();
     let mut file = b"\x89PNG\r\n\x1a\n".to_vec();
     let mut header = width.to_be_bytes().to_vec();
     header.extend(height.to_be_bytes());
@@ -182,14 +173,10 @@ pub fn png_file(width: u32, height: u32) -> Vec<u8> {
         file.extend((data.len() as u32).to_be_bytes());
         let mut chunk = kind.to_vec();
         chunk.extend(data);
-        let crc = !chunk.iter().fold(!0u32, |crc, &byte| {
-            (0..8).fold(crc ^ u32::from(byte), |c, _| match c & 1 {
-                1 => (c >> 1) ^ 0xedb8_8320,
-                _ => c >> 1,
-            })
-        });
+        let mut crc = Crc::new();
+        crc.update(&chunk);
         file.extend(chunk);
-        file.extend(crc.to_be_bytes());
+        file.extend(crc.sum().to_be_bytes());
     }
     file
 }
