@@ -332,8 +332,6 @@ async fn fill_session(client: &Client, id: &str, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Rows per second rusqlite inserts, one transaction per row, with the daemon's journal and
-/// synchronous settings, into the daemon's schema, on the same disk.
 /// Mean milliseconds of the engine's `plan` (estimates, boundary, files, masked prompt) on a
 /// synthetic session of `n` messages (about 1 KB each).
 pub(crate) fn plan_ms(n: usize, runs: usize) -> f64 {
