@@ -8,6 +8,7 @@
 //! (`request_timeout_s`, 30 s) and fail the run.
 
 mod agent_loop;
+mod host;
 mod mock_model;
 mod proxy_cost;
 mod render;
@@ -46,6 +47,8 @@ pub(crate) struct BenchReport {
     pub rss_mb: Rss,
     pub agent_loop: agent_loop::AgentLoopFigures,
     pub proxy: proxy_cost::ProxyFigures,
+    /// The machine, and how busy it was as the run began and ended.
+    pub host: host::Host,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +141,7 @@ pub(crate) async fn run(
     progress: impl Fn(&str),
 ) -> Result<BenchReport> {
     let sizes = Sizes::new(quick);
+    let host = host::Host::now();
     let dir = tempfile::TempDir::new()?;
     let config = toml::to_string(&crate::config::Config {
         store: crate::config::StoreConfig {
@@ -198,6 +202,7 @@ pub(crate) async fn run(
         },
         agent_loop,
         proxy,
+        host: host.ended(),
     })
 }
 
