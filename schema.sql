@@ -91,6 +91,8 @@ CREATE TABLE messages (
     shortened_tokens INTEGER,                           -- estimated tokens of shortened_parts
     parent_seq  INTEGER,                                -- the message before it on its branch (NULL: the first); seq - 1 but where a branch starts
     hash        INTEGER,                                -- proxied messages: fingerprint of what the client sends, to match its next call
+    media       TEXT                                    -- proxied messages with images or documents: their tokens (in `tokens`), outside tool
+                CHECK (media IS NULL OR json_valid(media)), -- results and in each: {"outside": 1399, "results": [["toolu_1", 2347]]}
     UNIQUE (session_id, seq)
 );
 CREATE INDEX messages_pinned ON messages (session_id, seq) WHERE pinned = 1;

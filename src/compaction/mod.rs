@@ -27,6 +27,7 @@ pub mod files;
 pub mod instruction;
 pub mod kept_instructions;
 pub mod mask;
+pub mod media;
 pub mod microcompact;
 pub mod notification;
 pub mod origin;

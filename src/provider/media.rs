@@ -5,25 +5,42 @@
 
 use super::wire::Wire;
 use super::{documents, images};
+use crate::compaction::media::Media;
 use serde_json::Value;
 
 /// How deep a message's JSON is searched for media (tool results hold them two levels down;
 /// the parser refuses deeper than 128 anyway).
 const MAX_DEPTH: usize = 16;
 
-/// Tokens the images and documents in `native` (one message as the client sent it; for the
-/// Responses API, the list of its items) cost the model `wire` speaks to; 0 for a message
+/// What the images and documents in `native` (one message as the client sent it; for the
+/// Responses API, the list of its items) cost the model `wire` speaks to, by where they sit
+/// (outside tool results, or in the result of each call: see [`Media`]); empty for a message
 /// without any.
-pub(crate) fn tokens(native: &Value, wire: Wire) -> usize {
-    let mut total = 0;
-    each_medium(native, MAX_DEPTH, &mut |block, kind| {
-        total += match (kind, wire) {
+pub(crate) fn measure(native: &Value, wire: Wire) -> Media {
+    measure_all([native], wire)
+}
+
+/// The same for the items that make one message of the Responses API, together.
+pub(crate) fn measure_all<'a>(natives: impl IntoIterator<Item = &'a Value>, wire: Wire) -> Media {
+    let mut media = Media::default();
+    let mut found = |block: &Value, kind, result: Option<&str>| {
+        let tokens = match (kind, wire) {
             (Medium::Image, Wire::Anthropic) => images::anthropic(block),
             (Medium::Image, Wire::Chat | Wire::Responses) => images::openai(block),
             (Medium::Document, _) => documents::tokens(block),
+        };
+        match result {
+            None => media.outside += tokens,
+            Some(id) => match media.results.iter_mut().find(|(call, _)| call == id) {
+                Some((_, n)) => *n += tokens,
+                None => media.results.push((id.to_string(), tokens)),
+            },
         }
-    });
-    total
+    };
+    for native in natives {
+        each_medium(native, MAX_DEPTH, None, &mut found);
+    }
+    media
 }
 
 /// The kinds of block counted here.
@@ -35,27 +52,56 @@ enum Medium {
 
 /// Calls `found` with every image block in `value` (Anthropic's `image`, Chat Completions'
 /// `image_url`, the Responses API's `input_image`) and every document (Anthropic's
-/// `document`, Chat's `file`, Responses' `input_file`). A tool call's input is the model's
-/// JSON, not content: an object there that says `"type": "image"` is not searched.
-fn each_medium(value: &Value, depth: usize, found: &mut impl FnMut(&Value, Medium)) {
+/// `document`, Chat's `file`, Responses' `input_file`), and the id of the call whose result
+/// holds it, if one does (`result`: Anthropic's `tool_result` block, Chat's `tool` message,
+/// the Responses API's `…_output` item). A tool call's input is the model's JSON, not
+/// content: an object there that says `"type": "image"` is not searched.
+fn each_medium<'a>(
+    value: &'a Value,
+    depth: usize,
+    result: Option<&'a str>,
+    found: &mut impl FnMut(&Value, Medium, Option<&str>),
+) {
     if depth == 0 {
         return;
     }
     match value {
-        Value::Object(fields) => match fields.get("type").and_then(Value::as_str) {
-            Some("image" | "image_url" | "input_image") => found(value, Medium::Image),
-            Some("document" | "file" | "input_file") => found(value, Medium::Document),
-            _ => fields
-                .iter()
-                .filter(|(key, v)| {
-                    !matches!(key.as_str(), "input" | "tool_calls" | "arguments")
-                        && (v.is_object() || v.is_array())
-                })
-                .for_each(|(_, v)| each_medium(v, depth - 1, found)),
-        },
-        Value::Array(items) => items.iter().for_each(|v| each_medium(v, depth - 1, found)),
+        Value::Object(fields) => {
+            let kind = fields.get("type").and_then(Value::as_str);
+            match kind {
+                Some("image" | "image_url" | "input_image") => found(value, Medium::Image, result),
+                Some("document" | "file" | "input_file") => found(value, Medium::Document, result),
+                _ => {
+                    let result = result.or_else(|| result_of(fields, kind));
+                    fields
+                        .iter()
+                        .filter(|(key, v)| {
+                            !matches!(key.as_str(), "input" | "tool_calls" | "arguments")
+                                && (v.is_object() || v.is_array())
+                        })
+                        .for_each(|(_, v)| each_medium(v, depth - 1, result, found))
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| each_medium(v, depth - 1, result, found)),
         _ => {}
     }
+}
+
+/// The call id of a tool's result, when `fields` (of type `kind`) are one.
+fn result_of<'a>(
+    fields: &'a serde_json::Map<String, Value>,
+    kind: Option<&str>,
+) -> Option<&'a str> {
+    let key = match kind {
+        Some("tool_result") => "tool_use_id",
+        Some(kind) if kind.ends_with("_output") => "call_id",
+        _ if fields.get("role").and_then(Value::as_str) == Some("tool") => "tool_call_id",
+        _ => return None,
+    };
+    fields.get(key).and_then(Value::as_str)
 }
 
 #[cfg(test)]
@@ -67,6 +113,14 @@ mod tests {
     use crate::provider::images::OPENAI_MAX;
     use crate::provider::images::tests::png;
     use serde_json::json;
+
+    fn tokens(native: &Value, wire: Wire) -> usize {
+        measure(native, wire).total()
+    }
+
+    fn totals(read: &crate::provider::wire::WireRequest) -> Vec<usize> {
+        read.media.iter().map(Media::total).collect()
+    }
 
     #[test]
     fn media_are_found_where_each_api_puts_them_and_counted_as_it_bills() {
@@ -95,6 +149,34 @@ mod tests {
         assert_eq!(tokens(&call, Wire::Anthropic), 0);
     }
 
+    /// Media inside a tool's result are told from those beside it: a result the context
+    /// masks or shortens goes up as text, its media dropped, and the others stay.
+    #[test]
+    fn media_are_told_by_the_result_that_holds_them() {
+        let data = base64(&png(1366, 768));
+        let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}});
+        let anthropic = json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [image]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": [image, image]},
+            {"type": "text", "text": "And this:"}, image]});
+        let media = measure(&anthropic, Wire::Anthropic);
+        assert_eq!(media.outside, 1_399);
+        assert_eq!(
+            media.results,
+            [("t1".to_string(), 1_399), ("t2".to_string(), 2 * 1_399)]
+        );
+        let url = format!("data:image/png;base64,{data}");
+        let chat_tool = json!({"role": "tool", "tool_call_id": "c1", "content": [
+            {"type": "image_url", "image_url": {"url": url}}]});
+        assert_eq!(
+            measure(&chat_tool, Wire::Chat).results,
+            [("c1".to_string(), 1_105)]
+        );
+        let chat_user =
+            json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]});
+        assert_eq!(measure(&chat_user, Wire::Chat).outside, 1_105);
+    }
+
     /// Each API's reader counts every message's images beside it (the Responses API's per
     /// run of items that make one message), and nothing for a message without any.
     #[test]
@@ -107,21 +189,28 @@ mod tests {
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image, image]}]}]});
         let read = Wire::Anthropic.parse_value(&mut anthropic).unwrap();
-        assert_eq!(read.media_tokens, [0, 0, 2 * 1_399]);
+        assert_eq!(totals(&read), [0, 0, 2 * 1_399]);
+        assert_eq!(read.media[2].results, [("t1".to_string(), 2 * 1_399)]);
         let mut chat = json!({"model": "gpt", "messages": [
             {"role": "system", "content": "Rules."},
             {"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image_url", "image_url": {"url": url}}]}]});
         let read = Wire::Chat.parse_value(&mut chat).unwrap();
-        assert_eq!(read.media_tokens, [0, 1_105]);
+        assert_eq!(totals(&read), [0, 1_105]);
+        assert_eq!(read.media[1].outside, 1_105);
         let mut responses = json!({"model": "gpt", "input": [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Look."}]},
             {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": [
                 {"type": "input_image", "image_url": url, "detail": "low"}]}]});
         let read = Wire::Responses.parse_value(&mut responses).unwrap();
-        assert_eq!(read.messages.len(), read.media_tokens.len());
-        assert_eq!(read.media_tokens.iter().sum::<usize>(), 85);
-        assert_eq!(read.media_tokens[0], 0);
+        assert_eq!(read.messages.len(), read.media.len());
+        assert_eq!(totals(&read).iter().sum::<usize>(), 85);
+        assert_eq!(totals(&read)[0], 0);
+        assert!(
+            read.media
+                .iter()
+                .any(|m| m.results == [("c1".to_string(), 85)])
+        );
     }
 
     /// Claude Code's `Read` of a PDF, as it sends it; Chat's and Responses' inline files.

@@ -11,9 +11,10 @@
 //! masks or shortens them, and the summary stands for the rest. Nothing is forged: reasoning
 //! the context no longer holds lives only in the summary.
 
+use crate::compaction::media::Media;
 use crate::message::{Message, Part};
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// A request body the proxy cannot read as its API's conversation (what is wrong, and
@@ -154,7 +155,7 @@ pub struct WireRequest {
     pub natives: Vec<Native>,
     /// What each message's images and documents cost the model (see [`super::media`]),
     /// beside the estimate of its parts, where each is a note of a few tokens.
-    pub media_tokens: Vec<usize>,
+    pub media: Vec<Media>,
     /// The request's own instructions outside its messages (system, instructions), as text:
     /// what tells a side request (a title, a commit message) from the conversation.
     pub system: String,
@@ -177,8 +178,7 @@ impl WireRequest {
         index: usize,
         estimator: &crate::compaction::LazyEstimator,
     ) -> usize {
-        estimator.message(&self.messages[index])
-            + self.media_tokens.get(index).copied().unwrap_or(0)
+        estimator.message(&self.messages[index]) + self.media.get(index).map_or(0, Media::total)
     }
 }
 
@@ -562,6 +562,24 @@ pub(crate) fn text_of(value: &Value) -> String {
             .join("\n"),
         _ => String::new(),
     }
+}
+
+/// Content `parts` with `text` in place of their text (in the first text part, of type
+/// `kind`; the others go) and every other part as it was.
+pub(crate) fn with_text(parts: &[Value], text: String, kind: &str) -> Value {
+    let mut text = Some(text);
+    let mut out = Vec::with_capacity(parts.len() + 1);
+    for part in parts {
+        if part["type"] != kind {
+            out.push(part.clone());
+        } else if let Some(text) = text.take() {
+            out.push(json!({"type": kind, "text": text}));
+        }
+    }
+    if let Some(text) = text {
+        out.insert(0, json!({"type": kind, "text": text}));
+    }
+    Value::Array(out)
 }
 
 #[cfg(test)]

@@ -312,7 +312,7 @@ impl Service {
             root_hash,
             messages: request.messages.clone(),
             fingerprints,
-            media_tokens: request.media_tokens.clone(),
+            media: request.media.clone(),
             estimator: self.estimator,
             has_tools: request.has_tools,
             overhead_tokens: request.overhead_tokens,

@@ -309,11 +309,15 @@ impl Service {
                 step::shown_in_step(message, tokens, at, step_budget, session.step_calls);
             let appended = match shortened {
                 Some(parts) => {
+                    let kept_media = request
+                        .media
+                        .get(index)
+                        .map_or(0, |media| media.kept(&message.parts, &parts));
                     let shown = Message {
                         role: message.role,
                         parts,
                     };
-                    let tokens = self.estimator.message(&shown);
+                    let tokens = self.estimator.message(&shown) + kept_media;
                     StoredMessage {
                         shortened: true,
                         ..StoredMessage::unrecorded(seq, &shown, tokens)?

@@ -208,6 +208,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use crate::compaction::media::Media;
     use crate::message::{Message, Part, Role};
     use crate::protocol::SessionId;
     use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
@@ -251,6 +252,50 @@ mod tests {
             reported_of: None,
             idempotency: None,
         }
+    }
+
+    /// A proxied result message holding a screenshot inside its result and a person's pasted
+    /// image beside it: masked, it goes upstream without the result's screenshot but with the
+    /// pasted image, and its masked form counts that image (counting the masked text alone,
+    /// the context looked 1,000 tokens smaller than it went upstream, per message).
+    #[tokio::test]
+    async fn a_masked_form_counts_the_media_it_keeps() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+        let id = SessionId::unchecked("s".into());
+        let mut append = session_with_outputs(&id, 20);
+        for (i, message) in append.messages.iter_mut().skip(2).step_by(2).enumerate() {
+            let media = Media {
+                outside: 1_000,
+                results: vec![(format!("c{i}"), 600)],
+            };
+            let estimate = message.tokens() + media.total();
+            let content = message.content().unwrap().clone();
+            *message = NewMessage::owned(content, estimate).with_media(media);
+        }
+        let appended = store
+            .append(append, |_| AppendRules::AS_SENT)
+            .await
+            .unwrap();
+        let before = appended.session.context_tokens().0;
+        let (masking, after) = store
+            .mask_outputs(&id, appended.session.head_seq, 3, 1)
+            .await
+            .unwrap();
+        let outputs = masking.unwrap().outputs as usize;
+        assert!(outputs >= 17, "{outputs}");
+        let saved = before - after.context_tokens().0;
+        // Each masked message drops its output (500) and the screenshot in it (600), less the
+        // placeholder's few tokens; the pasted image (1,000) stays counted.
+        assert!(
+            saved > outputs * 1_000 && saved < outputs * 1_100,
+            "{saved} saved by masking {outputs} outputs"
+        );
+        let conn = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+        let stored: String = conn
+            .query_row("SELECT media FROM messages WHERE seq = 3", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, r#"{"outside":1000,"results":[["c0",600]]}"#);
     }
 
     /// Whoever asks second (a context that read the session before another request masked

@@ -7,6 +7,7 @@ use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::instruction::is_instruction;
+use crate::compaction::media::Media;
 use crate::compaction::microcompact::{MaskingStart, masked_parts};
 use crate::compaction::step;
 use crate::compaction::{LazyEstimator, Origin};
@@ -36,6 +37,9 @@ pub struct NewMessage {
     /// Proxied messages: the fingerprint of its opening (first paragraph), by which a
     /// conversation's task is recognised wherever a client puts it again.
     opening: Option<i64>,
+    /// Proxied messages: what their images and documents cost the model (in `tokens`
+    /// already), by where they sit: the forms the context shows count those they keep.
+    media: Media,
 }
 
 /// What the session's config says about the messages of an append: how they are pinned,
@@ -107,6 +111,7 @@ impl NewMessage {
             content: (message.role != Role::System).then_some(message),
             hash: None,
             opening: None,
+            media: Media::default(),
         }
     }
 
@@ -122,8 +127,20 @@ impl NewMessage {
         self
     }
 
+    /// The message with what its images and documents cost the model (counted in its
+    /// tokens already).
+    pub fn with_media(mut self, media: Media) -> NewMessage {
+        self.media = media;
+        self
+    }
+
     pub fn tokens(&self) -> usize {
         self.tokens
+    }
+
+    #[cfg(test)]
+    pub(crate) fn content(&self) -> Option<&Message> {
+        self.content.as_ref()
     }
 }
 
@@ -407,8 +424,8 @@ fn insert_messages(
     let mut insert_message = conn.prepare_cached(
         "INSERT INTO messages (session_id, seq, role, parts, tokens, created_at, pinned,
              tool_results, masked_parts, masked_tokens, shortened_parts, shortened_tokens,
-             parent_seq, hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?14, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             parent_seq, hash, media)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?14, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15)",
     )?;
     let mut insert_call = conn.prepare_cached(
         "INSERT OR REPLACE INTO tool_calls (session_id, call_id, seq, name) VALUES (?1, ?2, ?3, ?4)",
@@ -451,6 +468,10 @@ fn insert_messages(
         }
         done.shown_tokens += shown;
         let (masked_json, masked_tokens) = masked_form(message, origin(session, seq), tools)?;
+        let media = match message.media.is_empty() {
+            true => None,
+            false => Some(serde_json::to_string(&message.media)?),
+        };
         insert_message.execute(params![
             session.id,
             seq,
@@ -465,7 +486,8 @@ fn insert_messages(
             shortened_tokens,
             parent,
             message.hash,
-            now
+            now,
+            media
         ])?;
         parent = Some(seq);
         for (call_id, name) in &message.calls {
@@ -598,11 +620,11 @@ fn masked_form(
     at: Origin,
     tools: &HashMap<String, String>,
 ) -> Result<(Option<String>, Option<usize>)> {
-    let masked = message
-        .content
-        .as_ref()
-        .and_then(|m| masked_parts(&m.parts, at, |id| tools.get(id).map(String::as_str)));
-    encoded(masked)
+    let Some(content) = &message.content else {
+        return Ok((None, None));
+    };
+    let masked = masked_parts(&content.parts, at, |id| tools.get(id).map(String::as_str));
+    encoded(masked, &content.parts, &message.media)
 }
 
 /// The message as the context shows it when it is too large for its share of the current
@@ -614,7 +636,14 @@ fn shortened_form(
     step_calls: usize,
 ) -> Result<(Option<String>, Option<usize>)> {
     match &message.content {
-        Some(content) => shortened(content, message.tokens, at, step_budget, step_calls),
+        Some(content) => shortened(
+            content,
+            message.tokens,
+            &message.media,
+            at,
+            step_budget,
+            step_calls,
+        ),
         None => Ok((None, None)),
     }
 }
@@ -622,17 +651,13 @@ fn shortened_form(
 fn shortened(
     message: &Message,
     tokens: usize,
+    media: &Media,
     at: Origin,
     step_budget: usize,
     step_calls: usize,
 ) -> Result<(Option<String>, Option<usize>)> {
-    encoded(step::shown_in_step(
-        message,
-        tokens,
-        at,
-        step_budget,
-        step_calls,
-    ))
+    let shown = step::shown_in_step(message, tokens, at, step_budget, step_calls);
+    encoded(shown, &message.parts, media)
 }
 
 /// Shortens the session's active messages again for a new step budget (its limit or config
@@ -643,27 +668,32 @@ pub(super) fn reshorten_active(
     step_budget: usize,
 ) -> Result<SessionRow> {
     let branch = Branch::current(conn, session)?;
-    let rows: Vec<(u64, String, String, usize)> = conn
+    let rows: Vec<(u64, String, String, usize, Option<String>)> = conn
         .prepare_cached(&format!(
-            "SELECT seq, role, parts, tokens FROM messages
+            "SELECT seq, role, parts, tokens, media FROM messages
              WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user') AND {}",
             branch.filter()
         ))?
         .query_map(params![session.id, session.active_from_seq], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
     let mut update = conn.prepare_cached(
         "UPDATE messages SET shortened_parts = ?3, shortened_tokens = ?4 WHERE session_id = ?1 AND seq = ?2",
     )?;
-    for (seq, role, parts, tokens) in rows {
+    for (seq, role, parts, tokens, media) in rows {
         let message = Message {
             role: Role::parse(&role).unwrap_or(Role::User),
             parts: serde_json::from_str(&parts)?,
         };
+        let media: Media = media
+            .map(|m| serde_json::from_str(&m))
+            .transpose()?
+            .unwrap_or_default();
         let (json, shown) = shortened(
             &message,
             tokens,
+            &media,
             origin(session, seq),
             step_budget,
             session.step_calls,
@@ -677,13 +707,19 @@ pub(super) fn reshorten_active(
     super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)
 }
 
-/// Parts as stored JSON, with their tokens.
-fn encoded(parts: Option<Vec<Part>>) -> Result<(Option<String>, Option<usize>)> {
+/// Parts shown in place of `original` as stored JSON, with their tokens: their estimate and
+/// what of the message's `media` goes upstream with them.
+fn encoded(
+    parts: Option<Vec<Part>>,
+    original: &[Part],
+    media: &Media,
+) -> Result<(Option<String>, Option<usize>)> {
     let tokens = parts.as_ref().map(|parts| {
-        LazyEstimator::default().message(&Message {
+        let text = LazyEstimator::default().message(&Message {
             role: Role::Tool,
             parts: parts.clone(),
-        })
+        });
+        text + media.kept(original, parts)
     });
     let json = parts
         .map(|parts| serde_json::to_string(&parts))

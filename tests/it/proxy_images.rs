@@ -194,3 +194,156 @@ async fn chat_completions_images_are_counted_as_openai_bills_them() {
         crate::proxy::no_orphans(sent.as_array().unwrap());
     }
 }
+
+/// How an agent speaks to the model, for [`pasted_screenshots`].
+#[derive(Clone, Copy, PartialEq)]
+enum Api {
+    Anthropic,
+    Chat,
+}
+
+/// An agent's eight steps of `cargo test` (about 800 tokens of output each), then a person's
+/// message pasting a long log (about 12,000 tokens of text, too much for the step's room: the
+/// context shows its head and tail) and six screenshots (8,394 tokens to Anthropic, 6,630 to
+/// OpenAI), then one more call. With `lock_from`, a person holds the database's write lock
+/// from that step on (nothing is stored; the calls go up from the stored context and what is
+/// newer, counted in memory). Returns the daemon's log.
+async fn pasted_screenshots(api: Api, lock_from: Option<usize>) -> String {
+    let mock = model(WINDOW, 4);
+    let mut daemon = proxy_to(&mock);
+    let mut person = None;
+    let mut messages = vec![json!({"role": "user", "content": "Make the tests pass."})];
+    for i in 0..10 {
+        if lock_from == Some(i) {
+            person = Some(crate::common::restart_under_a_held_lock(&mut daemon));
+        }
+        let client = daemon.client();
+        let (status, answer) = match api {
+            Api::Anthropic => {
+                let body = json!({"model": "claude-test", "max_tokens": MAX_TOKENS,
+                                  "system": "You fix tests.", "messages": messages});
+                let (status, _, answer) = anthropic_call(&client, &body).await;
+                (status, answer)
+            }
+            Api::Chat => {
+                let body = json!({"model": "gpt-test", "max_tokens": MAX_TOKENS,
+                                  "messages": messages});
+                let (status, _, answer) = call(&client, KEY, None, &body).await;
+                (status, String::from_utf8_lossy(&answer).into_owned())
+            }
+        };
+        assert_eq!(status, 200, "step {i}: {answer}");
+        if i == 9 {
+            break;
+        }
+        let id = format!("call_{i}");
+        let output = format!(
+            "run {i}\n{}",
+            "test parse::it_reads ... FAILED\n".repeat(90)
+        );
+        let (call, result) = match api {
+            Api::Anthropic => (
+                json!({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "cargo test"}}]}),
+                json!({"type": "tool_result", "tool_use_id": id, "content": output}),
+            ),
+            Api::Chat => (
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
+                    "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"cargo test\"}"}}]}),
+                json!({"role": "tool", "tool_call_id": id, "content": output}),
+            ),
+        };
+        messages.push(call);
+        if i < 8 {
+            messages.push(match api {
+                Api::Anthropic => json!({"role": "user", "content": [result]}),
+                Api::Chat => result,
+            });
+            continue;
+        }
+        let log = format!(
+            "Here is what I see:\n{}",
+            "error[E0308]: mismatched types in src/parse.rs\n".repeat(1_000)
+        );
+        let data = png_base64(1366, 768);
+        let (text, screenshot) = match api {
+            Api::Anthropic => (
+                json!({"type": "text", "text": log}),
+                json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}),
+            ),
+            Api::Chat => (
+                json!({"type": "text", "text": log}),
+                json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}}),
+            ),
+        };
+        let mut pasted = vec![text];
+        pasted.extend(std::iter::repeat_n(screenshot, 6));
+        match api {
+            Api::Anthropic => {
+                pasted.insert(0, result);
+                messages.push(json!({"role": "user", "content": pasted}));
+            }
+            Api::Chat => {
+                messages.push(result);
+                messages.push(json!({"role": "user", "content": pasted}));
+            }
+        }
+    }
+    // Every call reached the model once, inside its window, the screenshots in the last.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 10, "no call was refused and sent again");
+    for request in &requests {
+        let sent = &request.body["messages"];
+        let images = media_tokens(sent, api == Api::Anthropic);
+        let text = without_media_data(sent).to_string().len() / 4;
+        assert!(
+            images + text + MAX_TOKENS <= WINDOW,
+            "{images} + {text} tokens sent"
+        );
+        match api {
+            Api::Anthropic => results_follow_their_calls(sent.as_array().unwrap()),
+            Api::Chat => crate::proxy::no_orphans(sent.as_array().unwrap()),
+        }
+    }
+    let last = &requests[9].body["messages"];
+    let screenshot = match api {
+        Api::Anthropic => 1_399,
+        Api::Chat => 1_105,
+    };
+    assert_eq!(
+        media_tokens(last, api == Api::Anthropic),
+        6 * screenshot,
+        "the person's screenshots reach the model beside their shortened text"
+    );
+    assert!(last.to_string().contains("characters cut here"), "{last}");
+    if let Some(person) = person {
+        crate::common::let_go(person, &daemon.client()).await;
+    }
+    daemon.log()
+}
+
+/// A person's screenshots beside a text too long for the step go upstream with the text's
+/// head and tail: compactd counts them in what the message costs, so it compacts the steps
+/// before and the model refuses nothing. (Counting the shortened text alone, the last call
+/// went up at 17,300 tokens of a 16,000 window: the model refused it, and compactd compacted
+/// and sent it once more.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_beside_a_shortened_text_still_count() {
+    let log = pasted_screenshots(Api::Anthropic, None).await;
+    assert!(log.contains("compacted"), "{log}");
+}
+
+/// The same through Chat Completions: the screenshots stay in the message beside its
+/// shortened text (they were dropped with the rest of its content), and count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_screenshots_beside_a_shortened_text_stay_and_count() {
+    pasted_screenshots(Api::Chat, None).await;
+}
+
+/// The same while a person holds the write lock from the fourth step: the calls go up from
+/// what is stored and what is newer, compacted in memory, and the screenshots count there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_beside_a_shortened_text_count_while_nothing_is_stored() {
+    let log = pasted_screenshots(Api::Anthropic, Some(4)).await;
+    assert!(log.contains("compacted in memory"), "{log}");
+}

@@ -20,10 +20,10 @@ pub(crate) fn parse(
 ) -> Result<WireRequest, UnreadableRequest> {
     let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());
-    let mut media_tokens = Vec::with_capacity(list.len());
+    let mut media = Vec::with_capacity(list.len());
     for (i, raw) in list.iter().enumerate() {
         let native = parsed(raw);
-        media_tokens.push(media::tokens(&native, Wire::Anthropic));
+        media.push(media::measure(&native, Wire::Anthropic));
         let role = match native["role"].as_str() {
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
@@ -44,7 +44,7 @@ pub(crate) fn parse(
     Ok(WireRequest {
         messages: messages.into(),
         natives: list.into_iter().map(Native::from_raw).collect(),
-        media_tokens,
+        media,
         system: text_of(&body["system"]),
         overhead_tokens: overhead_tokens(body, "messages"),
         completion_tokens: completion_tokens(body, &["max_tokens"]),

@@ -5,7 +5,7 @@ use crate::message::{Message, Part, Role};
 use crate::provider::media;
 use crate::provider::wire::{
     Native, Outgoing, Sent, UnreadableRequest, Wire, WireRequest, completion_tokens, listed,
-    overhead_tokens, parsed, shown_args, text_of,
+    overhead_tokens, parsed, shown_args, text_of, with_text,
 };
 use crate::transcript::parse_arguments;
 use serde_json::{Value, json};
@@ -19,11 +19,11 @@ pub(crate) fn parse(
 ) -> Result<WireRequest, UnreadableRequest> {
     let list = listed(conversation, "a `messages` array")?;
     let mut messages = Vec::with_capacity(list.len());
-    let mut media_tokens = Vec::with_capacity(list.len());
+    let mut media = Vec::with_capacity(list.len());
     let mut system = Vec::new();
     for (i, raw) in list.iter().enumerate() {
         let native = parsed(raw);
-        media_tokens.push(media::tokens(&native, Wire::Chat));
+        media.push(media::measure(&native, Wire::Chat));
         let mut message = crate::transcript::openai_message(&native).ok_or_else(|| {
             format!(
                 "messages[{i}]: unknown role {} (system, developer, user, assistant or tool)",
@@ -44,7 +44,7 @@ pub(crate) fn parse(
     Ok(WireRequest {
         messages: messages.into(),
         natives: list.into_iter().map(Native::from_raw).collect(),
-        media_tokens,
+        media,
         system: system.join("\n"),
         overhead_tokens: overhead_tokens(body, "messages"),
         completion_tokens: completion_tokens(body, &["max_completion_tokens", "max_tokens"]),
@@ -69,15 +69,20 @@ pub(crate) fn conversation<'a>(outgoing: &'a [Outgoing<'a>]) -> Vec<Sent<'a>> {
 
 /// The client's message with the output (a tool message) or text (a user message) the
 /// context shows in place of its own, and each call's arguments where the context shortened
-/// them.
+/// them. A user's images and files stay beside the text shown (their tokens are counted in
+/// what the message costs: see `compaction::media`); a tool's output shown otherwise is that
+/// text alone.
 fn patched(native: &Value, shown: &Message) -> Value {
     let mut out = native.clone();
-    let text = match shown.parts.first() {
-        Some(Part::ToolResult { output, .. }) => output.clone(),
-        _ => shown.joined_text(),
+    let (text, is_output) = match shown.parts.first() {
+        Some(Part::ToolResult { output, .. }) => (output.clone(), true),
+        _ => (shown.joined_text(), false),
     };
     if text_of(&native["content"]) != text {
-        out["content"] = Value::String(text);
+        out["content"] = match &native["content"] {
+            Value::Array(parts) if !is_output => with_text(parts, text, "text"),
+            _ => Value::String(text),
+        };
     }
     let calls = out.get_mut("tool_calls").and_then(Value::as_array_mut);
     for call in calls.into_iter().flatten() {
@@ -94,6 +99,30 @@ fn patched(native: &Value, shown: &Message) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A person's message shortened in the context goes up with its text's head and tail in
+    /// place of its text, and its images as the client sent them (the model is billed for
+    /// them, and compactd counts them).
+    #[test]
+    fn a_shortened_user_message_keeps_its_images() {
+        let image = json!({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}});
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "A long log."}, image, {"type": "text", "text": "More log."}]}]});
+        let mut sent = body.clone();
+        let request = crate::provider::wire::Wire::Chat
+            .parse_value(&mut sent)
+            .unwrap();
+        let shown = Message::text(Role::User, "A long [… cut …] log.");
+        let outgoing = vec![Outgoing::Patched {
+            native: &request.natives[0],
+            shown,
+        }];
+        let out = crate::provider::wire::Wire::Chat.render_value(&sent, &outgoing);
+        assert_eq!(
+            out["messages"][0]["content"],
+            json!([{"type": "text", "text": "A long [… cut …] log."}, image])
+        );
+    }
 
     #[test]
     fn messages_go_back_as_sent_and_a_masked_output_replaces_only_the_content() {

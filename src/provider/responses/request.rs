@@ -28,21 +28,16 @@ pub(crate) fn parse(
         }
         _ => listed(conversation, EXPECTED)?,
     };
-    let (mut messages, mut natives, mut media_tokens) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut messages, mut natives, mut media) = (Vec::new(), Vec::new(), Vec::new());
     group(items, |parsed, sent| {
         messages.push(message_of(parsed));
         natives.push(Native::list(sent));
-        media_tokens.push(
-            parsed
-                .iter()
-                .map(|item| media::tokens(item, Wire::Responses))
-                .sum(),
-        );
+        media.push(media::measure_all(parsed, Wire::Responses));
     });
     Ok(WireRequest {
         messages: messages.into(),
         natives,
-        media_tokens,
+        media,
         system: body["instructions"]
             .as_str()
             .unwrap_or_default()
@@ -108,7 +103,11 @@ fn patched(native: &Native, shown: &crate::message::Message) -> Vec<Value> {
                     true => "output_text",
                     false => "input_text",
                 };
-                item["content"] = json!([{"type": kind, "text": text}]);
+                // A user's images and files stay beside the text shown.
+                item["content"] = match &item["content"] {
+                    Value::Array(parts) => crate::provider::wire::with_text(parts, text, kind),
+                    _ => json!([{"type": kind, "text": text}]),
+                };
             }
         }
     }
@@ -207,5 +206,27 @@ mod tests {
         assert_eq!(serde_json::from_str::<Value>(arguments).unwrap(), cut);
         assert_eq!(items[2]["input"], "*** Begin [… cut …]");
         assert_eq!(items[2]["call_id"], "c2");
+    }
+
+    /// A person's message shortened in the context keeps its images beside the text shown.
+    #[test]
+    fn a_shortened_user_message_keeps_its_images() {
+        let image = json!({"type": "input_image", "image_url": "https://example.com/a.png"});
+        let input = json!([{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "A long log."}, image]}]);
+        let body = json!({"model": "gpt", "input": input});
+        let mut sent = body.clone();
+        let request = crate::provider::wire::Wire::Responses
+            .parse_value(&mut sent)
+            .unwrap();
+        let outgoing = vec![Outgoing::Patched {
+            native: &request.natives[0],
+            shown: crate::message::Message::text(crate::message::Role::User, "A [… cut …] log."),
+        }];
+        let out = crate::provider::wire::Wire::Responses.render_value(&sent, &outgoing);
+        assert_eq!(
+            out["input"][0]["content"],
+            json!([{"type": "input_text", "text": "A [… cut …] log."}, image])
+        );
     }
 }

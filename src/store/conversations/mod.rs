@@ -34,6 +34,7 @@ use super::rows::{ContextVersion, SessionKind, SessionRow};
 use super::sessions::{NewSession, get_live};
 use super::{Result, Store};
 use crate::compaction::LazyEstimator;
+use crate::compaction::media::Media;
 use crate::message::Message;
 use crate::protocol::SessionId;
 use landing::{Lands, create, find, one_off};
@@ -60,7 +61,7 @@ pub struct ProxyCall {
     pub fingerprints: Vec<Fingerprints>,
     /// What each message's images and documents cost the model beside its estimate (see
     /// `provider::media`), in the same order; a message past its end has none.
-    pub media_tokens: Vec<usize>,
+    pub media: Vec<Media>,
     /// How a message that is stored has its tokens estimated.
     pub estimator: LazyEstimator,
     pub has_tools: bool,
@@ -101,10 +102,11 @@ impl ProxyCall {
             if step.len() == STORE_STEP || tokens >= STORE_STEP_TOKENS {
                 break;
             }
-            let media = self.media_tokens.get(at).copied().unwrap_or(0);
-            let estimate = self.estimator.message(message) + media;
+            let media = self.media.get(at).cloned().unwrap_or_default();
+            let estimate = self.estimator.message(message) + media.total();
             tokens += estimate;
-            step.push(NewMessage::new(message, estimate).with_hash(f.hash, f.opening));
+            let new = NewMessage::new(message, estimate).with_hash(f.hash, f.opening);
+            step.push(new.with_media(media));
         }
         step
     }

@@ -33,7 +33,7 @@ fn long_first_call() -> ProxyCall {
         root_hash: 42,
         messages: messages.into(),
         fingerprints,
-        media_tokens: Vec::new(),
+        media: Vec::new(),
         estimator: LazyEstimator::default(),
         has_tools: false,
         overhead_tokens: 0,

@@ -178,6 +178,12 @@ const UPGRADES: &[Upgrade] = &[
         sql: "ALTER TABLE maskings ADD COLUMN head_seq INTEGER;",
         then: None,
     },
+    // 18: what a proxied message's media cost, by where they sit (messages stored before
+    // have none recorded: a context shown otherwise counts their text alone, as it did).
+    Upgrade {
+        sql: "ALTER TABLE messages ADD COLUMN media TEXT;",
+        then: None,
+    },
 ];
 
 /// Creates `messages_fts` as schema.sql defines it (the rebuild then finds it as it should
@@ -203,6 +209,7 @@ pub(super) const SCHEMA_VERSION: usize = UPGRADES.len() + 1;
 /// index, and its dump reads as 8; versions 11, 12 and 13 changed only indexes, a view and a
 /// check, and their dumps read as 10.)
 const VERSION_MARKERS: &[(usize, &str, &str)] = &[
+    (18, "messages", "media"),
     (17, "maskings", "head_seq"),
     (16, "sessions", "limit_taught_at"),
     (15, "sessions", "completion_tokens"),

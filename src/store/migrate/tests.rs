@@ -397,6 +397,7 @@ fn version_10s_index_by_parent_becomes_the_partial_one() {
          DROP INDEX sessions_taught;
          ALTER TABLE sessions DROP COLUMN limit_taught_at;
          ALTER TABLE maskings DROP COLUMN head_seq;
+         ALTER TABLE messages DROP COLUMN media;
          PRAGMA user_version = 10;",
     )
     .unwrap();
