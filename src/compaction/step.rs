@@ -23,14 +23,28 @@ use crate::message::{Message, Part, Role};
 use serde_json::Value;
 
 /// Where the current step starts in `messages`: at the newest assistant message (the agent's
-/// last turn; every result and user message after it belongs to the step), or, with no
-/// assistant message, at the newest user message. `messages.len()` when there is neither.
+/// last turn: the results answering it and a user message after them belong to the step),
+/// or, with no assistant message, at the newest user message. `messages.len()` when there is
+/// neither.
+///
+/// A person who wrote more than once since the agent's last turn (a chat client whose model
+/// did not answer, a plugin that logs what its user types, notes arriving one by one) has
+/// moved on: the step is their newest message. Counted from the agent's turn, every later
+/// message was a floor under the boundary, and a context at a 16,000-token window held 60
+/// of them, 55,000 tokens, compaction or not. The older ones are compacted like any
+/// message (a summary keeps every instruction: see [`super::kept_instructions`]).
 pub fn current_step_start(messages: &[Message]) -> usize {
-    messages
-        .iter()
-        .rposition(|m| m.role == Role::Assistant)
-        .or_else(|| messages.iter().rposition(|m| m.role == Role::User))
-        .unwrap_or(messages.len())
+    let written = |m: &Message| m.role == Role::User && m.tool_result_ids().next().is_none();
+    let newest_written = || messages.iter().rposition(written);
+    let Some(turn) = messages.iter().rposition(|m| m.role == Role::Assistant) else {
+        return newest_written()
+            .or_else(|| messages.iter().rposition(|m| m.role == Role::User))
+            .unwrap_or(messages.len());
+    };
+    match messages[turn + 1..].iter().filter(|m| written(m)).count() {
+        0 | 1 => turn,
+        _ => newest_written().unwrap_or(turn),
+    }
 }
 
 /// How many tokens `message` may take in the context, or `None` if it is never shortened. A
@@ -375,6 +389,27 @@ mod tests {
             1,
             "nothing the agent said or was asked"
         );
+    }
+
+    /// A person who writes on after the agent's turn has moved on: the step is their newest
+    /// message, and the results before it are no floor (their calls go with them).
+    #[test]
+    fn a_person_writing_more_than_once_since_the_agents_turn_starts_the_step() {
+        let mut m = vec![
+            Message::text(Role::User, "go"),
+            call("a"),
+            result("a", "x".into()),
+            Message::text(Role::User, "and then?"),
+        ];
+        assert_eq!(current_step_start(&m), 1, "one message after the results");
+        m.push(Message::text(Role::User, "also this"));
+        assert_eq!(current_step_start(&m), 4);
+        m.extend((0..60).map(|i| Message::text(Role::User, format!("change {i}"))));
+        assert_eq!(current_step_start(&m), m.len() - 1);
+        // A result of the turn that comes after them still finds its call (the boundary pulls
+        // the call in: see `boundary`).
+        m.push(result("a", "late".into()));
+        assert_eq!(current_step_start(&m), m.len() - 2);
     }
 
     #[test]

@@ -344,3 +344,69 @@ async fn masking_spares_every_result_of_the_current_step() {
     service.shutdown().await;
     store.close();
 }
+
+/// A person who goes on writing after the agent's last turn (here 60 messages of about 900
+/// tokens at a 16,000-token window: changes pasted one by one for release notes) has moved
+/// on: the step is their newest message, and the older ones are compacted like any message.
+/// Through a real daemon, each context stays within the limit by its own text (it held all
+/// 60, 55,000 tokens, when every message after the agent's turn was a floor), holds the
+/// newest message whole, and nothing stored is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context() {
+    let daemon = crate::common::TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "notes", "context_limit": 16_000}))
+        .await
+        .unwrap();
+    let say = |role: &str, text: String| json!({"role": role, "content": text});
+    for message in [
+        say(
+            "user",
+            "Write the release notes from the changes I send.".into(),
+        ),
+        say("assistant", "Send me the changes, one message each.".into()),
+    ] {
+        client
+            .post("/session/notes/message", &message)
+            .await
+            .unwrap();
+    }
+    let estimator = LazyEstimator::default();
+    for i in 0..60 {
+        let change = format!(
+            "Change {i}: {}",
+            "the parser now reads nested tables and reports each error with its line. ".repeat(48)
+        );
+        client
+            .post("/session/notes/message", &say("user", change.clone()))
+            .await
+            .unwrap();
+        let context = client.get("/session/notes/context").await.unwrap();
+        let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
+        let tokens = estimator.messages(&messages);
+        assert!(
+            tokens <= 16_000,
+            "change {i}: the context takes {tokens} tokens"
+        );
+        assert!(
+            context["tokens"].as_u64().unwrap() <= 16_000,
+            "{}",
+            context["tokens"]
+        );
+        let newest = messages.last().unwrap().joined_text();
+        assert_eq!(
+            newest, change,
+            "change {i}: the newest message is whole and last"
+        );
+    }
+    let stored = client
+        .get("/session/notes/message?limit=1000")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored["messages"].as_array().unwrap().len(),
+        62,
+        "nothing is lost"
+    );
+}
