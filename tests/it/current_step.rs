@@ -21,20 +21,21 @@ struct Step {
     outputs: Vec<usize>,
     /// Results in one user message (Anthropic style) rather than one tool message each.
     anthropic: bool,
-    /// A user message after the results.
-    user_after: bool,
+    /// User messages after the results, about an eighth of the limit each (more than one:
+    /// the person moved on, and the step is their newest message).
+    users_after: usize,
 }
 
 fn step() -> impl Strategy<Value = Step> {
     (
         prop::collection::vec(prop_oneof![2 => 1usize..100, 1 => 100usize..2_000], 1..4),
         any::<bool>(),
-        prop::bool::weighted(0.2),
+        prop_oneof![8 => Just(0usize), 2 => Just(1), 1 => 2usize..10],
     )
-        .prop_map(|(outputs, anthropic, user_after)| Step {
+        .prop_map(|(outputs, anthropic, users_after)| Step {
             outputs,
             anthropic,
-            user_after,
+            users_after,
         })
 }
 
@@ -141,10 +142,13 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
                 .await;
             }
         }
-        if step.user_after {
+        for u in 0..step.users_after {
             append(vec![Message::text(
                 Role::User,
-                format!("Now step {n} again."),
+                format!(
+                    "Now step {n} again, part {u}. {}",
+                    "Say more. ".repeat(limit / 20)
+                ),
             )])
             .await;
         }
@@ -165,7 +169,8 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
             view.tokens,
             limit
         );
-        for (id, original) in ids.iter().zip(&outputs) {
+        // The step's outputs are in it, unless the person wrote more than once since.
+        for (id, original) in ids.iter().zip(&outputs).filter(|_| step.users_after < 2) {
             prop_assert!(
                 visible(&context, id, original),
                 "step {}: {} is not visible",
@@ -173,8 +178,8 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
                 id
             );
         }
-        if step.user_after {
-            let asked = format!("Now step {n} again.");
+        if let Some(newest) = step.users_after.checked_sub(1) {
+            let asked = format!("Now step {n} again, part {newest}.");
             prop_assert!(context.iter().any(|m| m.joined_text().contains(&asked)));
         }
     }
