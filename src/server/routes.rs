@@ -142,7 +142,7 @@ pub(super) async fn delete_session(State(service): Svc, SessionPath(id): Session
     responses(
         (status = 200, description = "Stored (the session is created if new)", body = AppendResponse),
         (status = 400, description = "`bad_request`, `invalid_message`, `unknown_call`, `pinned_too_large`", body = ErrorBody),
-        (status = 409, description = "`idempotency_mismatch`", body = ErrorBody),
+        (status = 409, description = "`conflict` (a second result for a call; a conversation the proxy records), `idempotency_mismatch`", body = ErrorBody),
         (status = 413, description = "`too_large`", body = ErrorBody),
         (status = 503, description = "`busy` (Retry-After), `shutting_down`, `storage_gone`", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody)))]

@@ -14,7 +14,7 @@ use crate::compaction::{LazyEstimator, Origin};
 use crate::message::{Message, Part, Role, answers_exactly};
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A message ready to store: validated, estimated and encoded before it reaches the writer.
 #[derive(Debug, Clone)]
@@ -299,7 +299,7 @@ pub(super) fn append_to(
     reported_tokens: Option<usize>,
     rules: AppendRules,
 ) -> Result<AppendOutcome> {
-    let tools = tools_of_results(conn, session.id.as_str(), messages, rules.lenient)?;
+    let tools = tools_of_results(conn, session, messages, rules.lenient)?;
     let first_seq = session.message_count + 1;
     let now = super::clock::now();
     let inserted = insert_messages(conn, session, messages, &tools, rules, &now)?;
@@ -339,12 +339,7 @@ pub(super) fn append_leaf(
     parent: u64,
     message: &NewMessage,
 ) -> Result<()> {
-    let tools = tools_of_results(
-        conn,
-        session.id.as_str(),
-        std::slice::from_ref(message),
-        true,
-    )?;
+    let tools = tools_of_results(conn, session, std::slice::from_ref(message), true)?;
     let off_branch = SessionRow {
         head_seq: parent,
         ..session.clone()
@@ -365,36 +360,94 @@ pub(super) fn append_leaf(
 }
 
 /// The tool of every call the batch's results answer, made earlier or earlier in this batch
-/// (a masked result is named after it); a result that answers no call is refused.
+/// (a masked result is named after it). A result that answers no call is refused, and so is
+/// a second result for a call (its newest, when an agent reuses ids): every model API refuses
+/// a conversation that answers a call twice, and each result after the agent's turn was shown
+/// whole in its step (40 results of one call held a 16,000-token context at 41,800).
 fn tools_of_results(
     conn: &Connection,
-    session_id: &str,
+    session: &SessionRow,
     messages: &[NewMessage],
     lenient: bool,
 ) -> Result<HashMap<String, String>> {
+    let session_id = session.id.as_str();
     let mut tools: HashMap<String, String> = HashMap::new();
-    let mut known =
-        conn.prepare_cached("SELECT name FROM tool_calls WHERE session_id = ?1 AND call_id = ?2")?;
+    // Calls answered in this batch, and those made in it (a result answers the newest).
+    let mut answered: HashSet<&str> = HashSet::new();
+    let mut made: HashSet<&str> = HashSet::new();
+    let mut known = conn.prepare_cached(
+        "SELECT name, seq FROM tool_calls WHERE session_id = ?1 AND call_id = ?2",
+    )?;
     for message in messages {
         for call_id in &message.answers {
-            if !tools.contains_key(call_id) {
-                let name: Option<String> = known
-                    .query_row(params![session_id, call_id], |r| r.get(0))
-                    .optional()?;
-                match name {
-                    Some(name) => {
-                        tools.insert(call_id.clone(), name);
+            if !lenient && !answered.insert(call_id) {
+                return Err(answered_already(call_id, None));
+            }
+            if made.contains(call_id.as_str()) {
+                continue;
+            }
+            let stored: Option<(String, u64)> = known
+                .query_row(params![session_id, call_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            match stored {
+                Some((name, seq)) => {
+                    let from = seq.max(session.active_from_seq.saturating_sub(1));
+                    if !lenient && let Some(at) = result_after(conn, session_id, call_id, from)? {
+                        return Err(answered_already(call_id, Some(at)));
                     }
-                    // A proxied client's own history may answer calls compactd never saw
-                    // (the provider compacted them away): its request is its own to send.
-                    None if lenient => {}
-                    None => return Err(StoreError::UnknownCall(call_id.clone())),
+                    tools.entry(call_id.clone()).or_insert(name);
                 }
+                // A proxied client's own history may answer calls compactd never saw
+                // (the provider compacted them away): its request is its own to send.
+                None if lenient => {}
+                None => return Err(StoreError::UnknownCall(call_id.clone())),
             }
         }
-        tools.extend(message.calls.iter().cloned());
+        for (id, name) in &message.calls {
+            made.insert(id);
+            answered.remove(id.as_str());
+            tools.insert(id.clone(), name.clone());
+        }
     }
     Ok(tools)
+}
+
+/// How many of the newest results a second result of a call is looked for among.
+const RESULTS_LOOKED_THROUGH: u32 = 1_000;
+
+/// The seq of a result of call `call_id` stored after seq `after`, if there is one among the
+/// newest [`RESULTS_LOOKED_THROUGH`] results. Only active messages are looked at (a result
+/// compacted away is in no context), so a late result to an old call reads a bounded few.
+fn result_after(
+    conn: &Connection,
+    session_id: &str,
+    call_id: &str,
+    after: u64,
+) -> Result<Option<u64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT m.seq FROM (
+                 SELECT seq, parts FROM messages
+                 WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0
+                 ORDER BY seq DESC LIMIT ?4
+             ) m, json_each(m.parts) p
+             WHERE p.value ->> '$.type' = 'tool_result' AND p.value ->> '$.call_id' = ?3
+             LIMIT 1",
+        )?
+        .query_row(
+            params![session_id, after, call_id, RESULTS_LOOKED_THROUGH],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+fn answered_already(call_id: &str, at: Option<u64>) -> StoreError {
+    let seq = at.map_or(String::from(" in this append"), |seq| {
+        format!(" (seq {seq})")
+    });
+    StoreError::Conflict(format!(
+        "call `{call_id}` has its result already{seq}: a call takes one result (retry an append with the same Idempotency-Key to make it once)"
+    ))
 }
 
 /// What inserting a batch changed in the session's bookkeeping.

@@ -180,15 +180,16 @@ pub fn detect(text: &str) -> Option<Format> {
     }
 }
 
-/// The clean-up every format shares: a result must follow its call, and every message must be
-/// one the daemon accepts.
+/// The clean-up every format shares: a result must follow its call, once, and every message
+/// must be one the daemon accepts.
 fn finish(format: Format, mut draft: Draft) -> Transcript {
+    // Calls made and not answered yet.
     let mut calls: HashSet<String> = HashSet::new();
     let mut messages = Vec::with_capacity(draft.messages.len());
     for mut message in std::mem::take(&mut draft.messages) {
         message.parts.retain(|part| match part {
-            Part::ToolResult { call_id, .. } if !calls.contains(call_id) => {
-                draft.skip("tool results whose call is not in the transcript");
+            Part::ToolResult { call_id, .. } if !calls.remove(call_id) => {
+                draft.skip("tool results whose call is not in the transcript, or answered already");
                 false
             }
             _ => true,
@@ -315,24 +316,41 @@ mod tests {
     }
 
     #[test]
-    fn results_without_their_call_are_reported_not_kept() {
-        let draft = Draft {
-            messages: vec![Message {
-                role: crate::message::Role::Tool,
-                parts: vec![Part::ToolResult {
-                    call_id: "ghost".into(),
-                    name: None,
-                    output: "x".into(),
-                    is_error: false,
-                }],
+    fn results_without_their_call_or_answering_it_again_are_reported_not_kept() {
+        use crate::message::Role;
+        let result = |id: &str| Message {
+            role: Role::Tool,
+            parts: vec![Part::ToolResult {
+                call_id: id.into(),
+                name: None,
+                output: "x".into(),
+                is_error: false,
             }],
+        };
+        let call = Message {
+            role: Role::Assistant,
+            parts: vec![Part::ToolCall {
+                id: "a".into(),
+                name: "bash".into(),
+                args: serde_json::json!({}),
+            }],
+        };
+        let draft = Draft {
+            messages: vec![
+                result("ghost"),
+                call.clone(),
+                result("a"),
+                result("a"),
+                call,
+                result("a"),
+            ],
             ..Default::default()
         };
         let t = finish(Format::Openai, draft);
-        assert!(t.messages.is_empty());
+        assert_eq!(t.messages.len(), 4, "each call and its one result");
         assert_eq!(
-            t.skipped["tool results whose call is not in the transcript"],
-            1
+            t.skipped["tool results whose call is not in the transcript, or answered already"],
+            2
         );
     }
 

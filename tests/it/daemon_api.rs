@@ -1195,3 +1195,62 @@ async fn a_step_with_nothing_before_it_is_tried_once_and_compacted_when_the_agen
     let session = client.get("/session/w").await.unwrap();
     assert!(session["tokens"].as_u64().unwrap() < 8000, "{session}");
 }
+
+/// A call takes one result. A second one (a client retrying a result without its
+/// Idempotency-Key, or streaming an output as results one by one) is refused with 409 and
+/// stores nothing: every model API refuses a conversation answering a call twice, and 40
+/// results of one call held a 16,000-token context at 41,800. A call made again with the
+/// same id (agents reuse ids) takes its own result, and so does a retried batch that makes
+/// its call again.
+#[tokio::test]
+async fn a_second_result_for_a_call_is_refused_and_changes_nothing() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "once", "context_limit": 16000}))
+        .await
+        .unwrap();
+    let mut messages = vec![user("run the checks")];
+    messages.extend(bash_round("a", "make check", "check failed in module x"));
+    append_all(&client, "once", &messages).await;
+    let result = |id: &str, output: &str| json!({"role": "tool", "parts": [{"type": "tool_result", "call_id": id, "output": output}]});
+    let stored = |client: Client| async move {
+        client.get("/session/once/message").await.unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let error = client
+        .post("/session/once/message", &result("a", "check failed again"))
+        .await
+        .unwrap_err();
+    let (status, message) = api_error(error);
+    assert_eq!(status, 409);
+    assert!(
+        message.contains("call `a` has its result already (seq 3)"),
+        "{message}"
+    );
+    let [call, _] = bash_round("b", "ls", "x");
+    let twice = json!({"messages": [call, result("b", "one"), result("b", "two")]});
+    let error = client
+        .post("/session/once/message", &twice)
+        .await
+        .unwrap_err();
+    let (status, message) = api_error(error);
+    assert_eq!(status, 409);
+    assert!(
+        message.contains("call `b` has its result already in this append"),
+        "{message}"
+    );
+    assert_eq!(
+        stored(client.clone()).await,
+        3,
+        "nothing of either was stored"
+    );
+    // The call made again with its id, and a batch that makes its call and answers it, twice.
+    append_all(&client, "once", &bash_round("a", "make check", "ok")).await;
+    let batch = json!({"messages": bash_round("c", "ls", "x")});
+    client.post("/session/once/message", &batch).await.unwrap();
+    client.post("/session/once/message", &batch).await.unwrap();
+    assert_eq!(stored(client.clone()).await, 9);
+}
