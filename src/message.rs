@@ -73,6 +73,18 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// The output of call `call_id`'s result among `parts`, if they hold one.
+pub(crate) fn output_of<'a>(parts: &'a [Part], call_id: &str) -> Option<&'a String> {
+    parts.iter().find_map(|p| match p {
+        Part::ToolResult {
+            call_id: id,
+            output,
+            ..
+        } if id == call_id => Some(output),
+        _ => None,
+    })
+}
+
 /// A message of a conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "WireMessage")]

@@ -9,7 +9,7 @@
 //! long log is still sent). So what such a form costs is its text's estimate plus the media
 //! it keeps; counting the text alone sent contexts past the window.
 
-use crate::message::Part;
+use crate::message::{Part, output_of};
 use serde::{Deserialize, Serialize};
 
 /// What a message's media cost the model, by where they sit.
@@ -45,23 +45,14 @@ impl Media {
             .results
             .iter()
             .filter(|(id, _)| {
-                let changed = output(shown, id).is_some_and(|o| Some(o) != output(original, id));
+                let changed =
+                    output_of(shown, id).is_some_and(|o| Some(o) != output_of(original, id));
                 !changed
             })
             .map(|(_, n)| n)
             .sum::<usize>();
         self.outside + kept_results
     }
-}
-
-/// The output of call `id` among `parts`.
-fn output<'a>(parts: &'a [Part], id: &str) -> Option<&'a str> {
-    parts.iter().find_map(|p| match p {
-        Part::ToolResult {
-            call_id, output, ..
-        } if call_id == id => Some(output.as_str()),
-        _ => None,
-    })
 }
 
 #[cfg(test)]

@@ -311,12 +311,7 @@ pub(crate) fn shown_args<'a>(shown: &'a Message, id: &str) -> Option<&'a Value> 
 
 /// The output the context shows for call `id` of `shown` (masked or shortened, or as it was).
 pub(crate) fn shown_output<'a>(shown: &'a Message, id: &str) -> Option<&'a String> {
-    shown.parts.iter().find_map(|p| match p {
-        Part::ToolResult {
-            call_id, output, ..
-        } if call_id == id => Some(output),
-        _ => None,
-    })
+    crate::message::output_of(&shown.parts, id)
 }
 
 /// `message` with call `id`'s arguments as `shown` (as the context shows them once

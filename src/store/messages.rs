@@ -372,9 +372,8 @@ fn tools_of_results(
 ) -> Result<HashMap<String, String>> {
     let session_id = session.id.as_str();
     let mut tools: HashMap<String, String> = HashMap::new();
-    // Calls answered in this batch, and those made in it (a result answers the newest).
+    // Calls answered in this batch (a result answers the newest call of its id).
     let mut answered: HashSet<&str> = HashSet::new();
-    let mut made: HashSet<&str> = HashSet::new();
     let mut known = conn.prepare_cached(
         "SELECT name, seq FROM tool_calls WHERE session_id = ?1 AND call_id = ?2",
     )?;
@@ -383,7 +382,9 @@ fn tools_of_results(
             if !lenient && !answered.insert(call_id) {
                 return Err(answered_already(call_id, None));
             }
-            if made.contains(call_id.as_str()) {
+            // Made in this batch, or looked up for an earlier result (a proxied batch may
+            // answer a call twice: the client's request is its own).
+            if tools.contains_key(call_id) {
                 continue;
             }
             let stored: Option<(String, u64)> = known
@@ -395,7 +396,7 @@ fn tools_of_results(
                     if !lenient && let Some(at) = result_after(conn, session_id, call_id, from)? {
                         return Err(answered_already(call_id, Some(at)));
                     }
-                    tools.entry(call_id.clone()).or_insert(name);
+                    tools.insert(call_id.clone(), name);
                 }
                 // A proxied client's own history may answer calls compactd never saw
                 // (the provider compacted them away): its request is its own to send.
@@ -404,7 +405,6 @@ fn tools_of_results(
             }
         }
         for (id, name) in &message.calls {
-            made.insert(id);
             answered.remove(id.as_str());
             tools.insert(id.clone(), name.clone());
         }
