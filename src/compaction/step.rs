@@ -47,18 +47,48 @@ pub fn current_step_start(messages: &[Message]) -> usize {
     }
 }
 
+/// What the current step has to share among its messages: its budget
+/// ([`CompactionConfig::step_budget`](super::CompactionConfig::step_budget)), the calls of the
+/// agent's turn, and the tokens the results after the turn already take as the context shows
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRoom {
+    pub budget: usize,
+    pub calls: usize,
+    pub results_shown: usize,
+}
+
+impl StepRoom {
+    /// A step whose results after the turn are not counted: each result takes its share.
+    pub fn shares(budget: usize, calls: usize) -> StepRoom {
+        StepRoom {
+            budget,
+            calls,
+            results_shown: 0,
+        }
+    }
+}
+
 /// How many tokens `message` may take in the context, or `None` if it is never shortened. A
-/// message with tool results takes the share of `step_budget` its results have among the
-/// `step_calls` calls of the step (parallel results split the budget); a user message may
-/// take the whole budget; an assistant's answer twice that (half the usable context: only an
-/// answer of megabytes, which a model server can send, is ever shortened); a system message
-/// is shown as it is. The floor of a step so bounded fits the usable context.
-pub fn message_budget(message: &Message, step_budget: usize, step_calls: usize) -> Option<usize> {
+/// message with tool results takes the share of the step's budget its results have among the
+/// turn's calls (parallel results split the budget), and never more than the budget leaves
+/// after the results already shown since the turn: results answering calls of an *earlier*
+/// turn (a client appending them late, or out of order) are no part of the turn's shares, and
+/// twelve of them each took the whole budget (a 16,000-token context held 38,500). Results
+/// of the turn's own calls, one each, never meet that cap: their shares add up to the budget.
+/// A user message may take the whole budget; an assistant's answer twice that (half the
+/// usable context: only an answer of megabytes, which a model server can send, is ever
+/// shortened); a system message is shown as it is. The floor of a step so bounded fits the
+/// usable context.
+pub fn message_budget(message: &Message, room: StepRoom) -> Option<usize> {
     let results = message.tool_result_ids().count();
     match message.role {
-        _ if results > 0 => Some(step_budget * results / results.max(step_calls)),
-        Role::User => Some(step_budget),
-        Role::Assistant => Some(step_budget.saturating_mul(2)),
+        _ if results > 0 => {
+            let share = room.budget * results / results.max(room.calls);
+            Some(share.min(room.budget.saturating_sub(room.results_shown)))
+        }
+        Role::User => Some(room.budget),
+        Role::Assistant => Some(room.budget.saturating_mul(2)),
         _ => None,
     }
 }
@@ -104,16 +134,15 @@ fn byte_at(text: &str, n: usize) -> usize {
 }
 
 /// The parts of message `at` (of `tokens` estimated tokens) as the context shows it in a step
-/// of `step_calls` calls and `step_budget` tokens: shortened when it takes more than its
-/// share ([`message_budget`]), `None` when it is shown whole.
+/// with `room`: shortened when it takes more than its budget ([`message_budget`]), `None`
+/// when it is shown whole.
 pub fn shown_in_step(
     message: &Message,
     tokens: usize,
     at: Origin,
-    step_budget: usize,
-    step_calls: usize,
+    room: StepRoom,
 ) -> Option<Vec<Part>> {
-    message_budget(message, step_budget, step_calls)
+    message_budget(message, room)
         .filter(|&budget| tokens > budget)
         .and_then(|budget| shorten_message(message, at, budget, &LazyEstimator::default()))
 }
@@ -476,21 +505,65 @@ mod tests {
     #[test]
     fn parallel_results_share_the_step_budget() {
         let one = result("a", "x".into());
-        assert_eq!(message_budget(&one, 3_000, 3), Some(1_000));
-        assert_eq!(message_budget(&one, 3_000, 0), Some(3_000), "a late result");
+        let shares = |calls| StepRoom::shares(3_000, calls);
+        assert_eq!(message_budget(&one, shares(3)), Some(1_000));
         assert_eq!(
-            message_budget(&Message::text(Role::User, "u"), 3_000, 3),
+            message_budget(&one, shares(0)),
+            Some(3_000),
+            "after a turn without calls"
+        );
+        assert_eq!(
+            message_budget(&Message::text(Role::User, "u"), shares(3)),
             Some(3_000)
         );
         assert_eq!(
-            message_budget(&call("a"), 3_000, 1),
+            message_budget(&call("a"), shares(1)),
             Some(6_000),
             "an answer may take twice a user's room"
         );
         assert_eq!(
-            message_budget(&Message::text(Role::System, "s"), 3_000, 1),
+            message_budget(&Message::text(Role::System, "s"), shares(1)),
             None
         );
+    }
+
+    /// Results after the turn never take more than the step's budget together: a result
+    /// answering an earlier turn's call gets what the results before it left, and nothing
+    /// once they took it all (its marker still names the seq that holds it whole).
+    #[test]
+    fn results_after_the_turn_share_what_the_step_has_left() {
+        let one = result("a", "x".into());
+        let shown = |results_shown| StepRoom {
+            budget: 3_000,
+            calls: 1,
+            results_shown,
+        };
+        assert_eq!(message_budget(&one, shown(0)), Some(3_000));
+        assert_eq!(message_budget(&one, shown(2_000)), Some(1_000));
+        assert_eq!(message_budget(&one, shown(3_500)), Some(0));
+        let room = StepRoom {
+            budget: 3_000,
+            calls: 3,
+            results_shown: 1_000,
+        };
+        assert_eq!(
+            message_budget(&one, room),
+            Some(1_000),
+            "the turn's own results keep their shares"
+        );
+        assert_eq!(
+            message_budget(&Message::text(Role::User, "u"), shown(3_000)),
+            Some(3_000),
+            "a user message keeps its room"
+        );
+        let e = LazyEstimator::default();
+        let late = result("a", "log line\n".repeat(2_000));
+        let parts = shown_in_step(&late, e.message(&late), at(12), shown(3_000)).unwrap();
+        let Part::ToolResult { output, .. } = &parts[0] else {
+            panic!()
+        };
+        assert!(output.contains("the whole message is seq 12"), "{output}");
+        assert!(output.len() < 200, "{output}");
     }
 
     #[test]

@@ -305,8 +305,10 @@ impl Service {
                 seq,
             };
             let tokens = request.message_tokens(index, &self.estimator);
-            let shortened =
-                step::shown_in_step(message, tokens, at, step_budget, session.step_calls);
+            // A proxied client's results are its own, placed as its API requires: each
+            // takes its share of the step (see `step::message_budget`).
+            let room = step::StepRoom::shares(step_budget, session.step_calls);
+            let shortened = step::shown_in_step(message, tokens, at, room);
             let appended = match shortened {
                 Some(parts) => {
                     let kept_media = request

@@ -2,14 +2,14 @@
 
 use super::maskings::MaskingRow;
 use super::path::Branch;
-use super::rows::SessionRow;
+use super::rows::{SessionKind, SessionRow};
 use super::sessions::{NewSession, get_live, insert};
 use super::{Result, Store, StoreError};
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::media::Media;
 use crate::compaction::microcompact::{MaskingStart, masked_parts};
-use crate::compaction::step;
+use crate::compaction::step::{self, StepRoom};
 use crate::compaction::{LazyEstimator, Origin};
 use crate::message::{Message, Part, Role, answers_exactly};
 use crate::protocol::SessionId;
@@ -497,23 +497,36 @@ fn insert_messages(
         None => messages.iter().position(|m| is_task(session, m)),
     };
     let pins = pins(session, messages, task, &rules);
+    // What the results after the newest assistant message take (see `step::message_budget`):
+    // read when the batch's first result needs it, counted on from there. A proxied client's
+    // results are its own, placed as its model API requires: each takes its share.
+    let mut results_shown = rules.lenient.then_some(0);
     for ((seq, message), pinned) in (session.message_count + 1..).zip(messages).zip(pins) {
         if task.is_some_and(|t| seq == session.message_count + 1 + t as u64) {
             done.task_seq = Some(seq);
         }
         if message.role == Role::Assistant.as_str() {
             done.step_calls = message.calls.len();
+            results_shown = Some(0);
         }
+        let answers = !message.answers.is_empty();
+        let room = StepRoom {
+            budget: rules.step_budget,
+            calls: done.step_calls,
+            results_shown: match results_shown {
+                Some(shown) => shown,
+                None if answers => results_since_turn(conn, session)?,
+                None => 0,
+            },
+        };
         let (shortened_json, shortened_tokens) = match pinned {
             true => (None, None),
-            false => shortened_form(
-                message,
-                origin(session, seq),
-                rules.step_budget,
-                done.step_calls,
-            )?,
+            false => shortened_form(message, origin(session, seq), room)?,
         };
         let shown = shortened_tokens.unwrap_or(message.tokens);
+        if answers && !rules.lenient {
+            results_shown = Some(room.results_shown + shown);
+        }
         if pinned {
             done.pinned_tokens += message.tokens;
         } else {
@@ -685,18 +698,10 @@ fn masked_form(
 fn shortened_form(
     message: &NewMessage,
     at: Origin,
-    step_budget: usize,
-    step_calls: usize,
+    room: StepRoom,
 ) -> Result<(Option<String>, Option<usize>)> {
     match &message.content {
-        Some(content) => shortened(
-            content,
-            message.tokens,
-            &message.media,
-            at,
-            step_budget,
-            step_calls,
-        ),
+        Some(content) => shortened(content, message.tokens, &message.media, at, room),
         None => Ok((None, None)),
     }
 }
@@ -706,11 +711,35 @@ fn shortened(
     tokens: usize,
     media: &Media,
     at: Origin,
-    step_budget: usize,
-    step_calls: usize,
+    room: StepRoom,
 ) -> Result<(Option<String>, Option<usize>)> {
-    let shown = step::shown_in_step(message, tokens, at, step_budget, step_calls);
+    let shown = step::shown_in_step(message, tokens, at, room);
     encoded(shown, &message.parts, media)
+}
+
+/// The seq of the session's newest assistant message (0 if it has none): the agent's turn,
+/// where the current step starts. A session of the socket API is one line of messages.
+fn newest_turn(conn: &Connection, session: &SessionRow) -> Result<u64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT seq FROM messages WHERE session_id = ?1 AND role = 'assistant'
+             ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row([&session.id], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Tokens the results stored after the session's newest assistant message take as the
+/// context shows them.
+fn results_since_turn(conn: &Connection, session: &SessionRow) -> Result<usize> {
+    let turn = newest_turn(conn, session)?;
+    Ok(conn
+        .prepare_cached(
+            "SELECT coalesce(sum(coalesce(shortened_tokens, tokens)), 0) FROM messages
+             WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0",
+        )?
+        .query_row(params![session.id, turn], |r| r.get(0))?)
 }
 
 /// Shortens the session's active messages again for a new step budget (its limit or config
@@ -724,7 +753,8 @@ pub(super) fn reshorten_active(
     let rows: Vec<(u64, String, String, usize, Option<String>)> = conn
         .prepare_cached(&format!(
             "SELECT seq, role, parts, tokens, media FROM messages
-             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user') AND {}",
+             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user') AND {}
+             ORDER BY seq",
             branch.filter()
         ))?
         .query_map(params![session.id, session.active_from_seq], |r| {
@@ -734,6 +764,13 @@ pub(super) fn reshorten_active(
     let mut update = conn.prepare_cached(
         "UPDATE messages SET shortened_parts = ?3, shortened_tokens = ?4 WHERE session_id = ?1 AND seq = ?2",
     )?;
+    // The current step's results share its room again, in the order they came (a proxied
+    // conversation's take their shares, as when they were appended).
+    let turn = match session.kind {
+        SessionKind::Api => newest_turn(conn, session)?,
+        _ => u64::MAX,
+    };
+    let mut results_shown = 0;
     for (seq, role, parts, tokens, media) in rows {
         let message = Message {
             role: Role::parse(&role).unwrap_or(Role::User),
@@ -743,14 +780,16 @@ pub(super) fn reshorten_active(
             .map(|m| serde_json::from_str(&m))
             .transpose()?
             .unwrap_or_default();
-        let (json, shown) = shortened(
-            &message,
-            tokens,
-            &media,
-            origin(session, seq),
-            step_budget,
-            session.step_calls,
-        )?;
+        let in_step = seq > turn && message.tool_result_ids().next().is_some();
+        let room = StepRoom {
+            budget: step_budget,
+            calls: session.step_calls,
+            results_shown: if in_step { results_shown } else { 0 },
+        };
+        let (json, shown) = shortened(&message, tokens, &media, origin(session, seq), room)?;
+        if in_step {
+            results_shown += shown.unwrap_or(tokens);
+        }
         update.execute(params![session.id, seq, json, shown])?;
     }
     conn.prepare_cached(

@@ -24,6 +24,10 @@ struct Step {
     /// User messages after the results, about an eighth of the limit each (more than one:
     /// the person moved on, and the step is their newest message).
     users_after: usize,
+    /// The step's results but its first (its only one, if it has one) come late: after the
+    /// next step's results (a client appending out of order), answering calls of a turn that
+    /// is no longer the newest.
+    late: bool,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -31,11 +35,13 @@ fn step() -> impl Strategy<Value = Step> {
         prop::collection::vec(prop_oneof![2 => 1usize..100, 1 => 100usize..2_000], 1..4),
         any::<bool>(),
         prop_oneof![8 => Just(0usize), 2 => Just(1), 1 => 2usize..10],
+        prop::bool::weighted(0.3),
     )
-        .prop_map(|(outputs, anthropic, users_after)| Step {
+        .prop_map(|(outputs, anthropic, users_after, late)| Step {
             outputs,
             anthropic,
             users_after,
+            late,
         })
 }
 
@@ -71,6 +77,15 @@ fn visible(context: &[Message], call_id: &str, original: &str) -> bool {
     false
 }
 
+/// How many of `step`'s results come late.
+fn held_back(step: &Step) -> usize {
+    match (step.late, step.outputs.len()) {
+        (false, _) => 0,
+        (true, 1) => 1,
+        (true, n) => n - 1,
+    }
+}
+
 async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let dir = tempfile::TempDir::new().unwrap();
     let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
@@ -100,6 +115,8 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
     };
     append(vec![Message::text(Role::User, "Fix the build.")]).await;
     let estimator = LazyEstimator::default();
+    // The results held back for after the next step's, with the steps they came from.
+    let mut held: Vec<Part> = Vec::new();
     for (n, step) in steps.iter().enumerate() {
         let ids: Vec<String> = (0..step.outputs.len())
             .map(|i| format!("c{n}-{i}"))
@@ -127,20 +144,30 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
             output: output.clone(),
             is_error: false,
         };
-        if step.anthropic {
+        let mut parts: Vec<Part> = ids.iter().zip(&outputs).map(result).collect();
+        let late = held_back(step);
+        let holding = parts.split_off(parts.len() - late);
+        if step.anthropic && !parts.is_empty() {
             append(vec![Message {
                 role: Role::User,
-                parts: ids.iter().zip(&outputs).map(result).collect(),
+                parts,
             }])
             .await;
         } else {
-            for pair in ids.iter().zip(&outputs) {
+            for part in parts {
                 append(vec![Message {
                     role: Role::Tool,
-                    parts: vec![result(pair)],
+                    parts: vec![part],
                 }])
                 .await;
             }
+        }
+        for part in std::mem::replace(&mut held, holding) {
+            append(vec![Message {
+                role: Role::Tool,
+                parts: vec![part],
+            }])
+            .await;
         }
         for u in 0..step.users_after {
             append(vec![Message::text(
@@ -170,7 +197,13 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
             limit
         );
         // The step's outputs are in it, unless the person wrote more than once since.
-        for (id, original) in ids.iter().zip(&outputs).filter(|_| step.users_after < 2) {
+        let answered = ids.len() - late;
+        for (id, original) in ids
+            .iter()
+            .zip(&outputs)
+            .take(answered)
+            .filter(|_| step.users_after < 2)
+        {
             prop_assert!(
                 visible(&context, id, original),
                 "step {}: {} is not visible",
@@ -414,4 +447,109 @@ async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context
         62,
         "nothing is lost"
     );
+}
+
+/// Results answering calls of an earlier turn (a client appending them after the agent's
+/// next turn) share what the step's room has left: twelve outputs of 5,000 tokens, each
+/// shown at the whole step budget before, held a 16,000-token context at 38,500 tokens. Each
+/// is still stored whole, and the newest turn's own result is still in the context whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
+    let daemon = crate::common::TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "late", "context_limit": 16_000}))
+        .await
+        .unwrap();
+    let post = |message: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            client
+                .post("/session/late/message", &message)
+                .await
+                .unwrap()
+        }
+    };
+    let calls = |ids: &[String]| {
+        let parts: Vec<_> = ids
+            .iter()
+            .map(|id| json!({"type": "tool_call", "id": id, "name": "bash", "args": {"command": format!("make test-{id}")}}))
+            .collect();
+        json!({"role": "assistant", "parts": parts})
+    };
+    let output = |id: &str| {
+        format!(
+            "BEGIN {id}\n{}END {id}",
+            "a line of the test log\n".repeat(900)
+        )
+    };
+    let result = |id: &str| json!({"role": "tool", "parts": [{"type": "tool_result", "call_id": id, "output": output(id)}]});
+    post(json!({"role": "user", "content": "Run every test suite."})).await;
+    let early: Vec<String> = (0..12).map(|i| format!("suite{i}")).collect();
+    post(calls(&early)).await;
+    post(calls(&["lint".to_string()])).await;
+    post(result("lint")).await;
+    let estimator = LazyEstimator::default();
+    let shown_lint = |context: &serde_json::Value| {
+        let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
+        messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .find_map(|p| match p {
+                Part::ToolResult {
+                    call_id, output, ..
+                } if call_id == "lint" => Some(output.len()),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    let first_lint_shown = shown_lint(&client.get("/session/late/context").await.unwrap());
+    for id in &early {
+        post(result(id)).await;
+        let context = client.get("/session/late/context").await.unwrap();
+        let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
+        let tokens = estimator.messages(&messages);
+        assert!(
+            tokens <= 16_000,
+            "after {id}: the context takes {tokens} tokens"
+        );
+        assert!(
+            context["tokens"].as_u64().unwrap() <= 16_000,
+            "{}",
+            context["tokens"]
+        );
+        let lint = messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .find_map(|p| match p {
+                Part::ToolResult {
+                    call_id, output, ..
+                } if call_id == "lint" => Some(output),
+                _ => None,
+            })
+            .expect("the newest turn's result is in the context");
+        assert!(
+            lint.starts_with("BEGIN lint\n") && lint.ends_with("END lint"),
+            "and shown as its step shows it: whole, or its head and its tail"
+        );
+        assert_eq!(
+            lint.len(),
+            first_lint_shown,
+            "the late results took none of its room"
+        );
+    }
+    let stored = client.get("/session/late/message?limit=100").await.unwrap();
+    let outputs: Vec<&str> = stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["parts"][0]["output"].as_str())
+        .collect();
+    assert_eq!(outputs.len(), 13);
+    for id in &early {
+        assert!(
+            outputs.contains(&output(id).as_str()),
+            "{id} is stored whole"
+        );
+    }
 }
