@@ -1,16 +1,16 @@
 //! Messages: append (with the tool-call check); reading them is `reading`.
 
 use super::maskings::MaskingRow;
-use super::path::Branch;
-use super::rows::{SessionKind, SessionRow};
+use super::rows::SessionRow;
 use super::sessions::{NewSession, get_live, insert};
+use super::shortened::{encoded, origin, results_since_turn, shortened};
 use super::{Result, Store, StoreError};
+use crate::compaction::Origin;
 use crate::compaction::constants::PRESERVE_RECENT_OUTPUTS;
 use crate::compaction::instruction::is_instruction;
 use crate::compaction::media::Media;
 use crate::compaction::microcompact::{MaskingStart, masked_parts};
-use crate::compaction::step::{self, StepRoom};
-use crate::compaction::{LazyEstimator, Origin};
+use crate::compaction::step::StepRoom;
 use crate::message::{Message, Part, Role, answers_exactly};
 use crate::protocol::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -671,14 +671,6 @@ fn task_messages(messages: &[NewMessage], t: usize) -> Option<std::ops::Range<us
     answers_them.then_some(t - 1..t + 1)
 }
 
-/// Where message `seq` of `session` is stored, as its masked or shortened forms say.
-fn origin(session: &SessionRow, seq: u64) -> Origin<'_> {
-    Origin {
-        session: session.id.as_str(),
-        seq,
-    }
-}
-
 /// The message as microcompaction would show it once its outputs are masked (JSON parts and
 /// their tokens); `None` for messages without tool results.
 fn masked_form(
@@ -704,119 +696,6 @@ fn shortened_form(
         Some(content) => shortened(content, message.tokens, &message.media, at, room),
         None => Ok((None, None)),
     }
-}
-
-fn shortened(
-    message: &Message,
-    tokens: usize,
-    media: &Media,
-    at: Origin,
-    room: StepRoom,
-) -> Result<(Option<String>, Option<usize>)> {
-    let shown = step::shown_in_step(message, tokens, at, room);
-    encoded(shown, &message.parts, media)
-}
-
-/// The seq of the session's newest assistant message (0 if it has none): the agent's turn,
-/// where the current step starts. A session of the socket API is one line of messages.
-fn newest_turn(conn: &Connection, session: &SessionRow) -> Result<u64> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT seq FROM messages WHERE session_id = ?1 AND role = 'assistant'
-             ORDER BY seq DESC LIMIT 1",
-        )?
-        .query_row([&session.id], |r| r.get(0))
-        .optional()?
-        .unwrap_or(0))
-}
-
-/// Tokens the results stored after the session's newest assistant message take as the
-/// context shows them.
-fn results_since_turn(conn: &Connection, session: &SessionRow) -> Result<usize> {
-    let turn = newest_turn(conn, session)?;
-    Ok(conn
-        .prepare_cached(
-            "SELECT coalesce(sum(coalesce(shortened_tokens, tokens)), 0) FROM messages
-             WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0",
-        )?
-        .query_row(params![session.id, turn], |r| r.get(0))?)
-}
-
-/// Shortens the session's active messages again for a new step budget (its limit or config
-/// changed), and recounts what its context holds. Returns the session after it.
-pub(super) fn reshorten_active(
-    conn: &Connection,
-    session: &SessionRow,
-    step_budget: usize,
-) -> Result<SessionRow> {
-    let branch = Branch::current(conn, session)?;
-    let rows: Vec<(u64, String, String, usize, Option<String>)> = conn
-        .prepare_cached(&format!(
-            "SELECT seq, role, parts, tokens, media FROM messages
-             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user') AND {}
-             ORDER BY seq",
-            branch.filter()
-        ))?
-        .query_map(params![session.id, session.active_from_seq], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut update = conn.prepare_cached(
-        "UPDATE messages SET shortened_parts = ?3, shortened_tokens = ?4 WHERE session_id = ?1 AND seq = ?2",
-    )?;
-    // The current step's results share its room again, in the order they came (a proxied
-    // conversation's take their shares, as when they were appended).
-    let turn = match session.kind {
-        SessionKind::Api => newest_turn(conn, session)?,
-        _ => u64::MAX,
-    };
-    let mut results_shown = 0;
-    for (seq, role, parts, tokens, media) in rows {
-        let message = Message {
-            role: Role::parse(&role).unwrap_or(Role::User),
-            parts: serde_json::from_str(&parts)?,
-        };
-        let media: Media = media
-            .map(|m| serde_json::from_str(&m))
-            .transpose()?
-            .unwrap_or_default();
-        let in_step = seq > turn && message.tool_result_ids().next().is_some();
-        let room = StepRoom {
-            budget: step_budget,
-            calls: session.step_calls,
-            results_shown: if in_step { results_shown } else { 0 },
-        };
-        let (json, shown) = shortened(&message, tokens, &media, origin(session, seq), room)?;
-        if in_step {
-            results_shown += shown.unwrap_or(tokens);
-        }
-        update.execute(params![session.id, seq, json, shown])?;
-    }
-    conn.prepare_cached(
-        "UPDATE sessions SET reported_tokens = NULL, tokens_since_report = 0 WHERE id = ?1",
-    )?
-    .execute([&session.id])?;
-    super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)
-}
-
-/// Parts shown in place of `original` as stored JSON, with their tokens: their estimate and
-/// what of the message's `media` goes upstream with them.
-fn encoded(
-    parts: Option<Vec<Part>>,
-    original: &[Part],
-    media: &Media,
-) -> Result<(Option<String>, Option<usize>)> {
-    let tokens = parts.as_ref().map(|parts| {
-        let text = LazyEstimator::default().message(&Message {
-            role: Role::Tool,
-            parts: parts.clone(),
-        });
-        text + media.kept(original, parts)
-    });
-    let json = parts
-        .map(|parts| serde_json::to_string(&parts))
-        .transpose()?;
-    Ok((json, tokens))
 }
 
 /// Adds the batch to the session's counters (messages, tokens, turn, task, usage, the

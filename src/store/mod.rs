@@ -33,6 +33,7 @@ mod reading;
 mod rows;
 mod search;
 mod sessions;
+mod shortened;
 mod stat;
 mod waiting;
 mod writer;

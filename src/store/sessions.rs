@@ -161,7 +161,7 @@ impl Store {
             let session = get_live(conn, &id)?;
             if reshape {
                 let budget = rules(&session).step_budget;
-                return super::messages::reshorten_active(conn, &session, budget);
+                return super::shortened::reshorten_active(conn, &session, budget);
             }
             Ok(session)
         })
