@@ -452,7 +452,8 @@ async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context
 /// Results answering calls of an earlier turn (a client appending them after the agent's
 /// next turn) share what the step's room has left: twelve outputs of 5,000 tokens, each
 /// shown at the whole step budget before, held a 16,000-token context at 38,500 tokens. Each
-/// is still stored whole, and the newest turn's own result is still in the context whole.
+/// is still stored whole, the newest turn's own result keeps its room, and a lower limit
+/// shortens them all again within it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
     let daemon = crate::common::TestDaemon::start("");
@@ -538,6 +539,18 @@ async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
             "the late results took none of its room"
         );
     }
+    // A lower limit shortens the step again, in the same order: still within it.
+    client
+        .patch("/session/late", &json!({"context_limit": 12_000}))
+        .await
+        .unwrap();
+    let context = client.get("/session/late/context").await.unwrap();
+    let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
+    let tokens = estimator.messages(&messages);
+    assert!(
+        tokens <= 12_000,
+        "at 12,000: the context takes {tokens} tokens"
+    );
     let stored = client.get("/session/late/message?limit=100").await.unwrap();
     let outputs: Vec<&str> = stored["messages"]
         .as_array()
