@@ -410,7 +410,6 @@ async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context
             .await
             .unwrap();
     }
-    let estimator = LazyEstimator::default();
     for i in 0..60 {
         let change = format!(
             "Change {i}: {}",
@@ -420,18 +419,7 @@ async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context
             .post("/session/notes/message", &say("user", change.clone()))
             .await
             .unwrap();
-        let context = client.get("/session/notes/context").await.unwrap();
-        let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
-        let tokens = estimator.messages(&messages);
-        assert!(
-            tokens <= 16_000,
-            "change {i}: the context takes {tokens} tokens"
-        );
-        assert!(
-            context["tokens"].as_u64().unwrap() <= 16_000,
-            "{}",
-            context["tokens"]
-        );
+        let messages = context_within(&client, "notes", 16_000, &format!("change {i}")).await;
         let newest = messages.last().unwrap().joined_text();
         assert_eq!(
             newest, change,
@@ -490,7 +478,6 @@ async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
     post(calls(&early)).await;
     post(calls(&["lint".to_string()])).await;
     post(result("lint")).await;
-    let estimator = LazyEstimator::default();
     let shown_lint = |context: &serde_json::Value| {
         let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
         messages
@@ -507,18 +494,7 @@ async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
     let first_lint_shown = shown_lint(&client.get("/session/late/context").await.unwrap());
     for id in &early {
         post(result(id)).await;
-        let context = client.get("/session/late/context").await.unwrap();
-        let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
-        let tokens = estimator.messages(&messages);
-        assert!(
-            tokens <= 16_000,
-            "after {id}: the context takes {tokens} tokens"
-        );
-        assert!(
-            context["tokens"].as_u64().unwrap() <= 16_000,
-            "{}",
-            context["tokens"]
-        );
+        let messages = context_within(&client, "late", 16_000, &format!("after {id}")).await;
         let lint = messages
             .iter()
             .flat_map(|m| &m.parts)
@@ -544,13 +520,7 @@ async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
         .patch("/session/late", &json!({"context_limit": 12_000}))
         .await
         .unwrap();
-    let context = client.get("/session/late/context").await.unwrap();
-    let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
-    let tokens = estimator.messages(&messages);
-    assert!(
-        tokens <= 12_000,
-        "at 12,000: the context takes {tokens} tokens"
-    );
+    context_within(&client, "late", 12_000, "at 12,000").await;
     let stored = client.get("/session/late/message?limit=100").await.unwrap();
     let outputs: Vec<&str> = stored["messages"]
         .as_array()
@@ -565,4 +535,24 @@ async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
             "{id} is stored whole"
         );
     }
+}
+
+/// The context of `session`, after checking that it is within `limit` both by its own text,
+/// re-estimated, and by what compactd counts.
+async fn context_within(
+    client: &compactd::client::Client,
+    session: &str,
+    limit: usize,
+    when: &str,
+) -> Vec<Message> {
+    let context = client
+        .get(&format!("/session/{session}/context"))
+        .await
+        .unwrap();
+    let messages: Vec<Message> = serde_json::from_value(context["messages"].clone()).unwrap();
+    let tokens = LazyEstimator::default().messages(&messages);
+    assert!(tokens <= limit, "{when}: the context takes {tokens} tokens");
+    let counted = context["tokens"].as_u64().unwrap() as usize;
+    assert!(counted <= limit, "{when}: counted {counted} tokens");
+    messages
 }
