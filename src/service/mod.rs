@@ -478,6 +478,12 @@ impl Service {
         }
     }
 
+    /// The current step's room for a session as it is (see [`AppendRules::step_budget`]).
+    fn step_budgets(&self) -> impl Fn(&SessionRow) -> usize + Send + 'static {
+        let rules = self.append_rules();
+        move |session| rules(session).step_budget
+    }
+
     /// A page of the session's history: messages after seq `after`, at most `limit` of them
     /// and about [`MAX_PAGE_BYTES`] of parts.
     pub async fn history(

@@ -38,6 +38,7 @@ impl Service {
                 SentContext::Proxied(turn.sent, turn.last_seq),
                 overflow,
                 fits,
+                self.step_budgets(),
             )
             .await?;
         tracing::warn!(
@@ -77,7 +78,13 @@ impl Service {
             .unwrap_or(current.compaction_count);
         let noted = self
             .store
-            .note_overflow(id, SentContext::Served(sent), read, fits)
+            .note_overflow(
+                id,
+                SentContext::Served(sent),
+                read,
+                fits,
+                self.step_budgets(),
+            )
             .await?;
         tracing::warn!(
             session = %id,

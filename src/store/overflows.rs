@@ -36,14 +36,19 @@ impl Store {
     /// Responses API's refusal names neither) the session's own count of what was sent, when
     /// the model's reports measure it. A completion the refusal says the client asked room for
     /// becomes the session's ([`SessionRow::completion_tokens`]), so the context is compacted
-    /// to leave it free. Returns the session as it is now when it changed;
-    /// nothing changes when the refused call's branch was compacted since.
+    /// to leave it free. When the current step's room (`step_budget` of the session) changes
+    /// with the window or with the model's count, the step is shortened again for it: a step
+    /// shortened for the old window, never compacted, would be refused again as it was (an
+    /// output shortened for 128,000 held the context at 24,467 tokens of 16,000). Returns
+    /// the session as it is now when it changed; nothing changes when the refused call's
+    /// branch was compacted since.
     pub async fn note_overflow(
         &self,
         id: &SessionId,
         sent: SentContext,
         overflow: Overflow,
         fits: impl Fn(usize) -> bool + Send + 'static,
+        step_budget: impl Fn(&SessionRow) -> usize + Send + 'static,
     ) -> Result<Option<SessionRow>> {
         let id = id.to_string();
         self.write(move |conn| {
@@ -75,6 +80,7 @@ impl Store {
                 .filter(|limit| fits(*limit));
             let limit = learned.map_or(session.context_limit, |l| l.min(session.context_limit));
             let tokens = overflow.tokens.unwrap_or(limit + 1);
+            let room_before = step_budget(&session);
             let reported = SessionRow {
                 reported_tokens: Some(tokens),
                 tokens_since_report: 0,
@@ -95,7 +101,12 @@ impl Store {
                 reported.report_rate(),
                 overflow.completion.map(|c| c as i64)
             ])?;
-            get_live(conn, &id).map(Some)
+            let noted = get_live(conn, &id)?;
+            let room = step_budget(&noted);
+            if room == room_before {
+                return Ok(Some(noted));
+            }
+            super::shortened::reshorten_active(conn, &noted, room).map(Some)
         })
         .await
     }

@@ -160,8 +160,13 @@ impl Store {
             ])?;
             let session = get_live(conn, &id)?;
             if reshape {
+                // The model's last report measured the context as it was shown before.
+                conn.prepare_cached(
+                    "UPDATE sessions SET reported_tokens = NULL, tokens_since_report = 0 WHERE id = ?1",
+                )?
+                .execute([&id])?;
                 let budget = rules(&session).step_budget;
-                return super::shortened::reshorten_active(conn, &session, budget);
+                return super::shortened::reshorten_active(conn, &get_live(conn, &id)?, budget);
             }
             Ok(session)
         })

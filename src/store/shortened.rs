@@ -61,7 +61,10 @@ pub(super) fn results_since_turn(conn: &Connection, session: &SessionRow) -> Res
 }
 
 /// Shortens the session's active messages again for a new step budget (its limit or config
-/// changed), and recounts what its context holds. Returns the session after it.
+/// changed, or a model's refusal taught a smaller window), every one the context may show
+/// otherwise (a long answer too, as an append shortens it), and recounts what its context
+/// holds. A usage report stands (a refusal's count must, until a compaction); the caller drops
+/// one that no longer measures the context. Returns the session after it.
 pub(super) fn reshorten_active(
     conn: &Connection,
     session: &SessionRow,
@@ -71,7 +74,7 @@ pub(super) fn reshorten_active(
     let rows: Vec<(u64, String, String, usize, Option<String>)> = conn
         .prepare_cached(&format!(
             "SELECT seq, role, parts, tokens, media FROM messages
-             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND (tool_results > 0 OR role = 'user') AND {}
+             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND role <> 'system' AND {}
              ORDER BY seq",
             branch.filter()
         ))?
@@ -110,10 +113,6 @@ pub(super) fn reshorten_active(
         }
         update.execute(params![session.id, seq, json, shown])?;
     }
-    conn.prepare_cached(
-        "UPDATE sessions SET reported_tokens = NULL, tokens_since_report = 0 WHERE id = ?1",
-    )?
-    .execute([&session.id])?;
     super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)
 }
 

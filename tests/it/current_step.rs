@@ -556,3 +556,73 @@ async fn context_within(
     assert!(counted <= limit, "{when}: counted {counted} tokens");
     messages
 }
+
+/// A long answer of the agent's (shown whole at 128,000: under its room there) is shortened
+/// again when the limit is lowered, as an append at the lower limit would have shortened it:
+/// it stayed whole, and the context at 32,000 took 38,631 tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_limit_shortens_a_long_answer_again() {
+    let daemon = crate::common::TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "a", "context_limit": 128_000}))
+        .await
+        .unwrap();
+    let answer: String = (0..11_000).map(|i| format!("fn f{i}() {{}}\n")).collect();
+    for message in [
+        json!({"role": "user", "content": "Write the module."}),
+        json!({"role": "assistant", "content": answer}),
+    ] {
+        client.post("/session/a/message", &message).await.unwrap();
+    }
+    let whole = context_within(&client, "a", 128_000, "at 128,000").await;
+    assert!(whole[1].joined_text() == answer, "whole at 128,000");
+    client
+        .patch("/session/a", &json!({"context_limit": 32_000}))
+        .await
+        .unwrap();
+    let messages = context_within(&client, "a", 32_000, "at 32,000").await;
+    let shown = messages[1].joined_text();
+    assert!(
+        shown.starts_with("fn f0() {}\n") && shown.ends_with("fn f10999() {}\n"),
+        "its head and its tail"
+    );
+    assert!(
+        shown.contains("the whole message is seq 2"),
+        "a marker says where it is"
+    );
+}
+
+/// A model's refusal that teaches a smaller window shortens the current step again for it:
+/// an output shortened to its room at 128,000 stayed so when the refusal said 16,000 (the
+/// context took 24,467 tokens), and the agent's next call was refused again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_teaches_a_smaller_window_shortens_the_step_again() {
+    let daemon = crate::common::TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": "r", "context_limit": 128_000}))
+        .await
+        .unwrap();
+    let log = output("c", 228_000);
+    for message in [
+        json!({"role": "user", "content": "Read the log."}),
+        json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "bash", "args": {"command": "cat log"}}]}),
+        json!({"role": "tool", "parts": [{"type": "tool_result", "call_id": "c", "output": log}]}),
+    ] {
+        client.post("/session/r/message", &message).await.unwrap();
+    }
+    let before = context_within(&client, "r", 128_000, "at 128,000").await;
+    assert!(LazyEstimator::default().messages(&before) > 16_000);
+    let noted = client
+        .post(
+            "/session/r/overflow",
+            &json!({"error": {"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 27170 tokens > 16000 maximum"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(noted["noted"], true);
+    assert_eq!(noted["session"]["context_limit"], 16_000);
+    let after = context_within(&client, "r", 16_000, "after the refusal").await;
+    assert!(visible(&after, "c", &log), "the output's head and tail");
+}

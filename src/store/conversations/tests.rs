@@ -209,6 +209,7 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
             SentContext::Proxied(sent, a.session.head_seq),
             overflow,
             |_| true,
+            |_| usize::MAX,
         )
         .await
         .unwrap()
@@ -268,6 +269,7 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
             SentContext::Proxied(sent_a, a.session.head_seq),
             refusal,
             |_| true,
+            |_| usize::MAX,
         )
         .await
         .unwrap()
@@ -282,6 +284,7 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
             SentContext::Proxied(sent_b, b.session.head_seq),
             refusal,
             |_| true,
+            |_| usize::MAX,
         )
         .await
         .unwrap();
