@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""compactd's token estimate (four characters a token) against what the models counted.
+"""compactd's token estimate (four characters a token, a CJK character four) against what the models counted.
 
 The shared transcripts record the model's own usage for each call: Claude Code's assistant
 records (input_tokens + cache_creation_input_tokens + cache_read_input_tokens) and
@@ -20,20 +20,30 @@ import sys
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../../shared/transcripts")
 
 
+def estimated_chars(text):
+    """Characters as compactd's estimate counts them: a CJK character as four
+    (src/compaction/estimate.rs)."""
+    dense = ((0x1100, 0x11FF), (0x2E80, 0x9FFF), (0xA960, 0xA97F), (0xAC00, 0xD7FF),
+             (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFFEF), (0x20000, 0x3FFFF))
+    if text.isascii():
+        return len(text)
+    return sum(4 if any(a <= ord(c) <= b for a, b in dense) else 1 for c in text)
+
+
 def block_chars(block):
     kind = block.get("type")
     if kind == "text":
-        return len(block["text"])
+        return estimated_chars(block["text"])
     if kind == "thinking":
-        return len(block.get("thinking", ""))
+        return estimated_chars(block.get("thinking", ""))
     if kind == "tool_use":
-        return len(block["name"]) + len(json.dumps(block["input"], ensure_ascii=False))
+        return estimated_chars(block["name"]) + estimated_chars(json.dumps(block["input"], ensure_ascii=False))
     if kind == "tool_result":
         content = block.get("content")
         if isinstance(content, str):
-            return len(content)
+            return estimated_chars(content)
         if isinstance(content, list):
-            return sum(len(c.get("text", "")) for c in content if c.get("type") == "text")
+            return sum(estimated_chars(c.get("text", "")) for c in content if c.get("type") == "text")
     return 0
 
 
@@ -52,7 +62,7 @@ def claude_code(path):
                 counted = sum(usage.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
                 calls.append((chars, counted))
         content = message["content"]
-        chars += len(content) if isinstance(content, str) else sum(block_chars(b) for b in content)
+        chars += estimated_chars(content) if isinstance(content, str) else sum(block_chars(b) for b in content)
     return calls
 
 
@@ -64,7 +74,7 @@ def mini_swe_agent(path):
             if usage:
                 calls.append((chars, usage["prompt_tokens"]))
         content = message["content"]
-        chars += len(content) if isinstance(content, str) else sum(len(c.get("text", "")) for c in content)
+        chars += estimated_chars(content) if isinstance(content, str) else sum(estimated_chars(c.get("text", "")) for c in content)
     return calls
 
 

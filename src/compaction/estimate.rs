@@ -1,4 +1,9 @@
 //! [`LazyEstimator`] (SPEC.md 5.5): token estimates without a tokenizer, from character counts.
+//!
+//! A Chinese, Japanese or Korean character counts as four (see [`counted_chars`]): the spec's
+//! four characters a token holds for Latin text, but the models' tokenizers spend half a token
+//! to a whole one on each of those, so a conversation in them reached its model at 2.5 to 3.7
+//! times the estimate (o200k, cl100k and Anthropic's published tokenizer, docs/EVALUATION.md).
 
 use super::constants::DEFAULT_TOKENS_PER_CHAR;
 use super::prompt::render_args;
@@ -25,7 +30,7 @@ impl LazyEstimator {
     }
 
     pub fn text(&self, text: &str) -> usize {
-        self.chars(text.chars().count())
+        self.chars(counted_chars(text))
     }
 
     /// Tokens of everything a model would read of the message: text, reasoning, tool names,
@@ -40,17 +45,57 @@ impl LazyEstimator {
     }
 }
 
-/// The characters of `part` the estimate counts.
+/// The characters of `part` the estimate counts ([`counted_chars`]).
 pub(crate) fn part_chars(part: &Part) -> usize {
     match part {
-        Part::Text { text } | Part::Reasoning { text } => text.chars().count(),
+        Part::Text { text } | Part::Reasoning { text } => counted_chars(text),
         // Arguments are counted as the prompt prints them (a string argument without the
         // quotes and escapes of its JSON form).
         Part::ToolCall { name, args, .. } => {
-            name.chars().count() + render_args(args).chars().count()
+            counted_chars(name) + counted_chars(&render_args(args))
         }
-        Part::ToolResult { output, .. } => output.chars().count(),
+        Part::ToolResult { output, .. } => counted_chars(output),
     }
+}
+
+/// How many characters a CJK character counts for: one token each, as the spec's four
+/// characters make one.
+const DENSE_CHAR: usize = 4;
+
+/// The characters of `text` as the estimate counts them: each Chinese, Japanese or Korean
+/// character ([`is_dense`]) as [`DENSE_CHAR`], every other as one. Budgets the engine gives
+/// in characters (a shortened output's head and tail) are in these units too.
+pub fn counted_chars(text: &str) -> usize {
+    // ASCII (most of what agents write) is counted by its length, at no cost.
+    if text.is_ascii() {
+        return text.len();
+    }
+    text.chars().map(char_count).sum()
+}
+
+/// What one character counts for (see [`counted_chars`]).
+fn char_count(c: char) -> usize {
+    if is_dense(c) { DENSE_CHAR } else { 1 }
+}
+
+/// Han ideographs, kana, Hangul and the CJK punctuation and full-width forms beside them.
+fn is_dense(c: char) -> bool {
+    matches!(u32::from(c),
+        0x1100..=0x11FF | 0x2E80..=0x9FFF | 0xA960..=0xA97F | 0xAC00..=0xD7FF
+        | 0xF900..=0xFAFF | 0xFE30..=0xFE4F | 0xFF00..=0xFFEF | 0x20000..=0x3FFFF)
+}
+
+/// The byte offset in `text` where the characters before it count `n` or more
+/// ([`counted_chars`]); the text's length when the whole of it counts less.
+pub(crate) fn byte_at_count(text: &str, n: usize) -> usize {
+    let mut counted = 0;
+    for (at, c) in text.char_indices() {
+        if counted >= n {
+            return at;
+        }
+        counted += char_count(c);
+    }
+    text.len()
 }
 
 #[cfg(test)]
@@ -64,8 +109,12 @@ mod tests {
         assert_eq!(e.text(""), 0);
         assert_eq!(e.text("abcd"), 1);
         assert_eq!(e.text("abcde"), 2);
-        // Characters, not bytes: four 3-byte characters are one token.
-        assert_eq!(e.text("日本語字"), 1);
+        // Characters, not bytes: four 2-byte characters are one token.
+        assert_eq!(e.text("éèêë"), 1);
+        // A CJK character is one token on its own.
+        assert_eq!(e.text("日本語字"), 4);
+        assert_eq!(e.text("한국어"), 3);
+        assert_eq!(e.text("カタカナ、"), 5);
     }
 
     #[test]

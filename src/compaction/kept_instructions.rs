@@ -10,6 +10,7 @@
 //! the room the summary's ceiling leaves. The built-in summarizer builds section 6 itself.
 
 use super::constants::MAX_TEXT_CHARS;
+use super::estimate::{byte_at_count, counted_chars};
 use super::instruction::is_substantive;
 use super::sections::{SUMMARY_SECTIONS, heading, section_of_heading, split_sections};
 use super::truncate::truncate_chars;
@@ -81,10 +82,10 @@ fn quoted_block(lines: &[&str], instructions: &[&Instruction], room_chars: usize
     let mut block = String::from(KEPT_NOTE);
     let mut room = room_chars.saturating_sub(block.len());
     for line in lines {
-        if line.chars().count() + 1 > room {
+        if counted_chars(line) + 1 > room {
             break;
         }
-        room -= line.chars().count() + 1;
+        room -= counted_chars(line) + 1;
         block.push('\n');
         block.push_str(line);
     }
@@ -97,9 +98,14 @@ fn quoted_block(lines: &[&str], instructions: &[&Instruction], room_chars: usize
             unquoted.push(instruction.seq);
             continue;
         }
-        let text = truncate_chars(instruction.text.trim(), share - header.len() - 30);
+        let text = instruction.text.trim();
+        // The share counts as the estimate does; the cut, in characters as they are.
+        let fits = text[..byte_at_count(text, share - header.len() - 30)]
+            .chars()
+            .count();
+        let text = truncate_chars(text, fits);
         let entry = format!("\n{header}{text}");
-        room = room.saturating_sub(entry.chars().count());
+        room = room.saturating_sub(counted_chars(&entry));
         block.push_str(&entry);
     }
     if !unquoted.is_empty() {

@@ -51,7 +51,7 @@ pub mod truncate;
 pub use crate::message::{Message, MessageError, Part, Role};
 pub use boundary::{Boundary, find_preserve_boundary};
 pub use config::CompactionConfig;
-pub use estimate::LazyEstimator;
+pub use estimate::{LazyEstimator, counted_chars};
 pub use files::{FileLists, track_files};
 pub use origin::Origin;
 pub use pin::Pins;

@@ -16,7 +16,7 @@
 //! otherwise (a file of 20,000 tokens written at a 16,000-token window): the longest string
 //! among its arguments keeps its head and tail, the call its id, its name and valid JSON.
 
-use super::estimate::{LazyEstimator, part_chars};
+use super::estimate::{LazyEstimator, byte_at_count, counted_chars, part_chars};
 use super::origin::Origin;
 use super::prompt::render_args;
 use crate::message::{Message, Part, Role};
@@ -102,35 +102,33 @@ pub fn cut_marker(cut_chars: usize, total_chars: usize, at: Origin) -> String {
     )
 }
 
-/// `text` cut to its first and last characters, `keep` in all, with the marker between;
-/// `None` when it has no more than `keep` characters. A cut falls on a line break when one is
-/// near, so the head and the tail read as whole lines.
+/// `text` cut to its first and last characters, `keep` in all (counted as the estimate
+/// counts them: [`counted_chars`]), with the marker between; `None` when it has no more than
+/// `keep`. A cut falls on a line break when one is near, so the head and the tail read as
+/// whole lines.
 pub fn head_and_tail(text: &str, keep: usize, at: Origin) -> Option<String> {
-    let total = text.chars().count();
+    let total = counted_chars(text);
     if total <= keep {
         return None;
     }
     let head_chars = keep.div_ceil(2);
     let tail_chars = keep - head_chars;
-    let head_end = byte_at(text, head_chars);
-    let tail_start = byte_at(text, total - tail_chars);
+    let head_end = byte_at_count(text, head_chars);
+    let tail_start = byte_at_count(text, total - tail_chars);
     // Snap to a line break within the last fifth of the head or the first fifth of the tail.
     let head_end = text[..head_end]
         .rfind('\n')
-        .filter(|&nl| text[nl..head_end].chars().count() <= head_chars / 5)
+        .filter(|&nl| counted_chars(&text[nl..head_end]) <= head_chars / 5)
         .map_or(head_end, |nl| nl + 1);
     let tail_start = text[tail_start..]
         .find('\n')
-        .filter(|&nl| text[tail_start..tail_start + nl].chars().count() <= tail_chars / 5)
+        .filter(|&nl| counted_chars(&text[tail_start..tail_start + nl]) <= tail_chars / 5)
         .map_or(tail_start, |nl| tail_start + nl + 1);
     let (head, tail) = (&text[..head_end], &text[tail_start..]);
-    let cut = total - head.chars().count() - tail.chars().count();
-    Some(format!("{head}{}{tail}", cut_marker(cut, total, at)))
-}
-
-/// Byte offset of character `n` of `text` (its length when `n` is past the end).
-fn byte_at(text: &str, n: usize) -> usize {
-    text.char_indices().nth(n).map_or(text.len(), |(i, _)| i)
+    // The marker tells a person characters as they are.
+    let all = text.chars().count();
+    let cut = all - head.chars().count() - tail.chars().count();
+    Some(format!("{head}{}{tail}", cut_marker(cut, all, at)))
 }
 
 /// The parts of message `at` (of `tokens` estimated tokens) as the context shows it in a step
@@ -197,7 +195,7 @@ fn shorten_parts(
         .iter()
         .zip(&longest)
         .map(|(p, longest)| match p {
-            Part::ToolResult { .. } | Part::Text { .. } => Some(part_text(p).chars().count()),
+            Part::ToolResult { .. } | Part::Text { .. } => Some(counted_chars(part_text(p))),
             _ => longest.as_ref().map(|a| a.shown),
         })
         .collect();
@@ -258,13 +256,11 @@ struct LongestArgument {
 
 fn longest_argument(args: &Value) -> Option<LongestArgument> {
     let (pointer, text) = longest_string(args)?;
-    let chars = text.chars().count();
+    let chars = counted_chars(text);
     let mut without = args.clone();
     *without.pointer_mut(&pointer)? = Value::String(String::new());
-    let shown = render_args(args)
-        .chars()
-        .count()
-        .saturating_sub(render_args(&without).chars().count());
+    let shown =
+        counted_chars(&render_args(args)).saturating_sub(counted_chars(&render_args(&without)));
     Some(LongestArgument {
         pointer,
         chars,

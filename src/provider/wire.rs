@@ -496,11 +496,12 @@ pub(crate) fn bounded(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str>
 }
 
 /// Estimated tokens of a JSON value as a model server counts it: every string, key and
-/// number in it (a tool's schema is read whole), about four characters a token.
+/// number in it (a tool's schema is read whole), about four characters a token (counted as
+/// the estimate counts them: [`counted_chars`](crate::compaction::counted_chars)).
 pub(crate) fn json_tokens(value: &Value) -> usize {
     fn chars(value: &Value) -> usize {
         match value {
-            Value::String(s) => s.chars().count(),
+            Value::String(s) => crate::compaction::counted_chars(s),
             Value::Array(items) => items.iter().map(chars).sum(),
             Value::Object(map) => map.iter().map(|(k, v)| k.len() + chars(v)).sum(),
             Value::Number(n) => n.to_string().len(),

@@ -19,6 +19,7 @@ mod disk_full;
 mod engine_properties;
 mod hardening;
 mod in_process;
+mod model_count;
 mod openapi;
 mod operate;
 mod overflow_report;

@@ -576,12 +576,13 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
     assert_eq!(branch_step(&client, &mut even, "even", 0, 100).await, 200);
 
     // The even branch's client sends four notes it kept (a rewritten history): text that
-    // the model's tokenizer counts at six times compactd's estimate, over the window by the
-    // model's count, under the trigger by compactd's.
+    // the model's tokenizer counts at six times compactd's estimate (three-byte symbols, which
+    // the mock model counts at a token and a half each), over the window by the model's count,
+    // under the trigger by compactd's.
     even.pop();
     for note in 0..4 {
         even.push(
-            json!({"role": "user", "content": format!("Note {note}: {}", "文".repeat(2_500))}),
+            json!({"role": "user", "content": format!("Note {note}: {}", "€".repeat(2_500))}),
         );
         even.push(json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}));
     }

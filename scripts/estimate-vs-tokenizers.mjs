@@ -1,0 +1,73 @@
+// compactd's token estimate against three real tokenizers, by kind of text: OpenAI's o200k and
+// cl100k, and Anthropic's published one (an older Claude's: the newer models' counts are only
+// given by their API). Where the estimate counts fewer tokens than a model, a context that fits
+// by the estimate can pass the model's window.
+//
+//     npm install --prefix /tmp/tok gpt-tokenizer@2.9.0 @anthropic-ai/tokenizer@0.0.4
+//     NODE_PATH=/tmp/tok/node_modules node scripts/estimate-vs-tokenizers.mjs
+//
+// "spec" is the spec's four characters a token; "compactd" counts a Chinese, Japanese or Korean
+// character as four (src/compaction/estimate.rs).
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { encode: o200k } = require('gpt-tokenizer/cjs/encoding/o200k_base');
+const { encode: cl100k } = require('gpt-tokenizer/cjs/encoding/cl100k_base');
+const { countTokens: claude } = require('@anthropic-ai/tokenizer');
+
+const DENSE = [[0x1100, 0x11ff], [0x2e80, 0x9fff], [0xa960, 0xa97f], [0xac00, 0xd7ff],
+  [0xf900, 0xfaff], [0xfe30, 0xfe4f], [0xff00, 0xffef], [0x20000, 0x3ffff]];
+const chars = (text) => [...text].length;
+const compactd = (text) => Math.ceil([...text]
+  .map((c) => (DENSE.some(([a, b]) => c.codePointAt(0) >= a && c.codePointAt(0) <= b) ? 4 : 1))
+  .reduce((a, b) => a + b, 0) / 4);
+
+const lines = (n, line) => Array.from({ length: n }, (_, i) => line(i)).join('\n');
+const pick = (list, i) => list[i % list.length];
+const samples = {
+  'English prose': lines(200, (i) => pick([
+    'The parser fails on the third fixture because the header is read twice.',
+    'We keep the public interface unchanged and add a flag for the old format.',
+    'Run the unit tests again after the change, then the integration suite.',
+  ], i) + ` (step ${i})`),
+  'Rust code': lines(200, (i) => pick([
+    `    let value_${i} = config.get("key_${i}").unwrap_or_default();`,
+    `    if value_${i}.len() > ${i} { return Err(Error::TooLong(${i})); }`,
+    `fn handle_${i}(req: &Request) -> Result<Response, Error> {`,
+  ], i)),
+  'Japanese prose': lines(200, (i) => `${i}行目：` + pick([
+    '設定ファイルを読み込んで、接続先のサーバーを確認しました。',
+    '関数の戻り値が期待と異なるため、テストが失敗しています。',
+    '利用者の指示に従い、古い形式の読み込みも残します。',
+  ], i)),
+  'Chinese prose': lines(200, (i) => `第${i}行：` + pick([
+    '请读取配置文件并确认服务器的地址。',
+    '函数的返回值与预期不同，所以测试失败了。',
+    '按照用户的要求，保留旧格式的读取。',
+  ], i)),
+  'Korean prose': lines(200, (i) => `${i}번째 줄: ` + pick([
+    '설정 파일을 읽고 서버 주소를 확인했습니다.',
+    '함수의 반환 값이 예상과 달라서 테스트가 실패합니다.',
+    '사용자의 지시에 따라 이전 형식도 유지합니다.',
+  ], i)),
+  'Russian prose': lines(200, (i) => `Строка ${i}: ` + pick([
+    'Прочитайте файл конфигурации и проверьте адрес сервера.',
+    'Функция возвращает не то значение, поэтому тест падает.',
+    'По просьбе пользователя оставляем чтение старого формата.',
+  ], i)),
+  'git log (SHA-1s)': lines(200, (i) => `commit ${createHash('sha1').update(String(i)).digest('hex')}`),
+  'UUIDs': lines(200, () => randomUUID()),
+  'base64': lines(100, () => randomBytes(60).toString('base64')),
+  'numbers (CSV)': lines(200, (i) => [i, i * 37 % 1000, (i * 3.14159).toFixed(4), i * 12345].join(',')),
+};
+
+const pad = (s, n) => String(s).padStart(n);
+console.log('| text | characters | spec | compactd | o200k | cl100k | Claude (published) | most per compactd token |');
+console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
+for (const [kind, text] of Object.entries(samples)) {
+  const counts = [o200k(text).length, cl100k(text).length, claude(text)];
+  const est = compactd(text);
+  console.log(`| ${kind} | ${pad(chars(text), 6)} | ${pad(Math.ceil(chars(text) / 4), 6)} | ${pad(est, 6)} | `
+    + `${counts.map((c) => pad(c, 6)).join(' | ')} | ${(Math.max(...counts) / est).toFixed(2)} |`);
+}
