@@ -6,8 +6,8 @@
 //     npm install --prefix /tmp/tok gpt-tokenizer@2.9.0 @anthropic-ai/tokenizer@0.0.4
 //     NODE_PATH=/tmp/tok/node_modules node scripts/estimate-vs-tokenizers.mjs
 //
-// "spec" is the spec's four characters a token; "compactd" counts a Chinese, Japanese or Korean
-// character as four (src/compaction/estimate.rs).
+// "spec" is the spec's four characters a token; "compactd" counts an accented Latin or a
+// Cyrillic letter as two characters, any other outside ASCII as four (src/compaction/estimate.rs).
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 
@@ -16,12 +16,14 @@ const { encode: o200k } = require('gpt-tokenizer/cjs/encoding/o200k_base');
 const { encode: cl100k } = require('gpt-tokenizer/cjs/encoding/cl100k_base');
 const { countTokens: claude } = require('@anthropic-ai/tokenizer');
 
-const DENSE = [[0x1100, 0x11ff], [0x2e80, 0x9fff], [0xa960, 0xa97f], [0xac00, 0xd7ff],
-  [0xf900, 0xfaff], [0xfe30, 0xfe4f], [0xff00, 0xffef], [0x20000, 0x3ffff]];
+const TWO = [[0x80, 0x24f], [0x300, 0x36f], [0x400, 0x52f]];
+const charCount = (c) => {
+  const code = c.codePointAt(0);
+  if (code < 0x80) return 1;
+  return TWO.some(([a, b]) => code >= a && code <= b) ? 2 : 4;
+};
 const chars = (text) => [...text].length;
-const compactd = (text) => Math.ceil([...text]
-  .map((c) => (DENSE.some(([a, b]) => c.codePointAt(0) >= a && c.codePointAt(0) <= b) ? 4 : 1))
-  .reduce((a, b) => a + b, 0) / 4);
+const compactd = (text) => Math.ceil([...text].map(charCount).reduce((a, b) => a + b, 0) / 4);
 
 const lines = (n, line) => Array.from({ length: n }, (_, i) => line(i)).join('\n');
 const pick = (list, i) => list[i % list.length];
@@ -56,6 +58,31 @@ const samples = {
     'Функция возвращает не то значение, поэтому тест падает.',
     'По просьбе пользователя оставляем чтение старого формата.',
   ], i)),
+  'Greek prose': lines(200, (i) => `Γραμμή ${i}: ` + pick([
+    'Διάβασε το αρχείο ρυθμίσεων και έλεγξε τη διεύθυνση του διακομιστή.',
+    'Η συνάρτηση επιστρέφει λάθος τιμή, γι\' αυτό αποτυγχάνει το τεστ.',
+  ], i)),
+  'Arabic prose': lines(200, (i) => `السطر ${i}: ` + pick([
+    'اقرأ ملف الإعدادات وتحقق من عنوان الخادم.',
+    'الدالة تعيد قيمة خاطئة، لذلك يفشل الاختبار.',
+  ], i)),
+  'Hindi prose': lines(200, (i) => `पंक्ति ${i}: ` + pick([
+    'कॉन्फ़िगरेशन फ़ाइल पढ़ें और सर्वर का पता जाँचें।',
+    'फ़ंक्शन गलत मान लौटाता है, इसलिए परीक्षण विफल होता है।',
+  ], i)),
+  'Thai prose': lines(200, (i) => `บรรทัด ${i}: ` + pick([
+    'อ่านไฟล์การตั้งค่าและตรวจสอบที่อยู่ของเซิร์ฟเวอร์',
+    'ฟังก์ชันคืนค่าผิด การทดสอบจึงล้มเหลว',
+  ], i)),
+  'Vietnamese prose': lines(200, (i) => `Dòng ${i}: ` + pick([
+    'Hãy đọc tệp cấu hình và kiểm tra địa chỉ máy chủ.',
+    'Hàm trả về giá trị sai nên bài kiểm tra thất bại.',
+  ], i)),
+  'French prose': lines(200, (i) => `Ligne ${i} : ` + pick([
+    'Lisez le fichier de configuration et vérifiez l’adresse du serveur.',
+    'La fonction renvoie une valeur erronée, donc le test échoue.',
+  ], i)),
+  'numbered lines, arrows': lines(200, (i) => `${String(i + 1).padStart(6)}→    let total = total + item.price; // ✓`),
   'git log (SHA-1s)': lines(200, (i) => `commit ${createHash('sha1').update(String(i)).digest('hex')}`),
   'UUIDs': lines(200, () => randomUUID()),
   'base64': lines(100, () => randomBytes(60).toString('base64')),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""compactd's token estimate (four characters a token, a CJK character four) against what the models counted.
+"""compactd's token estimate (four ASCII characters a token) against what the models counted.
 
 The shared transcripts record the model's own usage for each call: Claude Code's assistant
 records (input_tokens + cache_creation_input_tokens + cache_read_input_tokens) and
@@ -21,13 +21,20 @@ ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file
 
 
 def estimated_chars(text):
-    """Characters as compactd's estimate counts them: a CJK character as four
-    (src/compaction/estimate.rs)."""
-    dense = ((0x1100, 0x11FF), (0x2E80, 0x9FFF), (0xA960, 0xA97F), (0xAC00, 0xD7FF),
-             (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFFEF), (0x20000, 0x3FFFF))
+    """Characters as compactd's estimate counts them (src/compaction/estimate.rs): ASCII one
+    each, an accented Latin or a Cyrillic letter two, any other character four."""
     if text.isascii():
         return len(text)
-    return sum(4 if any(a <= ord(c) <= b for a, b in dense) else 1 for c in text)
+
+    def count(c):
+        code = ord(c)
+        if code < 0x80:
+            return 1
+        if code <= 0x24F or 0x300 <= code <= 0x36F or 0x400 <= code <= 0x52F:
+            return 2
+        return 4
+
+    return sum(count(c) for c in text)
 
 
 def block_chars(block):

@@ -1,9 +1,10 @@
 //! [`LazyEstimator`] (SPEC.md 5.5): token estimates without a tokenizer, from character counts.
 //!
-//! A Chinese, Japanese or Korean character counts as four (see [`counted_chars`]): the spec's
-//! four characters a token holds for Latin text, but the models' tokenizers spend half a token
-//! to a whole one on each of those, so a conversation in them reached its model at 2.5 to 3.7
-//! times the estimate (o200k, cl100k and Anthropic's published tokenizer, docs/EVALUATION.md).
+//! The spec's four characters a token holds for ASCII text. Outside it a character counts for
+//! more ([`counted_chars`]): the models' tokenizers spend half a token to a whole one on a
+//! Chinese, Japanese or Korean character, a Greek, Hebrew, Arabic, Devanagari or Thai letter, a
+//! symbol or an emoji, and a conversation in those reached its model at 2 to 4 times the
+//! spec's estimate (o200k, cl100k and Anthropic's published tokenizer, docs/EVALUATION.md).
 
 use super::constants::DEFAULT_TOKENS_PER_CHAR;
 use super::prompt::render_args;
@@ -58,13 +59,9 @@ pub(crate) fn part_chars(part: &Part) -> usize {
     }
 }
 
-/// How many characters a CJK character counts for: one token each, as the spec's four
-/// characters make one.
-const DENSE_CHAR: usize = 4;
-
-/// The characters of `text` as the estimate counts them: each Chinese, Japanese or Korean
-/// character ([`is_dense`]) as [`DENSE_CHAR`], every other as one. Budgets the engine gives
-/// in characters (a shortened output's head and tail) are in these units too.
+/// The characters of `text` as the estimate counts them ([`char_count`]): ASCII as one
+/// each, other characters as two or four. Budgets the engine gives in characters (a shortened
+/// output's head and tail) are in these units too.
 pub fn counted_chars(text: &str) -> usize {
     // ASCII (most of what agents write) is counted by its length, at no cost.
     if text.is_ascii() {
@@ -73,16 +70,17 @@ pub fn counted_chars(text: &str) -> usize {
     text.chars().map(char_count).sum()
 }
 
-/// What one character counts for (see [`counted_chars`]).
+/// What one character counts for: one if ASCII; two for a Latin letter with its accents or
+/// a Cyrillic one (the tokenizers spend 0.3 to 0.5 tokens on each: about the bytes the
+/// origin counts); four, a token of its own, for any other (CJK, Greek, Hebrew, Arabic,
+/// Indic and Thai letters, Vietnamese's doubly accented ones, symbols, arrows, emoji: 0.5
+/// to 1.8 tokens each).
 fn char_count(c: char) -> usize {
-    if is_dense(c) { DENSE_CHAR } else { 1 }
-}
-
-/// Han ideographs, kana, Hangul and the CJK punctuation and full-width forms beside them.
-fn is_dense(c: char) -> bool {
-    matches!(u32::from(c),
-        0x1100..=0x11FF | 0x2E80..=0x9FFF | 0xA960..=0xA97F | 0xAC00..=0xD7FF
-        | 0xF900..=0xFAFF | 0xFE30..=0xFE4F | 0xFF00..=0xFFEF | 0x20000..=0x3FFFF)
+    match u32::from(c) {
+        0..=0x7F => 1,
+        0x80..=0x24F | 0x300..=0x36F | 0x400..=0x52F => 2,
+        _ => 4,
+    }
 }
 
 /// The byte offset in `text` where the characters before it count `n` or more
@@ -109,12 +107,15 @@ mod tests {
         assert_eq!(e.text(""), 0);
         assert_eq!(e.text("abcd"), 1);
         assert_eq!(e.text("abcde"), 2);
-        // Characters, not bytes: four 2-byte characters are one token.
-        assert_eq!(e.text("éèêë"), 1);
-        // A CJK character is one token on its own.
+        // Accented Latin and Cyrillic letters count two, as many as their bytes.
+        assert_eq!(e.text("éèêë"), 2);
+        assert_eq!(e.text("жжжж"), 2);
+        // A CJK character, a Greek letter, an arrow or an emoji is one token on its own.
         assert_eq!(e.text("日本語字"), 4);
         assert_eq!(e.text("한국어"), 3);
         assert_eq!(e.text("カタカナ、"), 5);
+        assert_eq!(e.text("αβγ"), 3);
+        assert_eq!(e.text("1→🦀"), 3);
     }
 
     #[test]

@@ -475,6 +475,9 @@ async fn two_branches(client: &compactd::client::Client) -> (Vec<Value>, Vec<Val
     (odd, even)
 }
 
+/// What a branch's call asks the model to keep for its answer: the window holds it too.
+const BRANCH_MAX_TOKENS: usize = 4_000;
+
 /// One step of a branch: the call, the model's answer appended to the branch, then the
 /// branch's next user message (`chars` characters of code).
 async fn branch_step(
@@ -484,7 +487,7 @@ async fn branch_step(
     step: usize,
     chars: usize,
 ) -> u16 {
-    let body = json!({"model": "claude-test", "max_tokens": 4000,
+    let body = json!({"model": "claude-test", "max_tokens": BRANCH_MAX_TOKENS,
         "system": "You are careful.",
         "tools": [{"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object"}}],
         "messages": branch});
@@ -576,13 +579,13 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
     assert_eq!(branch_step(&client, &mut even, "even", 0, 100).await, 200);
 
     // The even branch's client sends four notes it kept (a rewritten history): text that
-    // the model's tokenizer counts at six times compactd's estimate (three-byte symbols, which
-    // the mock model counts at a token and a half each), over the window by the model's count,
-    // under the trigger by compactd's.
+    // the model counts at six times compactd's estimate (a control character, a quote and a
+    // letter: the mock model counts the first two by their JSON escapes, six bytes and two),
+    // over the window by the model's count, under the trigger by compactd's.
     even.pop();
     for note in 0..4 {
         even.push(
-            json!({"role": "user", "content": format!("Note {note}: {}", "€".repeat(2_500))}),
+            json!({"role": "user", "content": format!("Note {note}: {}", "\u{7}\"a".repeat(700))}),
         );
         even.push(json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}));
     }
@@ -614,7 +617,7 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
     let refused: Vec<usize> = requests
         .iter()
         .map(|r| counted(&r.body, 2))
-        .filter(|&n| n + 1024 > 16_000)
+        .filter(|&n| n + BRANCH_MAX_TOKENS > 16_000)
         .collect();
     assert_eq!(
         refused.len(),
@@ -622,7 +625,7 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
         "refused once, then compacted: {refused:?}"
     );
     let sent = &requests.last().unwrap().body;
-    assert!(counted(sent, 2) + 1024 <= 16_000);
+    assert!(counted(sent, 2) + BRANCH_MAX_TOKENS <= 16_000);
     let text = sent["messages"].to_string();
     assert!(text.contains("Go on with the even modules."), "{text}");
     assert!(!text.contains("odd_"), "{text}");

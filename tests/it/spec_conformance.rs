@@ -205,11 +205,14 @@ fn spec_file_blocks_are_written_even_when_empty() {
 #[test]
 fn spec_estimates_count_characters_rounded_up_per_message() {
     let e = LazyEstimator::default();
-    // 4 two-byte characters are one token (bytes would make two).
-    assert_eq!(e.text("éèêë"), 1);
-    // Where compactd differs on purpose: a CJK character is a token of its own (models count
-    // 0.5 to 1 token each; at four a token a session in Japanese reached its model at 3.9
-    // times its estimate: `model_count.rs`).
+    // Four ASCII characters a token, as the spec says.
+    assert_eq!(e.text("abcdefgh"), 2);
+    // Where compactd differs on purpose, characters outside ASCII count for more: an
+    // accented or Cyrillic letter two (as many as its bytes, which the origin counts), any
+    // other four, a token of its own (the models count 0.5 to 1.8 tokens each; at four
+    // characters a token a session in Japanese reached its model at 3.9 times its estimate:
+    // `model_count.rs`).
+    assert_eq!(e.text("éèêë"), 2);
     assert_eq!(e.text("日本語字"), 4);
     // Rounded up once per message, no per-message minimum.
     assert_eq!(e.message(&Message::text(Role::User, "abcde")), 2);
