@@ -1,10 +1,11 @@
 //! [`LazyEstimator`] (SPEC.md 5.5): token estimates without a tokenizer, from character counts.
 //!
 //! The spec's four characters a token holds for ASCII text. Outside it a character counts for
-//! more ([`counted_chars`]): the models' tokenizers spend half a token to a whole one on a
+//! more ([`counted_chars`]): the models' tokenizers spend half a token to almost two on a
 //! Chinese, Japanese or Korean character, a Greek, Hebrew, Arabic, Devanagari or Thai letter, a
-//! symbol or an emoji, and a conversation in those reached its model at 2 to 4 times the
-//! spec's estimate (o200k, cl100k and Anthropic's published tokenizer, docs/EVALUATION.md).
+//! symbol or an emoji, and a conversation in those reached its model at 3 to 6.6 times the
+//! spec's estimate (Russian 1.9; o200k, cl100k and Anthropic's published tokenizer,
+//! docs/EVALUATION.md).
 
 use super::constants::DEFAULT_TOKENS_PER_CHAR;
 use super::prompt::render_args;

@@ -247,7 +247,8 @@ fn longest_string(args: &Value) -> Option<(String, &str)> {
 }
 
 /// A call's longest argument: where it is, and its characters as they are and as the
-/// context shows them (escaped, when it lies inside a nested value).
+/// context shows them (escaped, when it lies inside a nested value), counted as the estimate
+/// counts them ([`counted_chars`]).
 struct LongestArgument {
     pointer: String,
     chars: usize,
