@@ -82,10 +82,11 @@ fn quoted_block(lines: &[&str], instructions: &[&Instruction], room_chars: usize
     let mut block = String::from(KEPT_NOTE);
     let mut room = room_chars.saturating_sub(block.len());
     for line in lines {
-        if counted_chars(line) + 1 > room {
+        let takes = counted_chars(line) + 1;
+        if takes > room {
             break;
         }
-        room -= counted_chars(line) + 1;
+        room -= takes;
         block.push('\n');
         block.push_str(line);
     }
