@@ -6,8 +6,9 @@
 //     npm install --prefix /tmp/tok gpt-tokenizer@2.9.0 @anthropic-ai/tokenizer@0.0.4
 //     NODE_PATH=/tmp/tok/node_modules node scripts/estimate-vs-tokenizers.mjs
 //
-// "spec" is the spec's four characters a token; "compactd" counts an accented Latin or a
-// Cyrillic letter as two characters, any other outside ASCII as four (src/compaction/estimate.rs).
+// "spec" is the spec's four characters a token; "compactd" counts a digit as two characters
+// and two more where a digit follows a letter or a letter a digit, an accented Latin or a
+// Cyrillic letter as two, any other outside ASCII as four (src/compaction/estimate.rs).
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 
@@ -19,11 +20,22 @@ const { countTokens: claude } = require('@anthropic-ai/tokenizer');
 const TWO = [[0x80, 0x24f], [0x300, 0x36f], [0x400, 0x52f]];
 const charCount = (c) => {
   const code = c.codePointAt(0);
+  if (/[0-9]/.test(c)) return 2;
   if (code < 0x80) return 1;
   return TWO.some(([a, b]) => code >= a && code <= b) ? 2 : 4;
 };
+const kind = (c) => (/[0-9]/.test(c) ? 'digit' : /[A-Za-z]/.test(c) ? 'letter' : null);
 const chars = (text) => [...text].length;
-const compactd = (text) => Math.ceil([...text].map(charCount).reduce((a, b) => a + b, 0) / 4);
+const compactd = (text) => {
+  let counted = 0;
+  let last = null;
+  for (const c of text) {
+    const k = kind(c);
+    counted += charCount(c) + (k && last && k !== last ? 2 : 0);
+    last = k;
+  }
+  return Math.ceil(counted / 4);
+};
 
 const lines = (n, line) => Array.from({ length: n }, (_, i) => line(i)).join('\n');
 const pick = (list, i) => list[i % list.length];
@@ -84,6 +96,8 @@ const samples = {
   ], i)),
   'numbered lines, arrows': lines(200, (i) => `${String(i + 1).padStart(6)}→    let total = total + item.price; // ✓`),
   'git log (SHA-1s)': lines(200, (i) => `commit ${createHash('sha1').update(String(i)).digest('hex')}`),
+  'lockfile (checksums)': lines(100, (i) => `[[package]]\nname = "crate-${i}"\nversion = "${i % 3}.${i % 17}.${i % 5}"\n`
+    + `checksum = "${createHash('sha256').update(String(i)).digest('hex')}"\n`),
   'UUIDs': lines(200, () => randomUUID()),
   'base64': lines(100, () => randomBytes(60).toString('base64')),
   'numbers (CSV)': lines(200, (i) => [i, i * 37 % 1000, (i * 3.14159).toFixed(4), i * 12345].join(',')),

@@ -22,19 +22,24 @@ ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file
 
 def estimated_chars(text):
     """Characters as compactd's estimate counts them (src/compaction/estimate.rs): ASCII one
-    each, an accented Latin or a Cyrillic letter two, any other character four."""
-    if text.isascii():
-        return len(text)
-
-    def count(c):
+    each but a digit two, and two more where a digit follows a letter or a letter a digit; an
+    accented Latin or a Cyrillic letter two, any other character four."""
+    counted, last = 0, None
+    for c in text:
         code = ord(c)
-        if code < 0x80:
-            return 1
-        if code <= 0x24F or 0x300 <= code <= 0x36F or 0x400 <= code <= 0x52F:
-            return 2
-        return 4
-
-    return sum(count(c) for c in text)
+        kind = "digit" if c in "0123456789" else "letter" if c.isascii() and c.isalpha() else None
+        if kind == "digit":
+            counted += 2
+        elif code < 0x80:
+            counted += 1
+        elif code <= 0x24F or 0x300 <= code <= 0x36F or 0x400 <= code <= 0x52F:
+            counted += 2
+        else:
+            counted += 4
+        if kind and last and kind != last:
+            counted += 2
+        last = kind
+    return counted
 
 
 def block_chars(block):

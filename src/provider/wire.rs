@@ -504,7 +504,7 @@ pub(crate) fn json_tokens(value: &Value) -> usize {
             Value::String(s) => crate::compaction::counted_chars(s),
             Value::Array(items) => items.iter().map(chars).sum(),
             Value::Object(map) => map.iter().map(|(k, v)| k.len() + chars(v)).sum(),
-            Value::Number(n) => n.to_string().len(),
+            Value::Number(n) => crate::compaction::counted_chars(&n.to_string()),
             Value::Bool(_) | Value::Null => 0,
         }
     }

@@ -802,7 +802,7 @@ async fn four_thousand_tokens(client: &Client, id: &str) -> Value {
     let mut history = vec![user(&format!("q{}", "x".repeat(1599)))];
     history.extend(
         (1..10).map(
-            |i| json!({"role": "assistant", "content": format!("{i:>4}{}", "x".repeat(1596))}),
+            |i| json!({"role": "assistant", "content": format!("{:>4}{}", char::from(b'a' + i), "x".repeat(1596))}),
         ),
     );
     client

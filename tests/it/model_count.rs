@@ -2,7 +2,7 @@
 //! cl100k (the stricter of its two on Chinese, Japanese and Korean text) over every text,
 //! call and output of the context an agent is handed, plus four tokens a message for the
 //! API's framing. Estimated at the spec's four characters a token, sessions in Japanese and
-//! in Greek reached their model over its window.
+//! in Greek, and one reading lockfiles, reached their model over its window.
 
 use compactd::compaction::{Message, Part};
 use serde_json::{Value, json};
@@ -49,18 +49,20 @@ const GREEK: [&str; 6] = [
     "Στο επόμενο βήμα τρέχουμε τα τεστ της διορθωμένης μονάδας.",
 ];
 
-/// A file's worth of prose, `lines` lines of `sentences`, each numbered.
-fn prose(sentences: &[&str], lines: usize, about: &str) -> String {
-    (0..lines)
-        .map(|i| format!("{about} {i}: {}\n", sentences[i % sentences.len()]))
-        .collect()
+/// A line of prose from `sentences`, numbered: line `i` of the file read at `step`.
+fn prose<'a>(sentences: &'a [&'a str]) -> impl Fn(usize, usize) -> String + 'a {
+    move |step, i| format!("{step} {i}: {}\n", sentences[i % sentences.len()])
 }
 
 /// An agent working in a language written outside ASCII: its task, then 24 reads of files
 /// in it (one larger than the whole window), each after a note. The context it is handed
 /// never passes its window as cl100k counts it, after every append; the session compacts on
 /// its way, and its contexts are not kept needlessly small.
-async fn session_fits_as_the_model_counts_it(task: &str, sentences: &[&str]) {
+async fn session_fits_as_the_model_counts_it(
+    task: &str,
+    sentences: &[&str],
+    line: impl Fn(usize, usize) -> String,
+) {
     let bpe = tiktoken_rs::cl100k_base().unwrap();
     let daemon = crate::common::TestDaemon::start("");
     let client = daemon.client();
@@ -77,7 +79,7 @@ async fn session_fits_as_the_model_counts_it(task: &str, sentences: &[&str]) {
             {"type": "text", "text": sentences[step % sentences.len()]},
             {"type": "tool_call", "id": id, "name": "read", "args": {"file_path": format!("src/{step}.md")}}]}));
         appended.push(json!({"role": "tool", "parts": [
-            {"type": "tool_result", "call_id": id, "output": prose(sentences, lines, &step.to_string())}]}));
+            {"type": "tool_result", "call_id": id, "output": (0..lines).map(|i| line(step, i)).collect::<String>()}]}));
     }
     let mut peak = 0;
     for (n, message) in appended.iter().enumerate() {
@@ -110,6 +112,7 @@ async fn a_session_in_japanese_fits_its_window_as_the_model_counts_it() {
     session_fits_as_the_model_counts_it(
         "設定の読み込みで失敗しているテストを直してください。公開インターフェースは変えないでください。",
         &JAPANESE,
+        prose(&JAPANESE),
     )
     .await;
 }
@@ -122,6 +125,44 @@ async fn a_session_in_greek_fits_its_window_as_the_model_counts_it() {
     session_fits_as_the_model_counts_it(
         "Διόρθωσε το τεστ που αποτυγχάνει στην ανάγνωση των ρυθμίσεων, χωρίς να αλλάξεις τη δημόσια διεπαφή.",
         &GREEK,
+        prose(&GREEK),
+    )
+    .await;
+}
+
+/// A lockfile's entry: a package, its version and its SHA-256, different at every line.
+fn lockfile_entry(step: usize, i: usize) -> String {
+    let mut x = (step * 100_003 + i) as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    let checksum: String = (0..4)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            format!("{:016x}", x)
+        })
+        .collect();
+    format!(
+        "[[package]]\nname = \"crate-{i}\"\nversion = \"{}.{}.{step}\"\nchecksum = \"{checksum}\"\n\n",
+        i % 3,
+        i % 17
+    )
+}
+
+/// Lockfiles (cl100k spends a token on about every two of their characters: it never joins a
+/// digit to a letter), read by an agent that writes English: with every ASCII character a
+/// quarter token, the model counted 17,171 tokens in a window of 16,000 after the twelfth
+/// message (compactd: 9,224).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_reading_lockfiles_fits_its_window_as_the_model_counts_it() {
+    const NOTES: [&str; 3] = [
+        "Reading the lockfile to see which version of the parser is pinned.",
+        "The checksum changed between the two lockfiles; comparing the entries.",
+        "Next I read the workspace's lockfile, then update the pinned crate.",
+    ];
+    session_fits_as_the_model_counts_it(
+        "Find why the build picks the old parser crate and pin the new one.",
+        &NOTES,
+        lockfile_entry,
     )
     .await;
 }

@@ -1,5 +1,5 @@
 //! An upstream that refuses a proxied call as longer than the model's window. compactd counts
-//! four characters a token; the models' tokenizers count more on code (1.5 to 2.5 times as
+//! four characters a token; the models' tokenizers count more on code (1.4 to 2.2 times as
 //! many on the shared transcripts), so a long conversation's first call can reach the model
 //! over its window while compactd's estimate is under the trigger. The mock here counts as
 //! such a tokenizer would and refuses as the providers document; the agent must never see the

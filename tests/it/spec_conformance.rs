@@ -214,6 +214,11 @@ fn spec_estimates_count_characters_rounded_up_per_message() {
     // `model_count.rs`).
     assert_eq!(e.text("éèêë"), 2);
     assert_eq!(e.text("日本語字"), 4);
+    // Digits count two, and a switch between letters and digits two more (tokenizers split
+    // numbers into groups of three and never join a digit to a letter: a session reading
+    // lockfiles reached its model at 1.9 times its estimate).
+    assert_eq!(e.text("12345678"), 4);
+    assert_eq!(e.text("a1b2"), 3);
     // Rounded up once per message, no per-message minimum.
     assert_eq!(e.message(&Message::text(Role::User, "abcde")), 2);
     assert_eq!(e.message(&Message::text(Role::User, "a")), 1);

@@ -54,7 +54,7 @@ pub fn sub_turn(task: &Task, name: char, newest: Option<&str>) -> SubTurn {
     SubTurn::Run {
         step,
         command: format!(
-            "echo {prefix}{step}-BEGIN; seq 1 {}; echo {prefix}{step}-END",
+            "echo {prefix}{step}-BEGIN; seq 1 {} | tr 0-9 a-j; echo {prefix}{step}-END",
             task.lines
         ),
     }

@@ -8,7 +8,9 @@
 //! the upstream saw.
 //!
 //! As a model it plays a fixed task: it has the agent run `steps` shell commands, one per
-//! step, each printing `STEP-k-BEGIN`, `lines` numbers and `STEP-k-END`; it reads the step it
+//! step, each printing `STEP-k-BEGIN`, `lines` numbers spelled in letters (`seq` through `tr
+//! 0-9 a-j`: compactd counts digits nearer what models spend on them, and the letters keep
+//! the model counting twice the estimate) and `STEP-k-END`; it reads the step it
 //! is at from the newest tool output it is given, and once all are done it answers
 //! `All N steps done; the last output ended with STEP-N-END.` An agent whose context lost
 //! the output it just got would run a step again or answer otherwise.
@@ -36,7 +38,7 @@ use std::sync::{Arc, Mutex};
 pub struct Task {
     /// Shell steps before the final answer.
     pub steps: usize,
-    /// Numbers each step's command prints (about 1.2 tokens each).
+    /// Numbers each step's command prints, spelled in letters (about 1.2 tokens each).
     pub lines: usize,
     /// The model's context window in tokens, by model name (others: 1,000,000).
     pub windows: HashMap<String, usize>,
@@ -244,7 +246,7 @@ pub fn decide(task: &Task, newest_output: Option<&str>, has_shell: bool) -> Acti
     Action::Run {
         step,
         command: format!(
-            "echo STEP-{step}-BEGIN; seq 1 {}; echo STEP-{step}-END",
+            "echo STEP-{step}-BEGIN; seq 1 {} | tr 0-9 a-j; echo STEP-{step}-END",
             task.lines
         ),
     }
