@@ -122,8 +122,9 @@ pub(crate) fn byte_at_count(text: &str, n: usize) -> usize {
 #[derive(Default)]
 struct Counter {
     counted: usize,
-    /// Whether the last character was an ASCII digit (1), or letter.
+    /// 1 when the last character was an ASCII digit, else 0.
     digit: u8,
+    /// 1 when the last character was an ASCII letter, else 0.
     letter: u8,
 }
 
