@@ -47,6 +47,25 @@ impl LazyEstimator {
     pub fn messages(&self, messages: &[Message]) -> usize {
         messages.iter().map(|m| self.message(m)).sum()
     }
+
+    /// Tokens of `chars` characters left out of `kept` (the middle of an answer too large to
+    /// record, which its client sends back whole): counted as `kept`'s own characters count,
+    /// since a middle reads like the head and tail kept around it. At a quarter token each, a
+    /// Greek or Chinese answer's middle would count a quarter of its estimate.
+    pub fn left_out(&self, kept: &Message, chars: usize) -> usize {
+        if chars == 0 {
+            return 0;
+        }
+        let (counted, real) = kept.parts.iter().fold((0, 0), |(counted, real), part| {
+            (counted + part_chars(part), real + part_real_chars(part))
+        });
+        let per_char = if real == 0 {
+            1.0
+        } else {
+            counted as f64 / real as f64
+        };
+        self.chars((chars as f64 * per_char).ceil() as usize)
+    }
 }
 
 /// The characters of `part` the estimate counts ([`counted_chars`]).
@@ -59,6 +78,17 @@ pub(crate) fn part_chars(part: &Part) -> usize {
             counted_chars(name) + counted_chars(&render_args(args))
         }
         Part::ToolResult { output, .. } => counted_chars(output),
+    }
+}
+
+/// The characters of `part` that [`part_chars`] counts, each as one.
+fn part_real_chars(part: &Part) -> usize {
+    match part {
+        Part::Text { text } | Part::Reasoning { text } => text.chars().count(),
+        Part::ToolCall { name, args, .. } => {
+            name.chars().count() + render_args(args).chars().count()
+        }
+        Part::ToolResult { output, .. } => output.chars().count(),
     }
 }
 
@@ -207,6 +237,18 @@ mod tests {
             proptest::prop_assert_eq!(counter.counted, counted_chars(&ascii));
             proptest::prop_assert_eq!(byte_at_count(&ascii, counted_chars(&ascii) + 1), ascii.len());
         }
+    }
+
+    #[test]
+    fn what_was_left_out_counts_as_what_was_kept() {
+        let e = LazyEstimator::default();
+        let kept = |text: &str| Message::text(Role::Assistant, text);
+        // English: a quarter token a character, as before.
+        assert_eq!(e.left_out(&kept("head tail"), 4_000), 1_000);
+        // Greek or Chinese: a token a character, not a quarter.
+        assert_eq!(e.left_out(&kept("αβγ"), 4_000), 4_000);
+        assert_eq!(e.left_out(&kept("日本語"), 4_000), 4_000);
+        assert_eq!(e.left_out(&kept("日本語"), 0), 0);
     }
 
     #[test]

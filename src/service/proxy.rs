@@ -208,7 +208,8 @@ impl Service {
             .map_err(|error| ServiceError::InvalidMessage { index: 0, error })?;
         self.unless_locked_elsewhere()?;
         // What was not recorded of a huge answer still counts: the client sends it back whole.
-        let tokens = self.estimator.message(&reply) + unrecorded_chars.div_ceil(4);
+        let tokens =
+            self.estimator.message(&reply) + self.estimator.left_out(&reply, unrecorded_chars);
         let bound = self.settings().config.proxy.max_recorded_bytes;
         let message =
             NewMessage::new(&reply, tokens).with_hash(fingerprint(&reply, bound), opening(&reply));

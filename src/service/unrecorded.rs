@@ -189,7 +189,9 @@ impl Service {
         };
         let estimated = sent_tokens
             + self.estimator.message(&reply.message)
-            + reply.unrecorded_chars.div_ceil(4);
+            + self
+                .estimator
+                .left_out(&reply.message, reply.unrecorded_chars);
         // Not believed, as a stored session does not believe it (a server that counts
         // nothing, or answers nonsense).
         if counted * IMPLAUSIBLE_REPORT_DIVISOR < estimated {

@@ -307,6 +307,36 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
     }
 }
 
+/// What was not recorded of a huge answer counts as what was: its client sends it back whole.
+/// A Greek one (a token a letter to compactd's estimate) counted its dropped middle at a
+/// quarter token a character: 2.2 MB of Greek was 649,552 tokens where the whole was 1,020,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_middle_of_an_answer_too_large_to_record_counts_as_its_head_and_tail_do() {
+    let text = "αβγδ ".repeat(240_000);
+    let whole = compactd::compaction::LazyEstimator::default().text(&text);
+    let mock = MockModel::start(vec![answer(&text, false)], Reply::OpenAi("next".into()));
+    let daemon = TestDaemon::start(&format!(
+        "[proxy]\nopenai_upstream = \"{}/v1\"\nmax_recorded_bytes = 1048576\n",
+        mock.base
+    ));
+    let first = json!({"model": "m", "messages": [{"role": "user", "content": "write it all"}]});
+    let (status, session, _) = proxied(
+        &daemon,
+        "/v1/chat/completions",
+        first.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let stored = all_messages(&daemon.client(), &session).await;
+    let recorded = stored[1]["parts"][0]["text"].as_str().unwrap();
+    assert!(recorded.contains("not recorded"), "the middle was dropped");
+    let tokens = stored[1]["tokens"].as_u64().unwrap() as f64;
+    assert!(
+        (tokens / whole as f64 - 1.0).abs() < 0.02,
+        "recorded at {tokens} tokens; the whole answer is {whole}"
+    );
+}
+
 #[tokio::test]
 async fn a_squatter_cannot_reach_a_socket_session_and_a_socket_append_never_lands_in_a_keys() {
     let port = crate::common::free_port();
