@@ -86,7 +86,16 @@ fn held_back(step: &Step) -> usize {
     }
 }
 
-async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
+/// An in-process service with one session, `s`, at `limit` (and the directory of its
+/// database, kept while it runs; its store is closed at the end of the test).
+struct InProcess {
+    _dir: tempfile::TempDir,
+    store: Store,
+    service: std::sync::Arc<Service>,
+    id: SessionId,
+}
+
+async fn service_with_session(limit: usize) -> InProcess {
     let dir = tempfile::TempDir::new().unwrap();
     let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
     let service = Service::new(store.clone(), Config::default()).unwrap();
@@ -99,6 +108,35 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
         })
         .await
         .unwrap();
+    InProcess {
+        _dir: dir,
+        store,
+        service,
+        id,
+    }
+}
+
+/// A daemon and its client, with one session, `id`, at `limit`.
+async fn daemon_with_session(
+    id: &str,
+    limit: usize,
+) -> (crate::common::TestDaemon, compactd::client::Client) {
+    let daemon = crate::common::TestDaemon::start("");
+    let client = daemon.client();
+    client
+        .post("/session", &json!({"id": id, "context_limit": limit}))
+        .await
+        .unwrap();
+    (daemon, client)
+}
+
+async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let InProcess {
+        _dir,
+        store,
+        service,
+        id,
+    } = service_with_session(limit).await;
     let append = |messages: Vec<Message>| {
         let service = service.clone();
         let id = id.clone();
@@ -242,18 +280,12 @@ proptest! {
 /// still shows the output's head and tail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_limit_shortens_the_current_step_again() {
-    let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
-    let service = Service::new(store.clone(), Config::default()).unwrap();
-    let id = SessionId::parse("s").unwrap();
-    service
-        .create_session(CreateSession {
-            id: Some(id.clone()),
-            context_limit: Some(128_000),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let InProcess {
+        _dir,
+        store,
+        service,
+        id,
+    } = service_with_session(128_000).await;
     let big = output("c1", 160_000);
     let messages = vec![
         Message::text(Role::User, "Read the log."),
@@ -391,12 +423,7 @@ async fn masking_spares_every_result_of_the_current_step() {
 /// newest message whole, and nothing stored is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context() {
-    let daemon = crate::common::TestDaemon::start("");
-    let client = daemon.client();
-    client
-        .post("/session", &json!({"id": "notes", "context_limit": 16_000}))
-        .await
-        .unwrap();
+    let (_daemon, client) = daemon_with_session("notes", 16_000).await;
     let say = |role: &str, text: String| json!({"role": role, "content": text});
     for message in [
         say(
@@ -444,12 +471,7 @@ async fn a_person_writing_on_after_the_agents_turn_does_not_overflow_the_context
 /// shortens them all again within it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
-    let daemon = crate::common::TestDaemon::start("");
-    let client = daemon.client();
-    client
-        .post("/session", &json!({"id": "late", "context_limit": 16_000}))
-        .await
-        .unwrap();
+    let (_daemon, client) = daemon_with_session("late", 16_000).await;
     let post = |message: serde_json::Value| {
         let client = client.clone();
         async move {
@@ -562,12 +584,7 @@ async fn context_within(
 /// it stayed whole, and the context at 32,000 took 38,631 tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_limit_shortens_a_long_answer_again() {
-    let daemon = crate::common::TestDaemon::start("");
-    let client = daemon.client();
-    client
-        .post("/session", &json!({"id": "a", "context_limit": 128_000}))
-        .await
-        .unwrap();
+    let (_daemon, client) = daemon_with_session("a", 128_000).await;
     let answer: String = (0..7_000).map(|i| format!("fn f{i}() {{}}\n")).collect();
     for message in [
         json!({"role": "user", "content": "Write the module."}),
@@ -598,12 +615,7 @@ async fn a_lower_limit_shortens_a_long_answer_again() {
 /// context took 24,467 tokens), and the agent's next call was refused again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_that_teaches_a_smaller_window_shortens_the_step_again() {
-    let daemon = crate::common::TestDaemon::start("");
-    let client = daemon.client();
-    client
-        .post("/session", &json!({"id": "r", "context_limit": 128_000}))
-        .await
-        .unwrap();
+    let (_daemon, client) = daemon_with_session("r", 128_000).await;
     let log = output("c", 228_000);
     for message in [
         json!({"role": "user", "content": "Read the log."}),
