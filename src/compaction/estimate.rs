@@ -57,7 +57,8 @@ impl LazyEstimator {
             return 0;
         }
         let (counted, real) = kept.parts.iter().fold((0, 0), |(counted, real), part| {
-            (counted + part_chars(part), real + part_real_chars(part))
+            let real_chars = part_measured(part, |text| text.chars().count());
+            (counted + part_chars(part), real + real_chars)
         });
         let per_char = if real == 0 {
             1.0
@@ -70,25 +71,17 @@ impl LazyEstimator {
 
 /// The characters of `part` the estimate counts ([`counted_chars`]).
 pub(crate) fn part_chars(part: &Part) -> usize {
-    match part {
-        Part::Text { text } | Part::Reasoning { text } => counted_chars(text),
-        // Arguments are counted as the prompt prints them (a string argument without the
-        // quotes and escapes of its JSON form).
-        Part::ToolCall { name, args, .. } => {
-            counted_chars(name) + counted_chars(&render_args(args))
-        }
-        Part::ToolResult { output, .. } => counted_chars(output),
-    }
+    part_measured(part, counted_chars)
 }
 
-/// The characters of `part` that [`part_chars`] counts, each as one.
-fn part_real_chars(part: &Part) -> usize {
+/// What `measure` gives for the text of `part` a model reads: its text, or a call's name and
+/// arguments as the prompt prints them (a string argument without the quotes and escapes of
+/// its JSON form), or an output.
+fn part_measured(part: &Part, measure: impl Fn(&str) -> usize) -> usize {
     match part {
-        Part::Text { text } | Part::Reasoning { text } => text.chars().count(),
-        Part::ToolCall { name, args, .. } => {
-            name.chars().count() + render_args(args).chars().count()
-        }
-        Part::ToolResult { output, .. } => output.chars().count(),
+        Part::Text { text } | Part::Reasoning { text } => measure(text),
+        Part::ToolCall { name, args, .. } => measure(name) + measure(&render_args(args)),
+        Part::ToolResult { output, .. } => measure(output),
     }
 }
 
