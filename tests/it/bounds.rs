@@ -229,6 +229,30 @@ fn answered_text(body: &[u8], streamed: bool) -> String {
         .collect()
 }
 
+/// A daemon that records at most 1 MiB of each text, proxying to a model whose first answer
+/// is `text`, asked for it once: the model, the daemon, the session, and the body the client
+/// got.
+async fn one_huge_answer(text: &str, streamed: bool) -> (MockModel, TestDaemon, String, Vec<u8>) {
+    let mock = MockModel::start(
+        vec![answer(text, streamed)],
+        Reply::OpenAi("next answer".into()),
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 32000\n[proxy]\nopenai_upstream = \"{}/v1\"\nmax_recorded_bytes = 1048576\n",
+        mock.base
+    ));
+    let first = json!({"model": "m", "stream": streamed,
+        "messages": [{"role": "user", "content": "write the whole log"}]});
+    let (status, session, body) = proxied(
+        &daemon,
+        "/v1/chat/completions",
+        first.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    (mock, daemon, session, body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and_tail_and_the_conversation_goes_on()
  {
@@ -240,23 +264,7 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
             "head ".repeat(1_200_000),
             "tail ".repeat(1_200_000)
         );
-        let mock = MockModel::start(
-            vec![answer(&text, streamed)],
-            Reply::OpenAi("next answer".into()),
-        );
-        let daemon = TestDaemon::start(&format!(
-            "[compaction]\ndefault_context_limit = 32000\n[proxy]\nopenai_upstream = \"{}/v1\"\nmax_recorded_bytes = 1048576\n",
-            mock.base
-        ));
-        let first = json!({"model": "m", "stream": streamed,
-            "messages": [{"role": "user", "content": "write the whole log"}]});
-        let (status, session, body) = proxied(
-            &daemon,
-            "/v1/chat/completions",
-            first.to_string().into_bytes(),
-        )
-        .await;
-        assert_eq!(status, 200);
+        let (mock, daemon, session, body) = one_huge_answer(&text, streamed).await;
         assert_eq!(answered_text(&body, streamed), text, "every byte passed on");
         let client = daemon.client();
         let stored = all_messages(&client, &session).await;
@@ -314,19 +322,7 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
 async fn the_middle_of_an_answer_too_large_to_record_counts_as_its_head_and_tail_do() {
     let text = "αβγδ ".repeat(240_000);
     let whole = compactd::compaction::LazyEstimator::default().text(&text);
-    let mock = MockModel::start(vec![answer(&text, false)], Reply::OpenAi("next".into()));
-    let daemon = TestDaemon::start(&format!(
-        "[proxy]\nopenai_upstream = \"{}/v1\"\nmax_recorded_bytes = 1048576\n",
-        mock.base
-    ));
-    let first = json!({"model": "m", "messages": [{"role": "user", "content": "write it all"}]});
-    let (status, session, _) = proxied(
-        &daemon,
-        "/v1/chat/completions",
-        first.to_string().into_bytes(),
-    )
-    .await;
-    assert_eq!(status, 200);
+    let (_mock, daemon, session, _) = one_huge_answer(&text, false).await;
     let stored = all_messages(&daemon.client(), &session).await;
     let recorded = stored[1]["parts"][0]["text"].as_str().unwrap();
     assert!(recorded.contains("not recorded"), "the middle was dropped");
