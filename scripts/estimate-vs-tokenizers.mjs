@@ -6,9 +6,11 @@
 //     npm install --prefix /tmp/tok gpt-tokenizer@2.9.0 @anthropic-ai/tokenizer@0.0.4
 //     NODE_PATH=/tmp/tok/node_modules node scripts/estimate-vs-tokenizers.mjs
 //
-// "spec" is the spec's four characters a token; "compactd" counts a digit as two characters
-// and two more where a digit follows a letter or a letter a digit, an accented Latin or a
-// Cyrillic letter as two, any other outside ASCII as four (src/compaction/estimate.rs).
+// "spec" is the spec's four characters a token; "compactd" counts a digit as two characters,
+// two more where a digit follows a letter or a letter a digit, two more where a letter or a
+// digit follows ASCII punctuation, four more where a capital follows a small letter, an
+// accented Latin or a Cyrillic letter as two, any other outside ASCII as four
+// (src/compaction/estimate.rs). FILES=a,b adds files of your own, each as one text.
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 
@@ -24,14 +26,20 @@ const charCount = (c) => {
   if (code < 0x80) return 1;
   return TWO.some(([a, b]) => code >= a && code <= b) ? 2 : 4;
 };
-const kind = (c) => (/[0-9]/.test(c) ? 'digit' : /[A-Za-z]/.test(c) ? 'letter' : null);
+const kind = (c) => (/[0-9]/.test(c) ? 'digit' : /[a-z]/.test(c) ? 'small'
+  : /[A-Z]/.test(c) ? 'capital' : /[!-/:-@[-`{-~]/.test(c) ? 'punctuation' : null);
+const alnum = (k) => k === 'digit' || k === 'small' || k === 'capital';
+const letter = (k) => k === 'small' || k === 'capital';
 const chars = (text) => [...text].length;
 const compactd = (text) => {
   let counted = 0;
   let last = null;
   for (const c of text) {
     const k = kind(c);
-    counted += charCount(c) + (k && last && k !== last ? 2 : 0);
+    const switched = (k === 'digit' && letter(last)) || (letter(k) && last === 'digit');
+    counted += charCount(c) + (switched ? 2 : 0)
+      + (alnum(k) && last === 'punctuation' ? 2 : 0)
+      + (k === 'capital' && last === 'small' ? 4 : 0);
     last = k;
   }
   return Math.ceil(counted / 4);
@@ -101,7 +109,16 @@ const samples = {
   'UUIDs': lines(200, () => randomUUID()),
   'base64': lines(100, () => randomBytes(60).toString('base64')),
   'numbers (CSV)': lines(200, (i) => [i, i * 37 % 1000, (i * 3.14159).toFixed(4), i * 12345].join(',')),
+  'minified code': lines(60, (i) => `function ${pick(['t', 'eA', 'Qn'], i)}(e,n){var r=e.${pick(['getState', 'props', 'ref'], i)}`
+    + `(n),o=[${i},${i * 7}];return r?n.${pick(['push', 'setIn', 'map'], i)}(o,!0):void 0},`
+    + `${pick(['xe', 'Ot', 'k'], i)}=function(e){return e&&e.__esModule?e:{default:e}};`),
+  'SVG path': lines(60, (i) => `<path fill="#${createHash('md5').update(String(i)).digest('hex').slice(0, 6)}" d="M${i}.5,${i * 3}.2c1.1,0,2.2,0.1,3.3,0.3`
+    + `c-${i % 9}.6,1.6-4.6,3.4-5.9,5.4v39h-18.3V${i}.7z"/>`),
 };
+const fs = require('node:fs');
+for (const file of (process.env.FILES || '').split(',').filter(Boolean)) {
+  samples[file.split('/').pop()] = fs.readFileSync(file, 'utf8');
+}
 
 const pad = (s, n) => String(s).padStart(n);
 console.log('| text | characters | spec | compactd | o200k | cl100k | Claude (published) | most per compactd token |');

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""compactd's token estimate (four ASCII characters a token) against what the models counted.
+"""compactd's token estimate (src/compaction/estimate.rs) against what the models counted.
 
 The shared transcripts record the model's own usage for each call: Claude Code's assistant
 records (input_tokens + cache_creation_input_tokens + cache_read_input_tokens) and
@@ -22,12 +22,20 @@ ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file
 
 def estimated_chars(text):
     """Characters as compactd's estimate counts them (src/compaction/estimate.rs): ASCII one
-    each but a digit two, and two more where a digit follows a letter or a letter a digit; an
-    accented Latin or a Cyrillic letter two, any other character four."""
+    each but a digit two, two more where a digit follows a letter or a letter a digit, two
+    more where a letter or digit follows ASCII punctuation, four more where a capital follows a
+    small letter; an accented Latin or a Cyrillic letter two, any other character four."""
     counted, last = 0, None
     for c in text:
         code = ord(c)
-        kind = "digit" if c in "0123456789" else "letter" if c.isascii() and c.isalpha() else None
+        if c in "0123456789":
+            kind = "digit"
+        elif code < 0x80 and c.isalpha():
+            kind = "small" if c.islower() else "capital"
+        elif code < 0x80 and 0x21 <= code <= 0x7E:
+            kind = "punctuation"
+        else:
+            kind = None
         if kind == "digit":
             counted += 2
         elif code < 0x80:
@@ -36,8 +44,13 @@ def estimated_chars(text):
             counted += 2
         else:
             counted += 4
-        if kind and last and kind != last:
+        letters = ("small", "capital")
+        if (kind == "digit" and last in letters) or (kind in letters and last == "digit"):
             counted += 2
+        if kind in ("digit", "small", "capital") and last == "punctuation":
+            counted += 2
+        if kind == "capital" and last == "small":
+            counted += 4
         last = kind
     return counted
 

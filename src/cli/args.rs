@@ -177,7 +177,7 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
         /// The agent's model counts this many tokens per token compactd estimates (the shared
-        /// transcripts' models: 1.4 to 2.2); the report gives each context as it counts it.
+        /// transcripts' models: 1.2 to 2.0); the report gives each context as it counts it.
         #[arg(long, value_name = "RATIO", value_parser = tokenizer_ratio)]
         tokenizer_ratio: Option<f64>,
         /// The agent reports its model's count of each call (`usage.input_tokens`, with

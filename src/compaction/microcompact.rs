@@ -1,7 +1,7 @@
 //! Microcompaction: masking old tool outputs in the context before a summary is needed.
 //!
 //! Tool outputs are most of what fills an agent's window, and old ones are rarely read again.
-//! When the context passes `microcompact_tokens` (10,000 by default, at most half the
+//! When the context passes `microcompact_tokens` (11,000 by default, at most half the
 //! trigger), every tool output older than the
 //! newest `preserveRecentOutputs` in the active messages (but one no longer than it) is
 //! replaced *in the context* by a placeholder that says what was there and where to get it
@@ -198,10 +198,10 @@ mod tests {
             MaskingStart::of(config, limit).map(|start| start.thresholds(pinned))
         };
         let config = CompactionConfig::default();
-        // 32k and 128k: 10,000 tokens, half of it saved at a time.
+        // 32k and 128k: 11,000 tokens, half of it saved at a time.
         for limit in [32_000, 128_000] {
             let (start, saving) = masking_thresholds(&config, limit, 0).unwrap();
-            assert_eq!((start, saving), (10_000, 5_000));
+            assert_eq!((start, saving), (11_000, 5_500));
         }
         // 16k: trigger 12,800, masking from half of it.
         assert_eq!(masking_thresholds(&config, 16_000, 0), Some((6_400, 3_200)));

@@ -1,7 +1,7 @@
 //! A model API's refusal of a request whose prompt is longer than the model's window, read
 //! from its error answer, with the counts it gives: the upstream's own tokenizer is the truth
 //! compactd's estimate (four characters a token) only approximates. On the shared coding
-//! transcripts the real counts run 1.4 to 2.2 times the estimate (docs/EVALUATION.md), so a
+//! transcripts the real counts run 1.2 to 2.0 times the estimate (docs/EVALUATION.md), so a
 //! long conversation's first call, before any usage report anchors the count, can reach the
 //! model over its window although compactd's estimate is under the trigger.
 //!

@@ -242,7 +242,7 @@ impl SessionRow {
     /// model's last report and the estimate of what came after it, unless that is under a
     /// third of the estimate of the whole context ([`IMPLAUSIBLE_REPORT_DIVISOR`]). What came
     /// after is counted at the rate the model counted what its report measured, against the
-    /// estimate of the same messages: models count code at 1.4 to 2.2 times the estimate
+    /// estimate of the same messages: models count code at 1.2 to 2.0 times the estimate
     /// (docs/EVALUATION.md), and a large output appended after a report near the trigger
     /// would otherwise reach the model over its window with compactd counting it under.
     /// Without a report (a compaction drops it) the estimate counts at the rate the last one

@@ -1025,7 +1025,7 @@ async fn old_outputs_are_masked_in_the_context_announced_recorded_and_retrievabl
     let daemon = TestDaemon::start("");
     let client = daemon.client();
     let mut events = client.events().await.unwrap();
-    // 12 outputs of ~1,000 tokens: past the 10,000-token masking point of a 128k session,
+    // 12 outputs of ~1,000 tokens: past the 11,000-token masking point of a 128k session,
     // far below its trigger.
     let messages = big_rounds("mc", 12, 4_000);
     let appended = client

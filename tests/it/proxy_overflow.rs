@@ -1,5 +1,5 @@
 //! An upstream that refuses a proxied call as longer than the model's window. compactd counts
-//! four characters a token; the models' tokenizers count more on code (1.4 to 2.2 times as
+//! four characters a token; the models' tokenizers count more on code (1.2 to 2.0 times as
 //! many on the shared transcripts), so a long conversation's first call can reach the model
 //! over its window while compactd's estimate is under the trigger. The mock here counts as
 //! such a tokenizer would and refuses as the providers document; the agent must never see the
@@ -580,12 +580,12 @@ async fn a_refusal_is_cured_though_another_branch_was_compacted_while_the_call_w
 
     // The even branch's client sends four notes it kept (a rewritten history): text that
     // the model counts at six times compactd's estimate (a control character, a quote and a
-    // letter: the mock model counts the first two by their JSON escapes, six bytes and two),
+    // space: the mock model counts the first two by their JSON escapes, six bytes and two),
     // over the window by the model's count, under the trigger by compactd's.
     even.pop();
     for note in 0..4 {
         even.push(
-            json!({"role": "user", "content": format!("Note {note}: {}", "\u{7}\"a".repeat(700))}),
+            json!({"role": "user", "content": format!("Note {note}: {}", "\u{7}\" ".repeat(700))}),
         );
         even.push(json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}));
     }

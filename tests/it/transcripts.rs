@@ -296,7 +296,7 @@ fn replaying_every_shared_transcript_keeps_what_matters_and_saves_tokens() {
 }
 
 /// Replays `files` at `limit` as an agent whose model counts twice compactd's estimate (the
-/// shared transcripts' models counted 1.4 to 2.2 times it), reporting its usage or not.
+/// shared transcripts' models counted 1.2 to 2.0 times it), reporting its usage or not.
 fn replayed_at_twice_the_estimate(files: &[String], limit: u64, reports: bool) -> Vec<Value> {
     replayed_counting(files, limit, 2.0, reports)
 }

@@ -89,7 +89,7 @@ pub struct CachedCosts {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Model {
     /// Tokens the model counts per token compactd estimates (the shared transcripts' models
-    /// counted 1.4 to 2.2: docs/EVALUATION.md). `None`: not measured.
+    /// counted 1.2 to 2.0: docs/EVALUATION.md). `None`: not measured.
     pub ratio: Option<f64>,
     /// The agent reports each call's count with the next message (`usage.input_tokens`).
     pub reports_usage: bool,

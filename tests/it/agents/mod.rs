@@ -3,7 +3,7 @@
 //! through a task of many tool steps by a local model API that refuses what the providers
 //! refuse ([`crate::common::model_api`]), first directly, then through compactd. Through
 //! compactd, the model's tokenizer counts two characters a token where compactd's estimate
-//! counts four (the shared transcripts' models counted 1.4 to 2.2 times the estimate), so
+//! counts four (the shared transcripts' models counted 1.2 to 2.0 times the estimate), so
 //! compactd must follow the usage the model reports, not its own estimate.
 
 mod background_command;
