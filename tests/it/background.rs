@@ -235,7 +235,7 @@ async fn the_context_a_compaction_lands_with_is_served_until_the_next_append() {
 
 #[tokio::test]
 async fn a_masking_a_config_edit_makes_due_is_in_the_context_that_starts_it() {
-    // Microcompaction off: twenty bash rounds of 2,000-character outputs stay whole.
+    // Microcompaction off: twenty-four bash rounds of 2,000-character outputs stay whole.
     let daemon = TestDaemon::start("[compaction]\nmicrocompact = false\n");
     let client = daemon.client();
     let mut events = client.events().await.unwrap();
@@ -247,7 +247,7 @@ async fn a_masking_a_config_edit_makes_due_is_in_the_context_that_starts_it() {
         .post("/session/edit/message", &user("please fix the tests"))
         .await
         .unwrap();
-    append_rounds(&client, "edit", 0..20, &"x".repeat(2000)).await;
+    append_rounds(&client, "edit", 0..24, &"x".repeat(2000)).await;
     let unmasked = session(&client, "edit").await["tokens"].as_u64().unwrap();
     // Turned on by an edit: the session is past the point where masking starts, and nothing
     // is appended. The next context masks, and is served masked.

@@ -221,7 +221,7 @@ fn spec_estimates_count_characters_rounded_up_per_message() {
     assert_eq!(e.text("a1b2"), 3);
     // A letter or digit after punctuation counts two more, a capital after a small letter
     // four (the tokenizers start a token there: minified code, SVG paths and base64 reached
-    // their models at 1.5 to 1.9 times the estimate without these).
+    // their models at 1.4 to 1.9 times the estimate without these).
     assert_eq!(e.text("a.b(c)"), 3);
     assert_eq!(e.text("getValue"), 3);
     // Rounded up once per message, no per-message minimum.
