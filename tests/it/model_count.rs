@@ -133,14 +133,9 @@ async fn a_session_in_greek_fits_its_window_as_the_model_counts_it() {
 
 /// A lockfile's entry: a package, its version and its SHA-256, different at every line.
 fn lockfile_entry(step: usize, i: usize) -> String {
-    let mut x = (step * 100_003 + i) as u64 ^ 0x9e37_79b9_7f4a_7c15;
-    let checksum: String = (0..4)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            format!("{:016x}", x)
-        })
+    let checksum: String = pseudo_random((step * 100_003 + i) as u64)
+        .take(4)
+        .map(|x| format!("{x:016x}"))
         .collect();
     format!(
         "[[package]]\nname = \"crate-{i}\"\nversion = \"{}.{}.{step}\"\nchecksum = \"{checksum}\"\n\n",
@@ -168,16 +163,22 @@ async fn a_session_reading_lockfiles_fits_its_window_as_the_model_counts_it() {
     .await;
 }
 
+/// A pseudo-random stream of words, the same for the same `seed`.
+fn pseudo_random(seed: u64) -> impl Iterator<Item = u64> {
+    let step = |x: u64| {
+        x.wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407)
+    };
+    std::iter::successors(Some(step(seed ^ 0x9e37_79b9_7f4a_7c15)), move |&x| {
+        Some(step(x))
+    })
+}
+
 /// `n` pseudo-random bytes, the same for the same `seed`.
 fn pseudo_random_bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed ^ 0x9e37_79b9_7f4a_7c15;
-    (0..n)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (x >> 33) as u8
-        })
+    pseudo_random(seed)
+        .take(n)
+        .map(|x| (x >> 33) as u8)
         .collect()
 }
 
