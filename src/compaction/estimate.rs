@@ -103,9 +103,10 @@ pub fn counted_chars(text: &str) -> usize {
     counter.counted
 }
 
-/// What ASCII text counts beyond its length ([`pair_extra`] over each pair of neighbours, and
-/// one for a digit first). Most of what agents write is ASCII, and every output is counted at
-/// least once: the pairs are taken 32 at a time and summed in a byte (four at most each),
+/// What ASCII text counts beyond its length: one more for each digit, and [`pair_extra`] for
+/// each pair of neighbours. Most of what agents write is ASCII, and every output is counted at
+/// least once: the pairs are taken 32 at a time and summed in a byte (four at most each, a
+/// digit's one included),
 /// which the compiler turns into vector instructions (0.4 to 0.6 ns a byte here, BENCHMARKS.md;
 /// a loop carrying the last character's kind took 0.7 when only digits counted).
 fn ascii_extra(bytes: &[u8]) -> usize {
@@ -117,20 +118,20 @@ fn ascii_extra(bytes: &[u8]) -> usize {
         before
             .iter()
             .zip(at)
-            .fold(0u8, |sum, (&b, &a)| sum + pair_extra(b, a))
+            .fold(0u8, |sum, (&b, &a)| sum + digit(a) + pair_extra(b, a))
     });
     usize::from(digit(first)) + pairs.map(usize::from).sum::<usize>()
 }
 
-/// What byte `a` counts beyond one after byte `b` (neither outside ASCII's letters, digits
-/// and punctuation counts anything): one for a digit, two more for a letter and a digit side
+/// What byte `a` counts after byte `b`, beyond what it counts on its own (neither outside
+/// ASCII's letters, digits and punctuation counts anything): two for a letter and a digit side
 /// by side, two for a letter or digit after punctuation, four for a capital after a small
-/// letter. At most four: the cases exclude one another but a digit's one.
+/// letter. The cases exclude one another.
 fn pair_extra(b: u8, a: u8) -> u8 {
     let switch = (digit(b) & letter(a)) | (letter(b) & digit(a));
     let after_punctuation = punctuation(b) & (letter(a) | digit(a));
     let capital_after_small = u8::from(b.is_ascii_lowercase()) & u8::from(a.is_ascii_uppercase());
-    digit(a) + 2 * switch + 2 * after_punctuation + 4 * capital_after_small
+    2 * switch + 2 * after_punctuation + 4 * capital_after_small
 }
 
 fn digit(b: u8) -> u8 {
@@ -173,9 +174,7 @@ struct Counter {
 impl Counter {
     fn add(&mut self, c: char) {
         let b = u8::try_from(c).unwrap_or(0);
-        let extra = pair_extra(self.last, b);
-        // `pair_extra` counts a digit's one, which `char_count` already does.
-        self.counted += char_count(c) + usize::from(extra - digit(b));
+        self.counted += char_count(c) + usize::from(pair_extra(self.last, b));
         self.last = b;
     }
 }
