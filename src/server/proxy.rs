@@ -338,12 +338,22 @@ async fn proxied(
     // A context the upstream refuses as longer than the model's window (compactd's estimate
     // fell short of its tokenizer) is compacted to what it counted and sent once more. The
     // parsed request is kept for that until the answer's status: the body's charge holds it.
-    let mut attempt = 0;
+    let mut refused = None;
     loop {
-        let turn = match service
-            .proxy_turn(&caller, call.identity()?, &request)
-            .await
-        {
+        let turn = match refused {
+            None => {
+                service
+                    .proxy_turn(&caller, call.identity()?, &request)
+                    .await
+            }
+            Some(refused) => {
+                let identity = call.identity()?;
+                service
+                    .proxy_retry(&caller, identity, &request, refused)
+                    .await
+            }
+        };
+        let turn = match turn {
             Ok(turn) => turn,
             Err(ServiceError::Store(why)) if why.leaves_a_call_unrecorded() => {
                 return unrecorded(call, service, path, &caller, (request, body), &why).await;
@@ -359,11 +369,11 @@ async fn proxied(
             .await?;
         (request, body) = kept;
         let bytes = bytes.map_err(internal)?;
-        let watch = attempt == 0;
+        let watch = refused.is_none();
         match send(call, service, path, bytes, &turn, watch).await? {
             (response, Some(overflow)) if watch => {
                 match service.proxy_overflow(&turn, overflow).await {
-                    Ok(()) => {}
+                    Ok(context) => refused = Some(context),
                     // Nothing can be compacted now: the refusal goes to the client as it came.
                     Err(ServiceError::Store(why)) if why.leaves_a_call_unrecorded() => {
                         return Ok(response);
@@ -373,7 +383,6 @@ async fn proxied(
             }
             (response, _) => return Ok(response),
         }
-        attempt += 1;
     }
 }
 

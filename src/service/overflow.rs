@@ -5,24 +5,82 @@
 //! again. The proxy reads refusals from the upstream's answers itself; an agent on the socket
 //! API passes its model's answer on.
 
-use super::proxy::ProxyTurn;
+use super::proxy::{Caller, Identity, ProxyTurn};
 use super::{Service, ServiceError};
 use crate::config::{OverrideError, compaction_with_overrides};
 use crate::protocol::{MAX_REPORTED_TOKENS, OverflowOutcome, OverflowReport, SessionId};
 use crate::provider::overflow::{Overflow, overflow};
-use crate::store::SentContext;
+use crate::provider::wire::WireRequest;
+use crate::store::{ContextVersion, SentContext};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
 impl Service {
     /// The upstream refused the call sent with `turn`'s context as longer than the model's
     /// window: what it counted becomes the session's usage (and a window it named under the
-    /// session's limit, the limit), so the call's next context is compacted to fit.
+    /// session's limit, the limit), so the call's next context is compacted to fit. Returns
+    /// the context refused, for [`Self::proxy_retry`].
     pub async fn proxy_overflow(
         &self,
         turn: &ProxyTurn,
         overflow: Overflow,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<RefusedContext, ServiceError> {
+        let refused = RefusedContext {
+            head: turn.last_seq,
+            sent: turn.sent,
+            overflow,
+        };
+        let noted = self.note_refusal(&turn.id, refused).await?;
+        tracing::warn!(
+            session = %turn.id,
+            tokens = ?overflow.tokens,
+            limit = ?overflow.limit,
+            noted,
+            "the upstream refused the context as longer than the model's window: compacting it and sending the call once more"
+        );
+        Ok(refused)
+    }
+
+    /// The turn of a call going once more after the upstream refused its context: as
+    /// [`Self::proxy_turn`], but never the refused context itself. The refused count stands
+    /// as the session's usage only while the call's branch stays the current one: another
+    /// branch's call between the refusal and the retry makes its own branch current, which
+    /// drops the usage (it measured another branch), and its answer's usage teaches that
+    /// branch's rate, lower for a branch the model counts fewer tokens of. Nothing then said
+    /// this branch was due, its context went again as it was, and the second refusal reached
+    /// the agent (CI: two branches taking turns under load). The refusal is the model's word
+    /// on this very context: it is noted again and the branch compacted, under the session's
+    /// lock, before the call goes.
+    pub async fn proxy_retry(
+        self: &Arc<Self>,
+        caller: &Caller,
+        identity: Identity,
+        request: &WireRequest,
+        refused: RefusedContext,
+    ) -> Result<ProxyTurn, ServiceError> {
+        let turn = self.proxy_turn(caller, identity.clone(), request).await?;
+        if !refused.is(turn.last_seq, turn.sent) {
+            return Ok(turn);
+        }
+        let guard = self.locks.lock(turn.id.as_str()).await;
+        // The compaction plans with the refusal's rate: noted again, it is the session's
+        // (a later answer of the other branch would have to land in between to move it).
+        if self.note_refusal(&turn.id, refused).await?
+            && let Err(e) = self.compact_refused(&turn.id, refused.head).await
+        {
+            tracing::warn!(session = %turn.id, error = %e, "cannot compact the refused context: the call goes as it is");
+        }
+        drop(guard);
+        self.proxy_turn(caller, identity, request).await
+    }
+
+    /// Notes `refused` on its branch (made the current one): whether it still stands for the
+    /// context the branch serves (no compaction of it landed since).
+    async fn note_refusal(
+        &self,
+        id: &SessionId,
+        refused: RefusedContext,
+    ) -> Result<bool, ServiceError> {
         let settings = self.settings();
         let fits = move |limit: usize| {
             settings
@@ -34,21 +92,14 @@ impl Service {
         let noted = self
             .store
             .note_overflow(
-                &turn.id,
-                SentContext::Proxied(turn.sent, turn.last_seq),
-                overflow,
+                id,
+                SentContext::Proxied(refused.sent, refused.head),
+                refused.overflow,
                 fits,
                 self.step_budgets(),
             )
             .await?;
-        tracing::warn!(
-            session = %turn.id,
-            tokens = ?overflow.tokens,
-            limit = ?overflow.limit,
-            noted = noted.is_some(),
-            "the upstream refused the context as longer than the model's window: compacting it and sending the call once more"
-        );
-        Ok(())
+        Ok(noted.is_some())
     }
 
     /// An agent on the socket API says its model refused the context as longer than its
@@ -111,6 +162,23 @@ impl Service {
     }
 }
 
+/// A context the upstream refused as longer than the model's window: the head of the branch
+/// it was for, its version, and what the upstream said.
+#[derive(Debug, Clone, Copy)]
+pub struct RefusedContext {
+    head: u64,
+    sent: ContextVersion,
+    overflow: Overflow,
+}
+
+impl RefusedContext {
+    /// Whether the context of the branch ending at `head`, at `version`, is the one refused
+    /// (a masking since only shrank it: still refused).
+    fn is(&self, head: u64, version: ContextVersion) -> bool {
+        head == self.head && !self.sent.compacted_since(version)
+    }
+}
+
 /// What a refusal said: the figures the client gave, else those its model's error answer
 /// holds. An error answer that is not a refusal of a prompt as too long is refused: taking,
 /// say, a rate limit for one would shrink the session's context for nothing.
@@ -152,4 +220,115 @@ fn error_answer(error: &Value) -> Vec<u8> {
         other => other.clone(),
     };
     serde_json::to_vec(&answer).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Synchronous};
+    use crate::message::{Message, Part, Role};
+    use crate::provider::wire::{Wire, WireReply};
+    use crate::store::Store;
+
+    /// One conversation, as Claude Code names it in a header.
+    fn conversation() -> Identity {
+        Identity {
+            conversation: Some("conversation-1".into()),
+            ..Identity::default()
+        }
+    }
+
+    /// A conversation's call: its task, the answer to it, and then `branch`'s messages.
+    fn call(branch: &[Value]) -> WireRequest {
+        let mut messages = vec![
+            json!({"role": "user", "content": "Read every module and fix the failing test."}),
+            json!({"role": "assistant", "content": "Reading them."}),
+        ];
+        messages.extend_from_slice(branch);
+        Wire::Chat
+            .parse_value(&mut json!({"model": "branch-test", "messages": messages}))
+            .unwrap()
+    }
+
+    /// The even branch's call is refused; before it goes again, the odd branch's call makes
+    /// its branch the current one (dropping the refused count) and its answer's usage
+    /// teaches the rate of compactd's own estimate. The session's counters then say the even
+    /// branch is far under its trigger: sent as they say, the refused context would go again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retry_never_sends_the_context_refused_though_another_branch_moved_the_session() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("t.db"), Synchronous::Normal).unwrap();
+        let mut config = Config::default();
+        config.proxy.models.insert("branch-test".into(), 16_000);
+        let service = Service::new(store, config).unwrap();
+        let caller = Caller::new("Bearer sk-branches", true);
+        let module =
+            |name: &str, n: usize| format!("def {name}_{n}(x):\n    return x\n").repeat(60);
+        let mut even = vec![json!({"role": "user", "content": "Take the even modules."})];
+        for n in 0..16 {
+            even.push(json!({"role": "assistant", "content": format!("Module {n}.")}));
+            even.push(json!({"role": "user", "content": module("even", n)}));
+        }
+        let odd = [json!({"role": "user", "content": "Take the odd modules."})];
+        let refused_turn = service
+            .proxy_turn(&caller, conversation(), &call(&even))
+            .await
+            .unwrap();
+        // The model counts a token every two characters of the context as JSON: over its
+        // window, and over twice compactd's estimate.
+        let counted =
+            |turn: &ProxyTurn| serde_json::to_string(&turn.context.messages).unwrap().len() / 2;
+        let refused_count = counted(&refused_turn);
+        assert!(refused_count > 16_000, "{refused_count}");
+        assert!(
+            refused_count > 2 * refused_turn.context.tokens,
+            "{refused_count}"
+        );
+        let overflow = Overflow {
+            tokens: Some(refused_count),
+            limit: Some(16_000),
+            completion: None,
+        };
+        let refused = service
+            .proxy_overflow(&refused_turn, overflow)
+            .await
+            .unwrap();
+        let other = service
+            .proxy_turn(&caller, conversation(), &call(&odd))
+            .await
+            .unwrap();
+        assert_eq!(other.id, refused_turn.id, "one conversation, two branches");
+        let answer = WireReply {
+            message: Message {
+                role: Role::Assistant,
+                parts: vec![Part::Text {
+                    text: "On it.".into(),
+                }],
+            },
+            context_tokens: Some(other.context.tokens),
+            unrecorded_chars: 0,
+        };
+        service
+            .proxy_reply(&other.id, other.last_seq, other.sent, answer)
+            .await
+            .unwrap();
+        // What the counters alone serve the even branch now: the context refused.
+        let unaware = service
+            .proxy_turn(&caller, conversation(), &call(&even))
+            .await
+            .unwrap();
+        assert!(refused.is(unaware.last_seq, unaware.sent));
+        let retried = service
+            .proxy_retry(&caller, conversation(), &call(&even), refused)
+            .await
+            .unwrap();
+        assert!(!refused.is(retried.last_seq, retried.sent));
+        assert!(counted(&retried) <= 16_000, "{} tokens", counted(&retried));
+        let text = serde_json::to_string(&retried.context.messages).unwrap();
+        assert!(
+            text.contains("Take the even modules."),
+            "the task and instruction stay"
+        );
+        assert!(!text.contains("odd"), "nothing of the other branch");
+    }
 }

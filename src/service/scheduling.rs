@@ -333,6 +333,20 @@ impl Service {
         }
     }
 
+    /// One compaction of the branch ending at `head`, whatever the trigger says: the model
+    /// refused its context (see `Service::proxy_retry`). The caller holds the session's lock.
+    /// Whether it compacted.
+    pub(super) async fn compact_refused(
+        &self,
+        id: &SessionId,
+        head: u64,
+    ) -> Result<bool, ServiceError> {
+        let attempt = self
+            .compact_once(id, Trigger::Tokens, None, None, Some(head))
+            .await?;
+        Ok(matches!(attempt, Attempt::Compacted(_)))
+    }
+
     /// One compaction of the session's current state. The caller holds the session's lock.
     /// Success and failure are both recorded and announced; a failure changes nothing else.
     /// With nothing to compact, a manual compaction says so and nothing is announced; an

@@ -26,6 +26,7 @@ mod overflow_report;
 mod pinning;
 mod provider_formats;
 mod proxy;
+mod proxy_branches;
 mod proxy_images;
 mod proxy_overflow;
 mod proxy_preamble;
