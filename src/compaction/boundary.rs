@@ -11,6 +11,15 @@
 //! output it asked for, and results still running would arrive after a compaction had
 //! swallowed their call. The budget rule stays the spec's; the floor is on top of it (when the
 //! step is too large for the context, the context shortens it, see [`super::step`]).
+//!
+//! A result in the step answering a call of an *earlier* turn (a client appending it late)
+//! pulls that call into the tail only while what lies between fits the budget. Pulled in
+//! whatever it cost, everything between came along verbatim, never summarized and never
+//! shortened (it is no part of the step): five long user messages between a call and its late
+//! result made a context of 56,023 tokens at a 53,372-token limit, "nothing to compact"
+//! (found by `tests/it/current_step.rs`). Left out, the call is summarized and the context
+//! shows the late result as text naming its call (`service::answered`): no API sees a result
+//! without its call, and the agent still sees the output.
 
 use super::step::current_step_start;
 use crate::message::Message;
@@ -49,11 +58,14 @@ pub fn find_preserve_boundary(
     while earliest_ref[index] < index {
         index += 1;
     }
-    // The current step is always kept, with the calls its results answer.
+    // The current step is always kept, with the calls its results answer while what that
+    // brings along fits the budget.
     let step = current_step_start(messages);
     if step < index {
         index = step;
-        while earliest_ref[index] < index {
+        while earliest_ref[index] < index
+            && tokens[earliest_ref[index]..step].iter().sum::<usize>() <= budget
+        {
             index = earliest_ref[index];
         }
     }
@@ -177,7 +189,7 @@ mod tests {
         ];
         let b = find_preserve_boundary(&m, &[1, 10, 10, 10, 50_000], 2_000, 1);
         assert_eq!(b.index, 3);
-        // A result answering an older call pulls that call in too.
+        // A result answering an older call pulls that call in too...
         let m = vec![
             text(Role::User),
             calls(&["a", "late"]),
@@ -188,6 +200,12 @@ mod tests {
         assert_eq!(
             find_preserve_boundary(&m, &[1, 10, 10, 10, 50_000], 2_000, 1).index,
             1
+        );
+        // ...unless what lies between is over the budget: the late result is then shown as
+        // text naming its call, and what lies between is summarized.
+        assert_eq!(
+            find_preserve_boundary(&m, &[1, 10, 2_000, 10, 50_000], 2_000, 1).index,
+            3
         );
     }
 

@@ -125,6 +125,11 @@ fn session(steps: &[Step], pending: Option<usize>) -> (Vec<Message>, Vec<usize>)
 
 /// Whether a boundary at `b` keeps a result whose call it compacts.
 fn orphans_a_result(messages: &[Message], b: usize) -> bool {
+    oldest_orphaned_call(messages, b).is_some()
+}
+
+/// The index of the oldest call before `b` whose result lies at or after `b`.
+fn oldest_orphaned_call(messages: &[Message], b: usize) -> Option<usize> {
     let mut call_at = HashMap::new();
     for (i, m) in messages.iter().enumerate() {
         for id in m.tool_call_ids() {
@@ -134,7 +139,8 @@ fn orphans_a_result(messages: &[Message], b: usize) -> bool {
     messages[b..]
         .iter()
         .flat_map(|m| m.tool_result_ids())
-        .any(|id| call_at.get(id).is_some_and(|&c| c < b))
+        .filter_map(|id| call_at.get(id).copied().filter(|&c| c < b))
+        .min()
 }
 
 proptest! {
@@ -152,7 +158,14 @@ proptest! {
         let n = messages.len();
         prop_assert!(b <= n);
         prop_assert_eq!(preserved_tokens, tokens[b..].iter().sum::<usize>());
-        prop_assert!(!orphans_a_result(&messages, b), "orphaned result at boundary {}", b);
+        // A result is kept without its call only in the current step, when keeping the call
+        // would bring more than the budget along (the context shows it as text naming it).
+        let step = current_step_start(&messages);
+        if let Some(call) = oldest_orphaned_call(&messages, b) {
+            prop_assert_eq!(b, step, "orphaned result at boundary {}", b);
+            let between: usize = tokens[call..step].iter().sum();
+            prop_assert!(between > budget, "a call {} tokens back was left out", between);
+        }
         // Every kept call keeps its results: results always follow their call.
         let kept_calls: HashSet<&str> = messages[b..].iter().flat_map(|m| m.tool_call_ids()).collect();
         for m in &messages[..b] {
@@ -162,7 +175,6 @@ proptest! {
         }
         // The current step (the newest assistant message and what follows it, a call still
         // waiting for its result included) is always kept, whatever it costs.
-        let step = current_step_start(&messages);
         prop_assert!(b <= step, "boundary {} cuts into the current step at {}", b, step);
         let step_fits = tokens[step..].iter().sum::<usize>() <= budget && n - step <= cap;
         if step_fits {
