@@ -250,6 +250,13 @@ mod tests {
             .unwrap()
     }
 
+    /// The turn of the conversation's call with `branch`'s messages.
+    async fn turn(service: &Arc<Service>, caller: &Caller, branch: &[Value]) -> ProxyTurn {
+        let request = call(branch);
+        let turn = service.proxy_turn(caller, conversation(), &request);
+        turn.await.unwrap()
+    }
+
     /// The even branch's call is refused; before it goes again, the odd branch's call makes
     /// its branch the current one (dropping the refused count) and its answer's usage
     /// teaches the rate of compactd's own estimate. The session's counters then say the even
@@ -270,10 +277,7 @@ mod tests {
             even.push(json!({"role": "user", "content": module("even", n)}));
         }
         let odd = [json!({"role": "user", "content": "Take the odd modules."})];
-        let refused_turn = service
-            .proxy_turn(&caller, conversation(), &call(&even))
-            .await
-            .unwrap();
+        let refused_turn = turn(&service, &caller, &even).await;
         // The model counts a token every two characters of the context as JSON: over its
         // window, and over twice compactd's estimate.
         let counted =
@@ -293,10 +297,7 @@ mod tests {
             .proxy_overflow(&refused_turn, overflow)
             .await
             .unwrap();
-        let other = service
-            .proxy_turn(&caller, conversation(), &call(&odd))
-            .await
-            .unwrap();
+        let other = turn(&service, &caller, &odd).await;
         assert_eq!(other.id, refused_turn.id, "one conversation, two branches");
         let answer = WireReply {
             message: Message {
@@ -313,10 +314,7 @@ mod tests {
             .await
             .unwrap();
         // What the counters alone serve the even branch now: the context refused.
-        let unaware = service
-            .proxy_turn(&caller, conversation(), &call(&even))
-            .await
-            .unwrap();
+        let unaware = turn(&service, &caller, &even).await;
         assert!(refused.is(unaware.last_seq, unaware.sent));
         let retried = service
             .proxy_retry(&caller, conversation(), &call(&even), refused)
