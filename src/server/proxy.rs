@@ -340,14 +340,10 @@ async fn proxied(
     // parsed request is kept for that until the answer's status: the body's charge holds it.
     let mut refused = None;
     loop {
+        let identity = call.identity()?;
         let turn = match refused {
-            None => {
-                service
-                    .proxy_turn(&caller, call.identity()?, &request)
-                    .await
-            }
+            None => service.proxy_turn(&caller, identity, &request).await,
             Some(refused) => {
-                let identity = call.identity()?;
                 service
                     .proxy_retry(&caller, identity, &request, refused)
                     .await

@@ -335,16 +335,15 @@ impl Service {
 
     /// One compaction of the branch ending at `head`, whatever the trigger says: the model
     /// refused its context (see `Service::proxy_retry`). The caller holds the session's lock.
-    /// Whether it compacted.
+    /// Nothing to compact is recorded as a failed attempt, as for any automatic compaction.
     pub(super) async fn compact_refused(
         &self,
         id: &SessionId,
         head: u64,
-    ) -> Result<bool, ServiceError> {
-        let attempt = self
-            .compact_once(id, Trigger::Tokens, None, None, Some(head))
-            .await?;
-        Ok(matches!(attempt, Attempt::Compacted(_)))
+    ) -> Result<(), ServiceError> {
+        self.compact_once(id, Trigger::Tokens, None, None, Some(head))
+            .await
+            .map(|_| ())
     }
 
     /// One compaction of the session's current state. The caller holds the session's lock.
