@@ -91,7 +91,7 @@ impl StoreError {
 
     /// A proxied call can go on without being recorded: every write is refused for now, or
     /// another process holds the database's write lock past the bounded wait (a person's
-    /// transaction, taken in the instant between a commit and the daemon's hold). An agent
+    /// transaction, open since before the daemon took the lock). An agent
     /// sends its whole conversation with every call, so its next call stores what this one
     /// could not; the agent never stops for compactd's database.
     pub fn leaves_a_call_unrecorded(&self) -> bool {

@@ -12,7 +12,7 @@
 //! Reads use a small pool of their own connections on blocking threads (never on the async
 //! workers that serve requests), at most [`MAX_READERS`] at a time; in WAL mode they never
 //! wait for the writer, and `sqlite3` can read the database while the daemon runs, never
-//! write it: the writer holds the write lock between its writes (see `writer`).
+//! write it: the writer keeps the write lock between its writes (see `kept_lock`).
 
 mod backup;
 mod clock;
@@ -22,6 +22,7 @@ mod counters;
 mod error;
 mod file;
 mod full_disk;
+mod kept_lock;
 mod mark;
 mod maskings;
 mod messages;
@@ -97,7 +98,9 @@ impl Store {
         // Checked by name before SQLite opens it: a descriptor of ours, once closed, would
         // drop SQLite's locks (see `file`).
         let file = DatabaseFile::prepare(path)?;
-        let conn = Connection::open_with_flags(path, OpenFlags::default() | NO_SYMLINK)?;
+        let vfs = kept_lock::name().map_err(StoreError::Internal)?;
+        let conn =
+            Connection::open_with_flags_and_vfs(path, OpenFlags::default() | NO_SYMLINK, vfs)?;
         file.confirm_opened()?;
         configure(&conn)?;
         conn.execute_batch(&format!(

@@ -1,6 +1,6 @@
 //! Whether another process holds the database's write lock: a person's transaction left
-//! open in `sqlite3` (taken before the daemon started, or in the instant between a commit and
-//! the writer holding the lock again: see `writer`), or another program writing by hand.
+//! open in `sqlite3` since before the daemon first took the lock, which it then keeps until
+//! it stops (see `kept_lock`).
 //!
 //! While it does, every write waits its [`super::BUSY_WAIT`] and fails `busy`. A proxied
 //! call loses nothing by going upstream unrecorded (the agent resends its whole conversation
