@@ -65,6 +65,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(StoreError::UnknownCall(_)) => {
                 (StatusCode::BAD_REQUEST, ErrorCode::UnknownCall)
             }
+            ServiceError::Store(StoreError::BadQuery(_)) => {
+                (StatusCode::BAD_REQUEST, ErrorCode::BadRequest)
+            }
             ServiceError::Store(StoreError::PinnedTooLarge { .. }) => {
                 (StatusCode::BAD_REQUEST, ErrorCode::PinnedTooLarge)
             }

@@ -28,6 +28,9 @@ pub enum StoreError {
         "this API key (or all keys over the loopback listener together) made new sessions faster than compactd lets one make them; retry in {0} s, or continue a conversation (x-compactd-session names one)"
     )]
     TooManySessions(u64),
+    /// The full-text index refused a search's query.
+    #[error("{0}")]
+    BadQuery(String),
     #[error("idempotency key `{0}` was used before for a different request")]
     IdempotencyMismatch(String),
     /// Another process (a `sqlite3` user, say) holds the database's write lock.

@@ -90,6 +90,8 @@ pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct Store {
     writer: Arc<Writer>,
     readers: Arc<ReadPool>,
+    /// Turns for searches (see `search`).
+    searches: Arc<Semaphore>,
 }
 
 impl Store {
@@ -123,6 +125,7 @@ impl Store {
                 idle: Mutex::new(Vec::new()),
                 permits: Semaphore::new(MAX_READERS),
             }),
+            searches: Arc::new(Semaphore::new(search::MAX_SEARCHES)),
         })
     }
 

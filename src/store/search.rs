@@ -13,7 +13,13 @@
 //! The index is contentless (the text is stored once, in `messages.parts`); each row carries a
 //! token of its session's id, so a search reads only that session's postings. A person's
 //! query is never handed to FTS5 as syntax: each word is quoted, so `"`, `*`, `NEAR`, `-`
-//! or a lone `(` search for themselves and no query string can fail.
+//! or a lone `(` search for themselves, and control characters (a NUL ends FTS5's string)
+//! separate words, so no query string can fail.
+//!
+//! A search's cost is bounded by construction: at most [`MAX_QUERY_WORDS`] words, at most
+//! [`MAX_SEARCHES`] at once (each holds a read connection on a blocking thread), and each hit
+//! is described where it is read, one message at a time, so a search of megabyte outputs
+//! never holds more than one of them.
 
 use super::rows::SessionRow;
 use super::sessions::get_live;
@@ -38,14 +44,18 @@ pub(super) const INDEX_STEP: usize = 500;
 const INDEX_STEP_BYTES: usize = 1 << 20;
 
 /// Words of a query beyond this many are ignored (each adds a posting list to merge).
-pub(super) const MAX_QUERY_WORDS: usize = 32;
+pub(crate) const MAX_QUERY_WORDS: usize = 32;
+/// Searches running at once; more wait their turn, so searches never take every read
+/// connection from the appends' and contexts' reads.
+pub(super) const MAX_SEARCHES: usize = 2;
 
 /// One message a search found.
 #[derive(Debug, Clone)]
 pub struct SearchHit {
     pub seq: u64,
     pub role: String,
-    pub parts: Vec<Part>,
+    /// What the caller made of the message's parts as it was read (a snippet).
+    pub description: String,
     /// bm25 relevance, higher is better.
     pub score: f64,
 }
@@ -139,15 +149,26 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<IndexStep> 
     })
 }
 
-/// The words of a person's query, each a quoted FTS5 string (inner quotes doubled); words
-/// without a letter or digit are dropped (FTS5 would find nothing in them).
+/// The words of a person's query, split at whitespace and control characters, each once:
+/// words without a letter or digit are dropped (FTS5 would find nothing in them), and those
+/// past [`MAX_QUERY_WORDS`].
 pub(crate) fn query_words(query: &str) -> Vec<String> {
-    query
-        .split_whitespace()
-        .filter(|w| w.chars().any(char::is_alphanumeric))
-        .take(MAX_QUERY_WORDS)
-        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
-        .collect()
+    let mut words: Vec<String> = Vec::new();
+    let split = query.split(|c: char| c.is_whitespace() || c.is_control());
+    for word in split.filter(|w| w.chars().any(char::is_alphanumeric)) {
+        if words.len() == MAX_QUERY_WORDS {
+            break;
+        }
+        if !words.iter().any(|w| w == word) {
+            words.push(word.to_string());
+        }
+    }
+    words
+}
+
+/// A word as a quoted FTS5 string (inner quotes doubled).
+fn quoted(word: &str) -> String {
+    format!("\"{}\"", word.replace('"', "\"\""))
 }
 
 /// Matches of one stage scored at most: the newest this many. bm25 costs a few µs per match,
@@ -172,15 +193,11 @@ const SEARCH: &str = "SELECT m.seq, m.role, m.parts, found.rank FROM
 /// The stages a search goes through, narrowest first, until it has enough: the words as one
 /// phrase (a line quoted whole), then messages with every word, then with any of them.
 fn stages(session_id: &str, words: &[String]) -> Vec<String> {
-    let phrase = words
-        .iter()
-        .map(|w| w.trim_matches('"').to_string())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut texts = vec![format!("\"{phrase}\"")];
+    let mut texts = vec![quoted(&words.join(" "))];
     if words.len() > 1 {
-        texts.push(words.join(" AND "));
-        texts.push(words.join(" OR "));
+        let quoted: Vec<String> = words.iter().map(|w| quoted(w)).collect();
+        texts.push(quoted.join(" AND "));
+        texts.push(quoted.join(" OR "));
     }
     let session = session_token(session_id);
     texts
@@ -192,13 +209,20 @@ fn stages(session_id: &str, words: &[String]) -> Vec<String> {
 impl Store {
     /// The session's messages that best match `words` (from [`query_words`], not empty): those
     /// of the narrowest stage first (see [`stages`]), each stage's by bm25 and, among equals,
-    /// newest first; at most `limit`.
+    /// newest first; at most `limit`, each described by `describe` as it is read (its parts
+    /// let go before the next is read).
     pub async fn search(
         &self,
         session_id: &SessionId,
         words: Vec<String>,
         limit: usize,
+        describe: impl Fn(&[Part]) -> String + Send + 'static,
     ) -> Result<(SessionRow, Vec<SearchHit>)> {
+        let _turn = self
+            .searches
+            .acquire()
+            .await
+            .map_err(|_| super::StoreError::Closed)?;
         // Everything acknowledged is searchable.
         while self
             .write(|conn| index_pending(conn, INDEX_STEP))
@@ -211,21 +235,22 @@ impl Store {
             let mut statement = conn.prepare_cached(SEARCH)?;
             let mut hits: Vec<SearchHit> = Vec::new();
             for expression in stages(&session_id, &words) {
-                let found: Vec<SearchHit> = statement
-                    .query_map(params![expression, session_id, limit, MAX_SCORED], |row| {
-                        let parts: String = row.get(2)?;
-                        Ok(SearchHit {
-                            seq: row.get(0)?,
-                            role: row.get(1)?,
-                            parts: serde_json::from_str(&parts).unwrap_or_default(),
-                            score: -row.get::<_, f64>(3)?,
-                        })
-                    })?
-                    .collect::<rusqlite::Result<_>>()?;
-                for hit in found {
-                    if hits.len() < limit && !hits.iter().any(|h| h.seq == hit.seq) {
-                        hits.push(hit);
+                let params = params![expression, session_id, limit, MAX_SCORED];
+                let mut rows = statement.query(params).map_err(unsearchable)?;
+                while let Some(row) = rows.next().map_err(unsearchable)? {
+                    let seq: u64 = row.get(0)?;
+                    if hits.len() >= limit || hits.iter().any(|h| h.seq == seq) {
+                        continue;
                     }
+                    let parts: Vec<Part> =
+                        serde_json::from_str(row.get_ref(2)?.as_str().unwrap_or_default())
+                            .unwrap_or_default();
+                    hits.push(SearchHit {
+                        seq,
+                        role: row.get(1)?,
+                        description: describe(&parts),
+                        score: -row.get::<_, f64>(3)?,
+                    });
                 }
                 if hits.len() >= limit {
                     break;
@@ -234,6 +259,17 @@ impl Store {
             Ok((session, hits))
         })
         .await
+    }
+}
+
+/// A query FTS5 refused is the query's fault, never the daemon's: [`query_words`] leaves
+/// nothing FTS5 should refuse, so this is a last guard.
+fn unsearchable(e: rusqlite::Error) -> super::StoreError {
+    match e {
+        rusqlite::Error::SqliteFailure(_, Some(message)) if message.contains("fts5") => {
+            super::StoreError::BadQuery(format!("the query cannot be searched: {message}"))
+        }
+        e => e.into(),
     }
 }
 
@@ -333,13 +369,34 @@ mod tests {
 
     #[test]
     fn every_word_is_quoted_so_no_query_is_syntax() {
-        assert_eq!(query_words("cargo test"), ["\"cargo\"", "\"test\""]);
+        let quoted_words = |q: &str| query_words(q).iter().map(|w| quoted(w)).collect::<Vec<_>>();
+        assert_eq!(quoted_words("cargo test"), ["\"cargo\"", "\"test\""]);
         assert_eq!(
-            query_words("say \"hi\" NEAR(x) -- *"),
+            quoted_words("say \"hi\" NEAR(x) -- *"),
             ["\"say\"", "\"\"\"hi\"\"\"", "\"NEAR(x)\""]
         );
         assert!(query_words("  \" ( ) * ").is_empty());
-        assert_eq!(query_words(&"w ".repeat(100)).len(), MAX_QUERY_WORDS);
+        assert_eq!(query_words("a\0b c\u{1}d a"), ["a", "b", "c", "d"]);
+        let many: String = (0..100).map(|i| format!("w{i} w{i} ")).collect();
+        assert_eq!(query_words(&many).len(), MAX_QUERY_WORDS);
+    }
+
+    /// Whatever a person types, FTS5 takes every stage of the search: a NUL ended its quoted
+    /// string ("unterminated string", a 500).
+    #[test]
+    fn no_query_fails_in_the_index() {
+        let conn = unindexed_messages(&[10]);
+        index_pending(&conn, 10).unwrap();
+        for query in ["a\0b", "\"\0", "x\u{1}\"y", "(\0)", "NEAR(\0 a)"] {
+            for expression in stages("s", &query_words(query)) {
+                conn.query_row(
+                    "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?1",
+                    [&expression],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap_or_else(|e| panic!("{query:?} -> {expression}: {e}"));
+            }
+        }
     }
 
     #[test]

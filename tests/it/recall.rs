@@ -288,6 +288,9 @@ async fn no_query_string_gives_a_server_error() {
         "{a b} : c",
         "x*",
         "\u{0}",
+        "x\u{0}y",
+        "parser\u{0}",
+        "\"\u{0}\" parser",
         "'; DROP TABLE messages; --",
         "😀 emoji",
         "ä ö ü",
@@ -355,4 +358,69 @@ async fn every_acknowledged_message_is_searchable_even_right_after_a_kill_9() {
         assert_eq!(found.results.len(), 1, "marker{i}x: {:?}", found.results);
         assert_eq!(found.results[0].seq, i + 1);
     }
+}
+
+/// The peak resident memory of a process, in MB (`VmHWM`).
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb / 1024.0
+}
+
+/// Two searches at once, each of a 2,000-byte query, over outputs of 1 MB that hold one of
+/// its words. Each hit's snippet used to lowercase the whole output and scan it once
+/// per word of the query, on the async workers: two such searches froze `/health` and every
+/// other session's append for most of a minute. Now the snippet looks through a bounded window
+/// once, off the async workers, two searches at a time: the daemon answers meanwhile, and
+/// its memory stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn long_searches_of_megabyte_outputs_leave_the_daemon_responsive() {
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let words: Vec<String> = (0..400).map(|i| format!("w{i:03}")).collect();
+    let output = words.join(" ").repeat(1 << 20 >> 11);
+    for i in 0..8 {
+        let [call, result] = crate::common::bash_round(&format!("c{i}"), "cat big.log", &output);
+        client
+            .post("/session/big/message", &json!({"messages": [call, result]}))
+            .await
+            .unwrap();
+    }
+    // One word every output holds, then words none does: each was looked for through the
+    // whole of every hit.
+    let absent: String = (0..400).map(|i| format!(" absent{i:03}")).collect();
+    let query = format!("w000{absent}");
+    let query = &query[..query.len().min(2_000)];
+    let search = |client: Client| {
+        let query = query.to_string();
+        tokio::spawn(async move {
+            client
+                .search(&"big".parse().unwrap(), &query, 50)
+                .await
+                .unwrap()
+        })
+    };
+    let searches = [search(daemon.client()), search(daemon.client())];
+    let mut slowest = std::time::Duration::ZERO;
+    while searches.iter().any(|s| !s.is_finished()) {
+        let asked = std::time::Instant::now();
+        client.get("/health").await.unwrap();
+        client
+            .post(
+                "/session/other/message",
+                &json!({"messages": [user("still here")]}),
+            )
+            .await
+            .unwrap();
+        slowest = slowest.max(asked.elapsed());
+    }
+    for search in searches {
+        let found = search.await.unwrap();
+        assert_eq!(found.results.len(), 8);
+        assert!(found.results.iter().all(|r| r.snippet.contains("w000")));
+    }
+    assert!(slowest < std::time::Duration::from_secs(1), "{slowest:?}");
+    let peak = peak_rss_mb(daemon.child.as_ref().unwrap().id());
+    assert!(peak < 400.0, "peak RSS {peak:.0} MB");
 }
