@@ -11,12 +11,18 @@
 //! since PDF 1.5 put them there), inflated within [`MAX_INFLATED`] bytes a document (and
 //! [`MAX_INFLATION`] times its size: a small request's is parsed on a runtime worker), a buffer
 //! at a time, so a small body that inflates to gigabytes costs a bounded moment and no
-//! memory. A PDF whose pages cannot be counted counts a page per
-//! [`BYTES_PER_UNCOUNTED_PAGE`] of it.
+//! memory.
+//!
+//! The count is checked: no more than the page tree's `/Count` (page objects nothing refers
+//! to are not pages), and no more than a file of its size can hold ([`MIN_PAGE_BYTES`] a
+//! page). A PDF whose pages cannot be counted, or whose count fails the checks (an 85 KB
+//! file of bare page objects once counted 787 million tokens and was left out of every
+//! context after), counts a page per [`BYTES_PER_UNCOUNTED_PAGE`] of it.
 
 use flate2::{Decompress, FlushDecompress, Status};
 use memchr::memmem;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, PoisonError};
 
@@ -25,6 +31,9 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 pub(super) const PAGE_TOKENS: usize = 2_500;
 /// A PDF whose pages are not found counts a page for every this many bytes (at least one).
 const BYTES_PER_UNCOUNTED_PAGE: usize = 20_000;
+/// The fewest bytes a page takes in a real PDF: its page object and its content. Blank pages
+/// written by pypdf take 124 bytes each; a page of text written by fpdf2, 600.
+const MIN_PAGE_BYTES: usize = 100;
 /// The most a document's compressed object streams are inflated to, together.
 const MAX_INFLATED: usize = 16 << 20;
 /// And at most this many times the document's own size: object streams compress some 3 to
@@ -42,12 +51,13 @@ const CARRIED: usize = 32;
 /// PDFs counted lately, at most this many: a conversation's PDFs are sent again with every
 /// call, and counting one reads the whole of it.
 const MAX_COUNTED: usize = 4_096;
-/// Base64 characters at each end of a PDF that, with its length, tell it from another.
-const ENDS: usize = 4_096;
 
-/// What PDFs counted lately cost, by their [`identity`]: counting one decodes the whole of it
-/// (a 350 KB PDF, 0.5 ms), and an agent that read thirty sends them all with every call.
-static COUNTED: LazyLock<Mutex<HashMap<(usize, u64), usize>>> = LazyLock::new(Default::default);
+/// What PDFs counted lately cost, by the SHA-256 of their base64 text: counting one decodes
+/// and inflates the whole of it, and an agent that read thirty sends them all with every
+/// call. The count is a function of the bytes alone, and the key is a hash of all of them, so
+/// no caller's document can set what another's counts (the key once was the length and the
+/// two ends, and another key's forgery of the same length set a victim's count).
+static COUNTED: LazyLock<Mutex<HashMap<[u8; 32], usize>>> = LazyLock::new(Default::default);
 
 /// What a document block costs: Anthropic's `document` (a PDF's bytes in `source.data`,
 /// plain text in it, or a PDF by URL or file id), Chat's `file` and Responses' `input_file`
@@ -76,13 +86,15 @@ pub(super) fn tokens(block: &Value) -> usize {
 /// Tokens a PDF costs the model, `base64` its bytes as a request carries them: counted once
 /// and remembered (see [`COUNTED`]).
 fn pdf_tokens(base64: &str) -> usize {
-    let key = identity(base64.as_bytes());
+    let key: [u8; 32] = Sha256::digest(base64.as_bytes()).into();
     let counted = || COUNTED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(&tokens) = counted().get(&key) {
         return tokens;
     }
     let pdf = super::base64_text::decode(base64.as_bytes());
-    let pages = pdf_pages(&pdf).unwrap_or(pdf.len() / BYTES_PER_UNCOUNTED_PAGE);
+    let pages = pdf_pages(&pdf)
+        .filter(|&pages| pages <= pdf.len() / MIN_PAGE_BYTES)
+        .unwrap_or(pdf.len() / BYTES_PER_UNCOUNTED_PAGE);
     let tokens = pages.max(1) * PAGE_TOKENS;
     let mut counted = counted();
     if counted.len() >= MAX_COUNTED {
@@ -92,33 +104,33 @@ fn pdf_tokens(base64: &str) -> usize {
     tokens
 }
 
-/// What tells a PDF from another without reading all of it: its length, and a hash of its
-/// first and last [`ENDS`] characters (its header and first objects; its cross-reference
-/// table, which gives every object's place in the file, and its trailer, where most writers
-/// put an ID made from the file's content).
-fn identity(base64: &[u8]) -> (usize, u64) {
-    let mut hash = crate::fnv::Fnv::default();
-    hash.feed(&base64[..base64.len().min(ENDS)]);
-    hash.feed(&base64[base64.len().saturating_sub(ENDS)..]);
-    (base64.len(), hash.finish())
-}
-
-/// The pages of a PDF, if it is one and any page object is found.
+/// The pages of a PDF, if it is one and any page object is found: its page objects, and no
+/// more than the largest `/Count` in it (the page tree's root counts every page; an outline's
+/// count, if larger, is bounded by the page objects all the same).
 fn pdf_pages(pdf: &[u8]) -> Option<usize> {
     if !pdf.starts_with(b"%PDF") {
         return None;
     }
     let mut inflating = Inflating::new(inflation_limit(pdf.len()));
-    let (mut pages, mut from) = (0, 0);
-    while let Some(found) = memmem::find(&pdf[from..], b"/Type") {
-        let at = from + found;
-        from = at + b"/Type".len();
-        match named_type(&pdf[at..]) {
-            Some(Type::Page) => pages += 1,
+    let mut found = Found::default();
+    let mut from = 0;
+    while let Some(next) = memchr::memchr(b'/', &pdf[from..]) {
+        let at = from + next;
+        from = at + 1;
+        let rest = &pdf[at..];
+        if let Some(count) = count_value(rest) {
+            found.most_counted = found.most_counted.max(Some(count));
+            continue;
+        }
+        if !rest.starts_with(b"/Type") {
+            continue;
+        }
+        match named_type(rest) {
+            Some(Type::Page) => found.page_objects += 1,
             Some(Type::ObjectStream) if inflating.streams < MAX_STREAMS => {
-                if let Some(start) = stream_start(&pdf[at..]) {
-                    let (inside, read) = inflating.pages(&pdf[at + start..]);
-                    pages += inside;
+                if let Some(start) = stream_start(rest) {
+                    let (inside, read) = inflating.read(&pdf[at + start..]);
+                    found.add(inside);
                     // The stream's bytes are not searched again as they stand.
                     from = at + start + read;
                 }
@@ -126,7 +138,39 @@ fn pdf_pages(pdf: &[u8]) -> Option<usize> {
             _ => {}
         }
     }
-    (pages > 0).then_some(pages)
+    found.pages()
+}
+
+/// What a PDF's text (or an object stream's) was found to hold.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Found {
+    page_objects: usize,
+    /// The largest `/Count` value.
+    most_counted: Option<usize>,
+}
+
+impl Found {
+    fn add(&mut self, other: Found) {
+        self.page_objects += other.page_objects;
+        self.most_counted = self.most_counted.max(other.most_counted);
+    }
+
+    fn pages(self) -> Option<usize> {
+        let pages = self
+            .most_counted
+            .map_or(self.page_objects, |count| count.min(self.page_objects));
+        (pages > 0).then_some(pages)
+    }
+}
+
+/// The number after `/Count` at the start of `text`, if it is one (and its digits end in it).
+fn count_value(text: &[u8]) -> Option<usize> {
+    let rest = text.strip_prefix(b"/Count")?.trim_ascii_start();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits == rest.len() || digits > 12 {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
 }
 
 /// The most a document of `bytes` has inflated.
@@ -201,13 +245,14 @@ impl Inflating {
         }
     }
 
-    /// Page objects in the zlib stream at the start of `data`, inflated a window at a time,
-    /// and how many bytes of `data` were read. A stream that is not zlib (another filter)
-    /// counts what it inflated before failing, which is nothing.
-    fn pages(&mut self, data: &[u8]) -> (usize, usize) {
+    /// Page objects and counts in the zlib stream at the start of `data`, inflated a window at
+    /// a time, and how many bytes of `data` were read. A stream that is not zlib (another
+    /// filter) holds what it inflated before failing, which is nothing.
+    fn read(&mut self, data: &[u8]) -> (Found, usize) {
         self.streams += 1;
         self.inflater.reset(true);
-        let (mut carried, mut pages) = (0, 0);
+        let mut carried = 0;
+        let mut found = Found::default();
         while self.inflated < self.limit {
             let (read, written) = (self.inflater.total_in(), self.inflater.total_out());
             let Some(input) = data.get(read as usize..) else {
@@ -219,7 +264,7 @@ impl Inflating {
             let produced = (self.inflater.total_out() - written) as usize;
             self.inflated += produced;
             let filled = carried + produced;
-            pages += page_objects_ending_after(&self.window[..filled], carried);
+            found.add(found_ending_after(&self.window[..filled], carried));
             let done = match status {
                 Ok(Status::StreamEnd) | Err(_) => true,
                 Ok(_) => produced == 0 && self.inflater.total_in() == read,
@@ -231,20 +276,31 @@ impl Inflating {
             self.window.copy_within(filled - keep..filled, 0);
             carried = keep;
         }
-        (pages, self.inflater.total_in() as usize)
+        (found, self.inflater.total_in() as usize)
     }
 }
 
-/// Page objects in `text` whose last byte read (the one after `/Page`) lies past `from`: those
-/// before were counted with the previous window.
-fn page_objects_ending_after(text: &[u8], from: usize) -> usize {
-    memmem::find_iter(text, b"/Type")
-        .filter(|&at| {
-            let name = text[at + b"/Type".len()..].trim_ascii_start();
-            let end = text.len() - name.len() + b"/Page".len() + 1;
-            end > from && named_type(&text[at..]) == Some(Type::Page)
-        })
-        .count()
+/// Page objects and counts in `text` whose last byte read (the one after `/Page`, or after
+/// the count's digits) lies past `from`: those before were found in the previous window.
+fn found_ending_after(text: &[u8], from: usize) -> Found {
+    let mut found = Found::default();
+    for at in memchr::memchr_iter(b'/', text) {
+        let rest = &text[at..];
+        let after = |len: usize| text.len() - rest.len() + len + 1 > from;
+        if let Some(count) = count_value(rest) {
+            let name = rest[b"/Count".len()..].trim_ascii_start();
+            let digits = name.iter().take_while(|b| b.is_ascii_digit()).count();
+            if after(rest.len() - name.len() + digits) {
+                found.most_counted = found.most_counted.max(Some(count));
+            }
+        } else if rest.starts_with(b"/Type") && named_type(rest) == Some(Type::Page) {
+            let name = rest[b"/Type".len()..].trim_ascii_start();
+            if after(rest.len() - name.len() + b"/Page".len()) {
+                found.page_objects += 1;
+            }
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -280,6 +336,21 @@ pub(super) mod tests {
         } else {
             out.extend(objects.as_bytes());
         }
+        // Each page's content, as plain streams: a page of a real PDF takes some bytes.
+        for i in 0..pages {
+            let text = format!(
+                "BT /F1 12 Tf 72 700 Td (Page {} of the report.) Tj ET",
+                i + 1
+            );
+            out.extend(
+                format!(
+                    "\n{} 0 obj\n<< /Length {} >>\nstream\n{text}\nendstream\nendobj",
+                    100 + i,
+                    text.len()
+                )
+                .as_bytes(),
+            );
+        }
         out.extend(b"\n%%EOF\n");
         out
     }
@@ -301,12 +372,61 @@ pub(super) mod tests {
     fn a_pdf_sent_again_is_counted_from_memory() {
         let text = base64(&pdf(7, true));
         assert_eq!(pdf_tokens(&text), 7 * PAGE_TOKENS);
-        let key = identity(text.as_bytes());
+        let key: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         assert_eq!(COUNTED.lock().unwrap().get(&key), Some(&(7 * PAGE_TOKENS)));
-        // Another PDF of the same length differs at its ends: its own count.
-        let other = base64(&pdf(7, true)).replace("JVBERi0xLjUK", "JVBERi0xLjYK");
-        assert_eq!(other.len(), text.len());
-        assert_ne!(identity(other.as_bytes()), key);
+    }
+
+    /// A forgery the same length as a genuine PDF, with the same first and last 4,096
+    /// characters (a middle of page objects blanked out), counted first, as another key's
+    /// request would: the genuine one is counted by its own pages all the same. The cache's
+    /// key was the length and the two ends.
+    #[test]
+    fn a_forgery_sharing_a_pdfs_length_and_ends_does_not_set_its_count() {
+        let genuine = pdf(200, false);
+        let mut forged = genuine.clone();
+        let third = genuine.len() / 9 * 3;
+        forged[third..third + 3_000].fill(b' ');
+        let (genuine, forged) = (base64(&genuine), base64(&forged));
+        assert_eq!(genuine.len(), forged.len());
+        let ends = |t: &str| (t[..4_096].to_string(), t[t.len() - 4_096..].to_string());
+        assert!(ends(&genuine) == ends(&forged));
+        assert!(pdf_tokens(&forged) < 200 * PAGE_TOKENS);
+        assert_eq!(pdf_tokens(&genuine), 200 * PAGE_TOKENS);
+    }
+
+    /// An 85 KB PDF of bare page objects nothing refers to, plain or in an object stream:
+    /// counted as their number it cost 787 million tokens and left the context. The page
+    /// tree's count bounds it where there is one; where there is none, a count more than the
+    /// file could hold is no count, and the file counts by its size.
+    #[test]
+    fn page_objects_past_the_page_tree_or_the_files_size_are_not_counted() {
+        let bare = b"<</Type/Page>>".repeat(85_000 / 14);
+        let mut zlib = ZlibEncoder::new(Vec::new(), Compression::best());
+        zlib.write_all(&b"<</Type/Page>>".repeat(300_000)).unwrap();
+        let stream = [
+            &b"%PDF-1.5\n<< /Type /ObjStm /N 1 >>\nstream\n"[..],
+            &zlib.finish().unwrap(),
+            b"\nendstream\n",
+        ]
+        .concat();
+        for body in [[&b"%PDF-1.4\n"[..], &bare].concat(), stream] {
+            assert!(pdf_pages(&body).unwrap() > 5_000);
+            let tree = [
+                &body[..],
+                b"\n<< /Type /Pages /Kids [3 0 R 4 0 R 5 0 R] /Count 3 >>\n",
+            ]
+            .concat();
+            assert_eq!(pdf_pages(&tree), Some(3));
+            assert_eq!(pdf_tokens(&base64(&tree)), 3 * PAGE_TOKENS);
+            let by_size = (body.len() / BYTES_PER_UNCOUNTED_PAGE).max(1) * PAGE_TOKENS;
+            assert_eq!(pdf_tokens(&base64(&body)), by_size);
+            assert!(by_size <= 5 * PAGE_TOKENS);
+        }
+        // A page tree that says more than the pages there are counts the pages.
+        let mut liar = pdf(4, true);
+        let at = memmem::find(&liar, b"/Count 4").unwrap();
+        liar.splice(at..at + 8, b"/Count 4000000".iter().copied());
+        assert_eq!(pdf_pages(&liar), Some(4));
     }
 
     #[test]
@@ -335,8 +455,8 @@ pub(super) mod tests {
             "a quarter megabyte may inflate to the most"
         );
         let mut inflating = Inflating::new(limit);
-        let (pages, read) = inflating.pages(&file[start..]);
-        assert_eq!(pages, 0);
+        let (found, read) = inflating.read(&file[start..]);
+        assert_eq!(found.page_objects, 0);
         assert!(read < bomb.len(), "stopped before the stream's end");
         let inflated = inflating.inflated;
         assert!(inflated <= MAX_INFLATED + WINDOW, "inflated {inflated}");
@@ -348,7 +468,7 @@ pub(super) mod tests {
         // A small document inflates at most its size times MAX_INFLATION.
         let small = &file[..start + 16 * 1024];
         let mut inflating = Inflating::new(inflation_limit(small.len()));
-        inflating.pages(&small[start..]);
+        inflating.read(&small[start..]);
         assert!(inflating.inflated <= small.len() * MAX_INFLATION + WINDOW);
         assert!(inflating.inflated >= small.len() * MAX_INFLATION);
     }

@@ -86,7 +86,16 @@ pub(crate) async fn anthropic_call(
     client: &Client,
     body: &Value,
 ) -> (u16, hyper::HeaderMap, String) {
-    let headers = [("x-api-key", KEY), ("anthropic-version", "2023-06-01")];
+    anthropic_call_as(client, KEY, body).await
+}
+
+/// [`anthropic_call`] with another API key.
+pub(crate) async fn anthropic_call_as(
+    client: &Client,
+    key: &str,
+    body: &Value,
+) -> (u16, hyper::HeaderMap, String) {
+    let headers = [("x-api-key", key), ("anthropic-version", "2023-06-01")];
     let (status, head, bytes) = post(client, "/v1/messages", &headers, body).await;
     (status, head, String::from_utf8_lossy(&bytes).into_owned())
 }

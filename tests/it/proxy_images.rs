@@ -9,7 +9,7 @@ use crate::common::mock_model::MockModel;
 use crate::common::vision::{
     PDF_PAGE_TOKENS, media_tokens, pdf_base64, png_base64, without_media_data,
 };
-use crate::proxy::{KEY, anthropic_call, call, proxy_to};
+use crate::proxy::{KEY, anthropic_call, anthropic_call_as, call, proxy_to};
 use crate::proxy_overflow::{model, results_follow_their_calls};
 use compactd::client::Client;
 use hyper::HeaderMap;
@@ -123,6 +123,67 @@ async fn pdfs_are_counted_by_their_pages_and_compacted_before_the_window() {
     );
     let state = client.get(&format!("/session/{session}")).await.unwrap();
     assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+}
+
+/// A three-page report padded in its middle (a comment), and a forgery of it: the padding
+/// replaced by bare page objects nothing refers to. Same length, same first and last
+/// 4,096 base64 characters.
+fn report_and_forgery() -> (String, String) {
+    let mut file = crate::common::vision::pdf_file(3);
+    let eof = file.len() - "%%EOF\n".len();
+    let padding = format!("% {}\n", "x".repeat(30_000));
+    file.splice(eof..eof, padding.bytes());
+    let mut forged = file.clone();
+    let bare = b"<</Type/Page>>".repeat(2_000);
+    forged[eof + 2..eof + 2 + bare.len()].copy_from_slice(&bare);
+    use base64::Engine;
+    let encode = |f: &[u8]| base64::engine::general_purpose::STANDARD.encode(f);
+    (encode(&file), encode(&forged))
+}
+
+/// One Claude Code step that read `pdf` with `key`, then the model's next call: both reach
+/// the model with the document in them.
+async fn read_pdf_twice(client: &Client, mock: &MockModel, key: &str, pdf: &str) {
+    let mut messages = vec![
+        json!({"role": "user", "content": "Summarize the report."}),
+        json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "Read",
+             "input": {"file_path": "/work/report.pdf"}}]}),
+        json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                {"type": "document", "source": {"type": "base64",
+                    "media_type": "application/pdf", "data": pdf}}]}]}),
+    ];
+    for step in 0..2 {
+        let body = json!({"model": "claude-test", "max_tokens": MAX_TOKENS,
+                          "system": "You read reports.", "messages": messages});
+        let (status, _, answer) = anthropic_call_as(client, key, &body).await;
+        assert_eq!(status, 200, "{answer}");
+        let sent = mock.requests().last().unwrap().body["messages"].to_string();
+        assert!(
+            sent.contains(pdf),
+            "step {step}: the document reached the model"
+        );
+        messages.push(json!({"role": "assistant", "content": "Reading it."}));
+        messages.push(json!({"role": "user", "content": "Go on."}));
+    }
+}
+
+/// A forged PDF (thousands of bare page objects beside a page tree of three) counted as
+/// its bare objects cost 787 million tokens and was left out of every call after; and the
+/// count was remembered by the document's length and ends, so another key's genuine report
+/// of the same length and ends counted the forgery's and was left out too. Now each counts
+/// its page tree's three pages, and both reach the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_pdf_stays_in_the_context_and_sets_no_other_keys_count() {
+    let mock = model(WINDOW, 4);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let (report, forgery) = report_and_forgery();
+    assert_eq!(report.len(), forgery.len());
+    read_pdf_twice(&client, &mock, "sk-forger-0123456789abcdef", &forgery).await;
+    read_pdf_twice(&client, &mock, KEY, &report).await;
+    assert_eq!(mock.requests().len(), 4, "no call was refused");
 }
 
 /// The same while a person holds the database's write lock from the fourth step on: nothing
