@@ -308,6 +308,46 @@ async fn a_call_without_a_key_is_refused() {
     assert!(mock.requests().is_empty());
 }
 
+/// A proxied conversation deleted by its person (`compactd session delete`): the same opening
+/// (system prompt and first message) afterwards starts a new conversation, with and without
+/// tools, and so does its next step. Each such call was a 404 for that key forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_conversations_opening_starts_a_new_one() {
+    let mock = crate::proxy_overflow::model(16_000, 4);
+    let daemon = proxy_to(&mock);
+    let client = daemon.client();
+    let opening = vec![
+        json!({"role": "system", "content": "You are a careful agent."}),
+        json!({"role": "user", "content": "Refactor the parser."}),
+    ];
+    let mut deleted = Vec::new();
+    for round in 0..3 {
+        let mut messages = opening.clone();
+        for step in 0..2 {
+            let body = json!({"model": "m", "messages": messages});
+            let (status, head, answer) = call(&client, KEY, None, &body).await;
+            assert_eq!(
+                status,
+                200,
+                "round {round} step {step}: {}",
+                String::from_utf8_lossy(&answer)
+            );
+            let session = head["x-compactd-session"].to_str().unwrap().to_string();
+            assert!(!deleted.contains(&session), "a new conversation");
+            messages.push(assistant(step));
+            messages.push(
+                json!({"role": "tool", "tool_call_id": format!("call_{step}"),
+                                 "content": "fn parse() {}"}),
+            );
+            if step == 1 {
+                let deleting = client.delete(&format!("/session/{session}")).await;
+                assert!(deleting.is_ok(), "{deleting:?}");
+                deleted.push(session);
+            }
+        }
+    }
+}
+
 /// An upstream set to the daemon's own loopback listener: the call that comes back is
 /// refused at once (508 `proxy_loop`, saying what to fix) instead of going round until the
 /// connections run out; only the agent's own call stored its conversation.

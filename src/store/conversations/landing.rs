@@ -145,6 +145,12 @@ fn under_header(
             // the fork cannot be made under it.
             Ok(_) => return Err(StoreError::Exists(fork.id.to_string())),
             Err(StoreError::NotFound(_)) => {}
+            // Deleted: the fork made again in its place, if it was, goes on there.
+            Err(StoreError::Deleted(_)) => {
+                if let Some(other) = live_fork(conn, &fork, &call.owner)? {
+                    return Ok(Lands::In(Box::new(other), None));
+                }
+            }
             Err(e) => return Err(e),
         }
     }
@@ -156,6 +162,36 @@ fn under_header(
         true => Lands::New(Some(Fork::of(&session, conversation, hashes[walked.0]))),
         false => Lands::In(Box::new(session), Some(walked)),
     })
+}
+
+/// The live session of `fork`'s conversation, made in place of a deleted one (whose id it
+/// could not take).
+fn live_fork(conn: &Connection, fork: &Fork, owner: &str) -> Result<Option<SessionRow>> {
+    let id: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM sessions WHERE conversation = ?1 AND owner = ?2
+             AND deleted_at IS NULL ORDER BY created_at DESC LIMIT 1",
+        )?
+        .query_row(params![fork.conversation, owner], |r| r.get(0))
+        .optional()?;
+    id.map(|id| get_live(conn, &id)).transpose()
+}
+
+/// `id`, or where a session (a deleted one) holds it, the first of `id-2`, `id-3`, ... that
+/// none does: a deleted session keeps its id and rows.
+fn free_id(conn: &Connection, id: SessionId) -> Result<SessionId> {
+    let taken = |id: &str| -> Result<bool> {
+        Ok(conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+            .query_row([id], |r| r.get(0))?)
+    };
+    let mut candidate = id.to_string();
+    let mut n = 1;
+    while taken(&candidate)? {
+        n += 1;
+        candidate = format!("{id}-{n}");
+    }
+    Ok(SessionId::unchecked(candidate))
 }
 
 /// The caller's side session, if it has one.
@@ -261,7 +297,7 @@ pub(super) fn create(
     }
     let conversation = match fork {
         Some(fork) => {
-            new.id = fork.id;
+            new.id = free_id(conn, fork.id)?;
             Some(fork.conversation)
         }
         None => call.conversation.clone(),
@@ -319,9 +355,12 @@ fn taught_window(conn: &Connection, call: &ProxyCall) -> Result<Option<(usize, S
 fn shared_preamble(conn: &Connection, call: &ProxyCall, hashes: &[i64]) -> Result<Option<usize>> {
     let ids: Vec<String> = conn
         .prepare_cached(
-            "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 ORDER BY updated_at DESC LIMIT ?3",
+            "SELECT id FROM sessions WHERE owner = ?1 AND root_hash = ?2 AND deleted_at IS NULL
+             ORDER BY updated_at DESC LIMIT ?3",
         )?
-        .query_map(params![call.owner, call.root_hash, CANDIDATES], |r| r.get(0))?
+        .query_map(params![call.owner, call.root_hash, CANDIDATES], |r| {
+            r.get(0)
+        })?
         .collect::<rusqlite::Result<_>>()?;
     let mut longest = None;
     for id in ids {

@@ -840,3 +840,53 @@ async fn claude_code_forks_are_sessions_of_their_own_with_their_directive_pinned
         assert_eq!(pinned, (1..=10).collect::<Vec<u64>>(), "{}", f.session.id);
     }
 }
+
+/// A deleted conversation's opening starts a new conversation: the same system prompt and
+/// first message, without a header and under one, and a deleted sub-agent's (a fork's) next
+/// call. Each was a 404 for that key forever: the deleted session was still read as a
+/// candidate for the client's preamble, or as the fork's session.
+#[tokio::test]
+async fn a_deleted_conversations_opening_starts_a_new_one() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let small = || {
+        let mut call = long_first_call();
+        call.messages = call.messages[..4].to_vec().into();
+        call.fingerprints.truncate(4);
+        call
+    };
+    for call in [small, || headed_call("task A", 100, 1)] {
+        let first = store.place_call(call(), rules).await.unwrap();
+        store.delete_session(&first.session.id).await.unwrap();
+        for _ in 0..2 {
+            let mut again = call();
+            again.new_session.id = SessionId::unchecked(format!("proxy-{}", next_suffix()));
+            let placed = store.place_call(again, rules).await.unwrap();
+            assert_ne!(placed.session.id, first.session.id);
+            assert_eq!(placed.session.message_count, 4);
+        }
+    }
+    let (_dir, store, a) = with_branch_a().await;
+    let sub = || {
+        let mut call = headed_call("task A", 100, 0);
+        let mut messages = call.messages.to_vec();
+        messages.push(Message::text(Role::User, "sub-task E"));
+        call.fingerprints.push(Fingerprints {
+            hash: 900,
+            opening: Some(900),
+        });
+        call.messages = messages.into();
+        call
+    };
+    let e = store.place_call(sub(), rules).await.unwrap();
+    assert!(e.created && e.session.id != a.session.id);
+    store.delete_session(&e.session.id).await.unwrap();
+    let again = store.place_call(sub(), rules).await.unwrap();
+    assert!(again.created, "a new sub-agent session");
+    assert_ne!(again.session.id, e.session.id);
+    let later = store.place_call(sub(), rules).await.unwrap();
+    assert_eq!(
+        later.session.id, again.session.id,
+        "its calls land there after"
+    );
+}
