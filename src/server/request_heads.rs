@@ -44,8 +44,8 @@ pub(super) enum Framing {
 /// Where a chunked body is (RFC 9112 §7.1), byte by byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Chunk {
-    /// The chunk-size line; `size` so far, `ext` once past the digits.
-    Size { size: u64, digits: u8, ext: bool },
+    /// The chunk-size line; `size` so far, whether a digit came, `ext` once past the digits.
+    Size { size: u64, digits: bool, ext: bool },
     /// Chunk data still to come.
     Data(u64),
     /// The CRLF after a chunk's data.
@@ -99,7 +99,7 @@ pub(super) fn check_head(head: &[u8]) -> Result<Framing, ApiError> {
                     "only HTTP/1.0 and HTTP/1.1 are served",
                 ));
             }
-            check_framing(request.headers)
+            check_framing(request.headers, request.version == Some(1))
         }
         Ok(httparse::Status::Partial) => Err(ApiError::bad_request("incomplete request head")),
         Err(httparse::Error::TooManyHeaders) => Err(too_large_head()),
@@ -109,8 +109,9 @@ pub(super) fn check_head(head: &[u8]) -> Result<Framing, ApiError> {
 
 /// Headers that frame the body must be ones hyper can follow, or it would refuse the request
 /// without the JSON error: a numeric Content-Length (the same in every copy), and only
-/// `chunked` as Transfer-Encoding (which, as in hyper, wins over a Content-Length).
-fn check_framing(headers: &[httparse::Header]) -> Result<Framing, ApiError> {
+/// `chunked` as Transfer-Encoding (which, as in hyper, wins over a Content-Length), and that
+/// only in HTTP/1.1 (RFC 9112 §6.1: HTTP/1.0 has no chunked bodies).
+fn check_framing(headers: &[httparse::Header], http_11: bool) -> Result<Framing, ApiError> {
     let mut length: Option<&[u8]> = None;
     let mut chunked = false;
     for header in headers {
@@ -126,6 +127,11 @@ fn check_framing(headers: &[httparse::Header]) -> Result<Framing, ApiError> {
             }
             length = Some(value);
         } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            if !http_11 {
+                return Err(ApiError::bad_request(
+                    "Transfer-Encoding is not accepted in an HTTP/1.0 request; send Content-Length",
+                ));
+            }
             if !header.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                 return Err(ApiError::bad_request(
                     "only the chunked Transfer-Encoding is accepted",
@@ -137,7 +143,7 @@ fn check_framing(headers: &[httparse::Header]) -> Result<Framing, ApiError> {
     if chunked {
         return Ok(Framing::Chunked(Chunk::Size {
             size: 0,
-            digits: 0,
+            digits: false,
             ext: false,
         }));
     }
@@ -150,11 +156,14 @@ fn check_framing(headers: &[httparse::Header]) -> Result<Framing, ApiError> {
 
 impl Chunk {
     /// Follows one byte of a chunked body: the next state, or `None` when the body ended with
-    /// this byte. A body hyper will refuse anyway (a bad size) ends the scan as `Err`.
+    /// this byte. A body hyper will refuse anyway (a bad size) ends the scan as `Err`. A size
+    /// is refused as hyper refuses it, by its value (over 64 bits), never by its digits:
+    /// hyper takes any number of leading zeros, and a size of 19 digits once left every later
+    /// head of its connection unchecked.
     fn step(self, byte: u8) -> Result<Option<Chunk>, ()> {
         Ok(Some(match self {
             Chunk::Size { size, digits, ext } => match byte {
-                b'\n' if digits == 0 => return Err(()),
+                b'\n' if !digits => return Err(()),
                 b'\n' if size == 0 => Chunk::Trailer { line: 0 },
                 b'\n' => Chunk::Data(size),
                 b'\r' => Chunk::Size { size, digits, ext },
@@ -166,12 +175,10 @@ impl Chunk {
                 },
                 _ => {
                     let digit = (byte as char).to_digit(16).ok_or(())?;
-                    if digits >= 16 {
-                        return Err(());
-                    }
+                    let size = size.checked_mul(16).ok_or(())?;
                     Chunk::Size {
-                        size: size * 16 + u64::from(digit),
-                        digits: digits + 1,
+                        size: size.checked_add(u64::from(digit)).ok_or(())?,
+                        digits: true,
                         ext,
                     }
                 }
@@ -180,7 +187,7 @@ impl Chunk {
             Chunk::Data(_) => Chunk::DataEnd(2),
             Chunk::DataEnd(1) => Chunk::Size {
                 size: 0,
-                digits: 0,
+                digits: false,
                 ext: false,
             },
             Chunk::DataEnd(n) => Chunk::DataEnd(n - 1),
@@ -519,6 +526,7 @@ mod tests {
             "POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
             "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
             "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert_eq!(
                 check_head(bad.as_bytes()).unwrap_err().status,
@@ -543,6 +551,32 @@ mod tests {
         let (seen, answered) = through_guard(sent.as_bytes()).await;
         assert_eq!(String::from_utf8(seen).unwrap(), sent);
         assert!(answered.is_empty());
+    }
+
+    /// A chunk size hyper takes (leading zeros, 19 digits and more) is followed to its end,
+    /// so the head after the body is checked: a size of 19 digits ended the scan, and the
+    /// later heads of the connection (70 headers, one over 64 KiB) reached hyper unchecked.
+    /// A size over 64 bits, which hyper refuses too, ends it.
+    #[tokio::test]
+    async fn a_chunk_size_of_many_digits_is_followed_and_the_next_head_still_checked() {
+        let flood: String = (0..70).map(|i| format!("x-h{i}: v\r\n")).collect();
+        let sent = format!(
+            "POST /a HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n\
+             {:0>19}\r\nabc\r\n{:0>300}\r\n\r\nGET /b HTTP/1.1\r\n{flood}\r\n",
+            "3", "0"
+        );
+        let (seen, answered) = through_guard(sent.as_bytes()).await;
+        let seen = String::from_utf8(seen).unwrap();
+        assert!(!seen.contains("GET /b"), "the flooded head is withheld");
+        let answered = String::from_utf8(answered).unwrap();
+        assert!(answered.starts_with("HTTP/1.1 431"), "{answered}");
+        let mut chunk = Chunk::Size {
+            size: 0,
+            digits: false,
+            ext: false,
+        };
+        let (_, ended) = follow_chunks(&mut chunk, b"10000000000000000\r\n");
+        assert!(matches!(ended, Some(Scan::Unjudged)), "over 64 bits");
     }
 
     #[tokio::test]

@@ -818,6 +818,37 @@ fn a_later_request_of_a_connection_over_the_head_limits_gets_the_json_431() {
     }
 }
 
+// A chunk size of 19 digits (hyper takes leading zeros) no longer leaves the connection's
+// later heads unchecked (70 headers were served and forwarded); Transfer-Encoding in an
+// HTTP/1.0 request is refused in JSON (hyper's own 400 had no body).
+#[test]
+fn a_long_chunk_size_leaves_later_heads_checked_and_http_10_chunks_get_json() {
+    let daemon = TestDaemon::start("");
+    let flood: String = (0..70).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let request = format!(
+        "GET /v1/health HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n\
+         {:0>19}\r\nabc\r\n0\r\n\r\nGET /v1/health HTTP/1.1\r\nhost: x\r\n{flood}\r\n",
+        "3"
+    );
+    let answer = raw_http(&daemon.socket(), request.as_bytes());
+    let error = second_answer_after_a_200(&answer, "HTTP/1.1 431");
+    assert_eq!(error["error"]["code"], "too_large");
+
+    let request =
+        "POST /v1/session HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+    let answer = raw_http(&daemon.socket(), request.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP/1.0"),
+        "{error}"
+    );
+}
+
 // A later request head that stops arriving is timed out with the JSON 408, as a first one is
 // (hyper would close without a word).
 #[test]
