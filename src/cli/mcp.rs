@@ -5,11 +5,15 @@
 //!
 //! Tool failures (no such session, a daemon that is not running, bad arguments) are answered
 //! as tool results with `isError: true`, which the model reads; only what is not a tool call
-//! at all (an unknown method or tool, a line that is not JSON) is a JSON-RPC error.
+//! at all (an unknown method or tool, a line that is not JSON) is a JSON-RPC error. A batch
+//! (an array of requests, as JSON-RPC 2.0 and earlier MCP versions allow) is answered with
+//! an array; a request's id is echoed byte for byte (an integer past 2^53 stays exact).
 
 use super::render::full;
 use crate::client::{Client, ClientError};
 use crate::protocol::SessionId;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -31,16 +35,12 @@ pub async fn serve(client: Client, session: Option<SessionId>) -> anyhow::Result
     let mut output = tokio::io::stdout();
     while let Some(line) = read_line(&mut input).await? {
         let answer = match line {
-            Line::TooLong => Some(error(
-                Value::Null,
-                -32700,
-                "the message is longer than 1 MiB",
-            )),
+            Line::TooLong => Some(error(NULL_ID, -32700, "the message is longer than 1 MiB")),
             Line::Text(text) if text.trim().is_empty() => None,
-            Line::Text(text) => server.handle(&text).await,
+            Line::Text(text) => server.handle_line(&text).await,
         };
         if let Some(answer) = answer {
-            let mut bytes = serde_json::to_vec(&answer)?;
+            let mut bytes = answer.get().as_bytes().to_vec();
             bytes.push(b'\n');
             output.write_all(&bytes).await?;
             output.flush().await?;
@@ -87,12 +87,68 @@ fn finish(line: Vec<u8>, too_long: bool) -> Line {
     }
 }
 
-fn error(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+/// A JSON-RPC message as read: the id kept as its text.
+#[derive(Deserialize)]
+struct Incoming<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    method: Option<String>,
+    #[serde(default)]
+    params: Value,
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
-fn answer(id: Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+/// A JSON-RPC answer: its id echoed as the request wrote it.
+#[derive(Serialize)]
+struct Reply<'a> {
+    jsonrpc: &'static str,
+    id: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+}
+
+/// The id of an answer to what had no usable id.
+const NULL_ID: &str = "null";
+
+fn reply(id: &str, result: Option<Value>, error: Option<Value>) -> Box<RawValue> {
+    let null = RawValue::from_string(NULL_ID.into()).expect("null is JSON");
+    let id = RawValue::from_string(id.into()).unwrap_or(null);
+    let reply = Reply {
+        jsonrpc: "2.0",
+        id: &id,
+        result,
+        error,
+    };
+    serde_json::value::to_raw_value(&reply).expect("a reply serializes")
+}
+
+fn error(id: &str, code: i64, message: &str) -> Box<RawValue> {
+    reply(id, None, Some(json!({"code": code, "message": message})))
+}
+
+fn answer(id: &str, result: Value) -> Box<RawValue> {
+    reply(id, Some(result), None)
+}
+
+/// Why a message could not be read: not JSON (a parse error), or not a request's shape.
+fn not_read(e: &serde_json::Error) -> Box<RawValue> {
+    match e.classify() {
+        serde_json::error::Category::Data => error(NULL_ID, -32600, &format!("not a request: {e}")),
+        _ => error(NULL_ID, -32700, &format!("not JSON: {e}")),
+    }
+}
+
+/// A JSON-RPC id: a string, a number or null.
+fn valid_id(id: &RawValue) -> bool {
+    matches!(
+        id.get().as_bytes().first(),
+        Some(b'"' | b'-' | b'0'..=b'9' | b'n')
+    )
 }
 
 struct Server {
@@ -100,28 +156,59 @@ struct Server {
     session: Option<SessionId>,
 }
 
+/// Requests one batch may hold: each may read the daemon.
+const MAX_BATCH: usize = 64;
+
 impl Server {
-    /// The answer to one line; `None` for notifications and the client's own answers.
-    async fn handle(&self, line: &str) -> Option<Value> {
-        let message: Value = match serde_json::from_str(line) {
-            Ok(message) => message,
-            Err(e) => return Some(error(Value::Null, -32700, &format!("not JSON: {e}"))),
+    /// The answer to one line: a message, or a batch of them answered as an array; `None`
+    /// when nothing is owed (notifications, the client's own answers).
+    async fn handle_line(&self, line: &str) -> Option<Box<RawValue>> {
+        if !line.trim_start().starts_with('[') {
+            return self.handle(line).await;
+        }
+        let items: Vec<&RawValue> = match serde_json::from_str(line) {
+            Ok(items) => items,
+            Err(e) => return Some(not_read(&e)),
         };
-        let Some(method) = message.get("method").and_then(Value::as_str) else {
+        if items.is_empty() || items.len() > MAX_BATCH {
+            let why = format!("a batch holds 1 to {MAX_BATCH} requests");
+            return Some(error(NULL_ID, -32600, &why));
+        }
+        let mut answers = Vec::new();
+        for item in items {
+            answers.extend(self.handle(item.get()).await);
+        }
+        (!answers.is_empty()).then(|| serde_json::value::to_raw_value(&answers).ok())?
+    }
+
+    /// The answer to one message; `None` for notifications and the client's own answers.
+    async fn handle(&self, text: &str) -> Option<Box<RawValue>> {
+        let message: Incoming = match serde_json::from_str(text) {
+            Ok(message) => message,
+            Err(e) => return Some(not_read(&e)),
+        };
+        let id = message.id.map(RawValue::get);
+        if message.id.is_some_and(|id| !valid_id(id)) {
+            return Some(error(
+                NULL_ID,
+                -32600,
+                "an id is a string, a number or null",
+            ));
+        }
+        let Some(method) = message.method else {
             // A response to us (we send no requests) or something else: nothing to say,
             // unless it claims to be a request.
-            return message
-                .get("id")
-                .filter(|_| message.get("result").is_none() && message.get("error").is_none())
-                .map(|id| error(id.clone(), -32600, "a request needs a method"));
+            let request = message.result.is_none() && message.error.is_none();
+            return id
+                .filter(|_| request)
+                .map(|id| error(id, -32600, "a request needs a method"));
         };
-        let id = message.get("id").cloned()?;
-        let params = message.get("params").cloned().unwrap_or(Value::Null);
-        Some(match method {
+        let id = id?;
+        Some(match method.as_str() {
             "initialize" => answer(id, initialize()),
             "ping" => answer(id, json!({})),
             "tools/list" => answer(id, json!({"tools": tools()})),
-            "tools/call" => match self.call(&params).await {
+            "tools/call" => match self.call(&message.params).await {
                 Ok(result) => answer(id, result),
                 Err(NoSuchTool(message)) => error(id, -32602, &message),
             },
@@ -208,10 +295,11 @@ impl Server {
             return Err(format!("to_seq {to} is before from_seq {from}").into());
         }
         let offset = arguments.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize;
-        let count = (to - from + 1).min(MAX_READ_MESSAGES);
+        let count = (to - from).saturating_add(1).min(MAX_READ_MESSAGES);
         let page = self.client.history(&id, from - 1, count as usize).await?;
+        let read: Vec<_> = page.messages.iter().filter(|m| m.seq <= to).collect();
         let mut text = String::new();
-        for m in page.messages.iter().filter(|m| m.seq <= to) {
+        for m in &read {
             let parts: Vec<crate::message::Part> =
                 serde_json::from_str(m.parts.get()).unwrap_or_default();
             text.push_str(&format!(
@@ -223,6 +311,15 @@ impl Server {
         }
         if text.is_empty() {
             return Err(format!("session {id} has no message from seq {from} to {to}").into());
+        }
+        // The page ended before `to` (at most MAX_READ_MESSAGES, or a page's bytes), and the
+        // session goes on: say where the rest is, as a long text says how to read on.
+        let last = read.last().map_or(from, |m| m.seq);
+        if last < to && page.next_after.is_some() {
+            text.push_str(&format!(
+                "[… messages after seq {last} not read yet: call read_messages with from_seq={}, to_seq={to}]\n",
+                last + 1
+            ));
         }
         Ok(page_of(&text, offset, from, to))
     }

@@ -424,3 +424,99 @@ async fn long_searches_of_megabyte_outputs_leave_the_daemon_responsive() {
     let peak = peak_rss_mb(daemon.child.as_ref().unwrap().id());
     assert!(peak < 400.0, "peak RSS {peak:.0} MB");
 }
+
+/// `compactd mcp` spoken to line by line: `read_messages` over 250 messages says where the
+/// rest is (it stopped silently at 200), a batch is answered with an array (it was never
+/// answered), and an id of 2^70 comes back as written (it came back as a float); NUL inside
+/// a query is a tool result, not a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_server_pages_past_200_answers_batches_and_echoes_ids_exactly() {
+    use std::io::{BufRead, Write};
+    let daemon = TestDaemon::start("");
+    let client = daemon.client();
+    let messages: Vec<Value> = (1..=250).map(|i| user(&format!("note {i}"))).collect();
+    client
+        .post("/session/m/message", &json!({"messages": messages}))
+        .await
+        .unwrap();
+    let mut mcp = Command::new(BIN)
+        .args(["--socket", daemon.socket().to_str().unwrap(), "mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = mcp.stdin.take().unwrap();
+    let mut output = std::io::BufReader::new(mcp.stdout.take().unwrap());
+    let mut ask = |line: &str| -> String {
+        writeln!(input, "{line}").unwrap();
+        let mut answer = String::new();
+        output.read_line(&mut answer).unwrap();
+        answer
+    };
+    let call = |id: &str, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+               "params": {"name": name, "arguments": arguments}})
+        .to_string()
+        .replace("\"id\":0", &format!("\"id\":{id}"))
+    };
+    let read = |answer: &str| -> Value { serde_json::from_str(answer).unwrap() };
+    let text = |answer: &Value| {
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    let big = "1180591620717411303424";
+    let answer = ask(&call(
+        big,
+        "read_messages",
+        json!({"session": "m", "from_seq": 1, "to_seq": 250}),
+    ));
+    assert!(answer.contains(&format!("\"id\":{big}")), "{answer}");
+    let first = text(&read(&answer));
+    assert!(
+        first.contains("note 200") && !first.contains("note 201"),
+        "{first}"
+    );
+    assert!(
+        first.contains("from_seq=201, to_seq=250"),
+        "{}",
+        &first[first.len() - 200..]
+    );
+    let rest = text(&read(&ask(&call(
+        "2",
+        "read_messages",
+        json!({"session": "m", "from_seq": 201, "to_seq": 250}),
+    ))));
+    assert!(
+        rest.contains("note 250") && !rest.contains("not read yet"),
+        "{rest}"
+    );
+
+    let batch = format!(
+        "[{}, {{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}}, {}]",
+        json!({"jsonrpc": "2.0", "id": "a", "method": "ping"}),
+        call(
+            "\"b\"",
+            "search_history",
+            json!({"session": "m", "query": "note\u{0}7"})
+        )
+    );
+    let answers = read(&ask(&batch));
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["id"], "a");
+    assert_eq!(answers[1]["id"], "b");
+    assert_eq!(answers[1]["result"]["isError"], false, "{}", answers[1]);
+    let empty = read(&ask("[]"));
+    assert_eq!(empty["error"]["code"], -32600);
+    assert_eq!(
+        read(&ask(
+            "{\"jsonrpc\": \"2.0\", \"id\": {}, \"method\": \"ping\"}"
+        ))["error"]["code"],
+        -32600
+    );
+    drop(input);
+    mcp.wait().unwrap();
+}
