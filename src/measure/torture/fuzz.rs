@@ -44,6 +44,11 @@ pub(crate) struct FuzzFigures {
     pub page_mb: f64,
     pub health_p50_ms: f64,
     pub health_max_ms: f64,
+    /// Two searches at once of a 2,000-byte query over those 1 MB messages: the longest
+    /// took, and the slowest `/health` meanwhile (it froze for most of a minute once).
+    pub search_seconds: f64,
+    pub health_during_search_max_ms: f64,
+    pub searches_failed: usize,
 }
 
 impl FuzzFigures {
@@ -66,6 +71,12 @@ impl FuzzFigures {
         }
         if !self.daemon_up {
             out.push("the daemon went down".into());
+        }
+        if self.health_during_search_max_ms > 1_000.0 || self.searches_failed > 0 {
+            out.push(format!(
+                "/health took {:.0} ms during two long searches ({} failed)",
+                self.health_during_search_max_ms, self.searches_failed
+            ));
         }
         if self.peak_rss_mb > self.rss_bound_mb {
             out.push(format!(
@@ -125,6 +136,7 @@ pub(super) async fn run(duration: Duration) -> Result<FuzzFigures> {
     large_bodies(&socket, &mut figures).await;
     many_message_bodies(&socket, &mut figures).await;
     large_reads(&client, &socket, &mut figures).await?;
+    long_searches(&client, &socket, &mut figures).await?;
 
     figures.daemon_up = daemon.alive() && client.get("/health").await.is_ok();
     figures.stored_changed = snapshot(&client).await? != before;
@@ -539,5 +551,40 @@ async fn large_reads(client: &Client, socket: &Path, figures: &mut FuzzFigures) 
     figures.page_mb = 4.0;
     figures.health_p50_ms = latencies[latencies.len() / 2];
     figures.health_max_ms = *latencies.last().unwrap_or(&0.0);
+    Ok(())
+}
+
+/// Two searches at once over the 1 MB messages `large_reads` stored, each of a 2,000-byte
+/// query of one word they hold and hundreds none does (each word was once looked for through
+/// the whole of every hit, on the async workers), with `/health` asked meanwhile.
+async fn long_searches(client: &Client, socket: &Path, figures: &mut FuzzFigures) -> Result<()> {
+    let absent: String = (0..400).map(|i| format!(" absent{i:04}")).collect();
+    let query = format!("0 1 2 3 4 5 6 7{absent}");
+    let query = query[..query.len().min(2_000)].to_string();
+    let started = Instant::now();
+    let searches: Vec<_> = (0..2)
+        .map(|_| {
+            let (searcher, query) = (Client::new(socket), query.clone());
+            tokio::spawn(async move {
+                let id = "bigread".parse().map_err(|_| anyhow::anyhow!("bad id"))?;
+                searcher.search(&id, &query, 50).await?;
+                anyhow::Ok(started.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    while searches.iter().any(|s| !s.is_finished()) {
+        let asked = Instant::now();
+        client.get("/health").await?;
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for search in searches {
+        match search.await? {
+            Ok(took) => figures.search_seconds = figures.search_seconds.max(took.as_secs_f64()),
+            Err(_) => figures.searches_failed += 1,
+        }
+    }
+    figures.health_during_search_max_ms = slowest.as_secs_f64() * 1e3;
     Ok(())
 }

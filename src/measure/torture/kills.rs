@@ -5,8 +5,9 @@
 //! daemon is killed; appends that were in flight are retried with their key after the restart
 //! (those without a key are left alone: they may or may not have been stored, but at most
 //! once). Meanwhile short-lived `sqlite3` processes read the database (every other one
-//! checkpointing its WAL), and one long-lived `sqlite3` session stays open throughout; after
-//! every kill the system `sqlite3` checks the file. Then every session is read back and
+//! checkpointing its WAL), others try to write it until just before the kill (`.restore` of
+//! an older copy, DDL under `.timeout`), and one long-lived `sqlite3` session stays open
+//! throughout; after every kill the system `sqlite3` checks the file. Then every session is read back and
 //! checked against what the clients were told.
 
 use super::readers;
@@ -37,6 +38,10 @@ pub(crate) struct KillFigures {
     pub orphaned_results: usize,
     /// Short-lived `sqlite3` processes that read the database during the cycles.
     pub outside_reads: usize,
+    /// Outside `.restore`s and hand-written transactions tried during the cycles, and how
+    /// many got the write lock (each would have rewritten the live database).
+    pub outside_writes_tried: usize,
+    pub outside_writes_taken: usize,
     /// Answers of the long-lived `sqlite3` session.
     pub long_reader_answers: usize,
     /// `integrity_check`s by the system `sqlite3` after a kill, and how many did not say ok.
@@ -54,6 +59,10 @@ impl KillFigures {
             (self.retried_twice, "keyed retries applied twice"),
             (self.contexts_over_limit, "contexts over the limit"),
             (self.orphaned_results, "orphaned tool results in contexts"),
+            (
+                self.outside_writes_taken,
+                "outside writes took the write lock from the running daemon",
+            ),
             (
                 self.integrity_failures,
                 "integrity checks failed after a kill",
@@ -104,6 +113,10 @@ pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
         true => Some(readers::LongLived::open(&daemon.db())?),
         false => None,
     };
+    let older = match outside {
+        true => readers::older_copy(&daemon.db()).await,
+        false => None,
+    };
     let started = Instant::now();
     let mut round = 0u64;
     while started.elapsed() < duration {
@@ -116,6 +129,14 @@ pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
         let stop_readers = tokio_util::sync::CancellationToken::new();
         let short_readers =
             outside.then(|| tokio::spawn(readers::short_lived(daemon.db(), stop_readers.clone())));
+        let stop_writers = tokio_util::sync::CancellationToken::new();
+        let writers = older.clone().map(|older| {
+            tokio::spawn(readers::careless_writes(
+                daemon.db(),
+                older,
+                stop_writers.clone(),
+            ))
+        });
         // Kill at a varied moment: 100 to 400 ms into the cycle.
         let wait = 100 + (round * 7919 % 300);
         tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -123,6 +144,12 @@ pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
             && reader.count().await.is_some()
         {
             figures.long_reader_answers += 1;
+        }
+        stop_writers.cancel();
+        if let Some(writers) = writers {
+            let writes = writers.await.unwrap_or_default();
+            figures.outside_writes_tried += writes.tried;
+            figures.outside_writes_taken += writes.taken;
         }
         if compacting(&client).await {
             figures.kills_during_compaction += 1;

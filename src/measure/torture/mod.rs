@@ -71,13 +71,16 @@ pub(crate) fn render(r: &TortureReport) -> String {
         "kill -9 cycles       {} cycles ({} during a compaction), {} appends acknowledged, {} retried by key\n\
          \x20 lost {}, duplicated {}, out of order {}, retried twice {}, contexts over the limit {}, orphaned results {}\n\
          \x20 outside readers: {} sqlite3 processes and 1 long-lived session ({} answers); integrity_check after each kill: {} ok, {} not\n\
+         \x20 outside writes (.restore, DDL under .timeout): {} tried, {} took the lock\n\
          hostile requests     {} sent, {} refused with a JSON error, {} refusals without one, {} invalid ones accepted\n\
          \x20 stored data changed by refusals: {}; daemon up: {}\n\
          memory               peak RSS {:.0} MB (bound {:.0} MB) under {} slow clients, {} concurrent {:.1} MB bodies\n\
          \x20 and {} bodies of 49,990 tiny messages on both doors at once ({} served, the rest 503 busy)\n\
          large reads          /health p50 {:.1} ms, max {:.1} ms while {} clients read {:.0} MB pages\n\
+         \x20 two 2,000-byte searches over 1 MB messages: {:.2} s, /health max {:.1} ms meanwhile, {} failed\n\
          proxy                a {:.0} MB answer passed whole: {}, {:.0} KB of it recorded; {} endless answers, up meanwhile: {}; peak RSS {:.0} MB\n\
-         \x20 a squatter reached the owner's session: {}; 2 parallel calls stored {} copy; a misfitting config edit refused: {}\n",
+         \x20 a squatter reached the owner's session: {}; 2 parallel calls stored {} copy; a misfitting config edit refused: {}\n\
+         \x20 a forged PDF and another key's genuine one: {} calls, {} reached the model without it\n",
         k.cycles,
         k.kills_during_compaction,
         k.acknowledged_appends,
@@ -92,6 +95,8 @@ pub(crate) fn render(r: &TortureReport) -> String {
         k.long_reader_answers,
         k.integrity_checks - k.integrity_failures,
         k.integrity_failures,
+        k.outside_writes_tried,
+        k.outside_writes_taken,
         f.requests,
         f.refused_with_json,
         f.refused_without_json,
@@ -109,6 +114,9 @@ pub(crate) fn render(r: &TortureReport) -> String {
         f.health_max_ms,
         f.readers,
         f.page_mb,
+        f.search_seconds,
+        f.health_during_search_max_ms,
+        f.searches_failed,
         r.proxy.huge_answer_mb,
         r.proxy.huge_answer_whole,
         r.proxy.recorded_kb,
@@ -118,6 +126,8 @@ pub(crate) fn render(r: &TortureReport) -> String {
         r.proxy.squatter_reached_owner,
         r.proxy.parallel_copies,
         r.proxy.misfit_refused,
+        r.proxy.pdf_calls,
+        r.proxy.pdf_dropped,
     );
     let failures = r.failures();
     if failures.is_empty() {

@@ -30,6 +30,10 @@ pub(crate) struct ProxyFigures {
     pub parallel_copies: usize,
     /// The misfitting config edit was refused (named in `config.error`).
     pub misfit_refused: bool,
+    /// Calls carrying a PDF (a forgery from one key, a genuine report of the same length and
+    /// ends from another), and how many reached the model without it.
+    pub pdf_calls: usize,
+    pub pdf_dropped: usize,
 }
 
 /// The recording bound the run configures.
@@ -65,6 +69,12 @@ impl ProxyFigures {
                 self.parallel_copies
             ));
         }
+        if self.pdf_dropped > 0 {
+            out.push(format!(
+                "{} of {} calls carrying a PDF reached the model without it",
+                self.pdf_dropped, self.pdf_calls
+            ));
+        }
         if !self.misfit_refused {
             out.push("a config edit that does not fit a live session was accepted".into());
         }
@@ -74,8 +84,8 @@ impl ProxyFigures {
 
 const HUGE_MB: usize = 100;
 
-/// The model server: by the request's `model`, a 100 MB answer, one that never ends, or a
-/// short one.
+/// The model server: by the request's `model`, a 100 MB answer, one that never ends, the
+/// number of documents it was sent, or a short answer.
 async fn upstream(body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let answer = |text: String| {
@@ -97,6 +107,10 @@ async fn upstream(body: Bytes) -> Response {
                 .header("content-type", "text/event-stream")
                 .body(Body::from_stream(stream))
                 .unwrap_or_default()
+        }
+        Some("pdf") => {
+            let documents = body.windows(10).filter(|w| w == b"file_data\"").count();
+            Response::new(Body::from(answer(format!("documents: {documents}"))))
         }
         _ => Response::new(Body::from(answer("fine".into()))),
     }
@@ -137,6 +151,7 @@ pub(super) async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
     endless_answers(&client, &call, &mut figures).await?;
     squatting(&client, &call, &mut figures).await?;
     parallel(&client, &call, &mut figures).await?;
+    forged_documents(&call, &mut figures).await?;
     figures.misfit_refused = misfit(&client, &dir).await?;
 
     figures.peak_rss_mb = daemon.peak_rss_mb().unwrap_or(f64::MAX);
@@ -267,6 +282,68 @@ where
         .flatten()
         .filter(|m| m.to_string().contains("the parallel message"))
         .count();
+    Ok(())
+}
+
+/// A three-page report padded in its middle (a comment), and a forgery of it: the padding
+/// replaced by bare page objects nothing refers to. Same length, same first and last 4,096
+/// base64 characters; each a Chat Completions `file` block.
+fn report_and_forgery() -> (Value, Value) {
+    let mut file = b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n\
+        2 0 obj\n<< /Type /Pages /Kids [3 0 R 4 0 R 5 0 R] /Count 3 >>\nendobj\n"
+        .to_vec();
+    for page in 3..6 {
+        let text = format!("BT /F1 12 Tf 72 700 Td (Page {page} of the report.) Tj ET");
+        file.extend(
+            format!(
+                "{page} 0 obj\n<< /Type /Page /Parent 2 0 R /Contents {} 0 R >>\nendobj\n\
+             {} 0 obj\n<< /Length {} >>\nstream\n{text}\nendstream\nendobj\n",
+                page + 10,
+                page + 10,
+                text.len()
+            )
+            .as_bytes(),
+        );
+    }
+    let padding_at = file.len();
+    file.extend(format!("% {}\n%%EOF\n", "x".repeat(30_000)).as_bytes());
+    let mut forged = file.clone();
+    let bare = b"<</Type/Page>>".repeat(2_000);
+    forged[padding_at + 2..padding_at + 2 + bare.len()].copy_from_slice(&bare);
+    use base64::Engine;
+    let block = |pdf: &[u8]| {
+        let data = base64::engine::general_purpose::STANDARD.encode(pdf);
+        json!({"type": "file", "file": {"filename": "report.pdf",
+            "file_data": format!("data:application/pdf;base64,{data}")}})
+    };
+    (block(&file), block(&forged))
+}
+
+/// One key sends a forged PDF, then another key a genuine one of the same length and ends,
+/// each in two calls: every call reaches the model with its document. The forgery once
+/// counted 787 million tokens and was left out from its second call on, and set the
+/// genuine one's count, which was left out too.
+async fn forged_documents<F, Fut>(call: &F, figures: &mut ProxyFigures) -> Result<()>
+where
+    F: Fn(&str, Option<&str>, Value) -> Fut,
+    Fut: std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+{
+    let (report, forgery) = report_and_forgery();
+    for (key, document) in [("sk-torture-forger", forgery), ("sk-torture-owner", report)] {
+        let mut messages = vec![json!({"role": "user", "content": [
+            {"type": "text", "text": "Summarize this report."}, document]})];
+        for _ in 0..2 {
+            let body = json!({"model": "pdf", "messages": messages});
+            let answer: Value = call(key, None, body).await?.json().await?;
+            let text = answer["choices"][0]["message"]["content"].as_str();
+            figures.pdf_calls += 1;
+            if text != Some("documents: 1") {
+                figures.pdf_dropped += 1;
+            }
+            messages.push(json!({"role": "assistant", "content": text}));
+            messages.push(json!({"role": "user", "content": "Go on."}));
+        }
+    }
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Outside readers of the database during the kill cycles, as people use it: short-lived
 //! `sqlite3` CLI processes (each one's exit is what once took the daemon's locks and its WAL
 //! along) and one long-lived `sqlite3` session that stays open across kills and restarts; and
-//! the system `sqlite3`'s `integrity_check` after every kill.
+//! the system `sqlite3`'s `integrity_check` after every kill. Beside them, a careless
+//! operator's writes ([`careless_writes`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -43,6 +44,60 @@ pub(super) async fn short_lived(db: PathBuf, stop: tokio_util::sync::Cancellatio
         }
     }
     ran
+}
+
+/// An older copy of the database, for the careless operator's `.restore`s: `sqlite3`'s own
+/// `.backup` of it now (`None` without one).
+pub(super) async fn older_copy(db: &Path) -> Option<PathBuf> {
+    let copy = db.with_extension("older-copy");
+    let made = Command::new("sqlite3")
+        .arg(db)
+        .arg(format!(".backup '{}'", copy.display()))
+        .status()
+        .await;
+    made.is_ok_and(|s| s.success()).then_some(copy)
+}
+
+/// Outside writes tried, and how many succeeded (each would have rewritten the live
+/// database under acknowledged appends).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Writes {
+    pub tried: usize,
+    pub taken: usize,
+}
+
+/// A careless operator's writes to the live database, one after another until `stop` is
+/// cancelled: `.restore` of `older`, then a transaction that drops a trigger and deletes the
+/// messages, each retrying a busy lock (`.timeout`). Under load both once took the lock in
+/// the instant after a commit. Stop it before the daemon dies: with no daemon, they succeed.
+pub(super) async fn careless_writes(
+    db: PathBuf,
+    older: PathBuf,
+    stop: tokio_util::sync::CancellationToken,
+) -> Writes {
+    let restore = format!(".restore '{}'", older.display());
+    let ddl =
+        "begin immediate; drop trigger messages_delete_by_hand; delete from messages; commit;";
+    let mut writes = Writes::default();
+    while !stop.is_cancelled() {
+        // `.restore` retries by itself for some 400 ms; the transaction, for its timeout.
+        let sql = [ddl, ddl, ddl, restore.as_str()][writes.tried % 4];
+        let out = Command::new("sqlite3")
+            .args(["-cmd", ".timeout 50"])
+            .arg(&db)
+            .arg(sql)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .await;
+        let Ok(out) = out else { break };
+        writes.tried += 1;
+        // The CLI exits 0 after a failed `.restore`; it says why on stderr.
+        if out.status.success() && out.stderr.is_empty() {
+            writes.taken += 1;
+        }
+    }
+    writes
 }
 
 /// One `sqlite3` session kept open for the whole run, asked a question now and then.
