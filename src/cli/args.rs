@@ -184,6 +184,11 @@ pub enum Command {
         /// --tokenizer-ratio), as an agent that passes on its usage does.
         #[arg(long, requires = "tokenizer_ratio")]
         report_usage: bool,
+        /// The agent sends a system prompt of about this many tokens first (the agents people
+        /// run at small windows send 5,000 to 12,000); the report says at how many steps it
+        /// was missing, and at how many the newest output was shortened.
+        #[arg(long, default_value_t = 0, value_name = "TOKENS")]
+        preamble_tokens: usize,
     },
     /// Measure throughput, latency, scaling and memory on this machine.
     Bench {

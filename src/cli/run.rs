@@ -152,10 +152,12 @@ pub async fn run(cli: Cli) -> Result<()> {
             config,
             tokenizer_ratio,
             report_usage,
+            preamble_tokens,
         } => {
             let model = crate::measure::replay::Model {
                 ratio: tokenizer_ratio,
                 reports_usage: report_usage,
+                preamble_tokens,
             };
             let config = config.as_deref();
             super::transcripts::replay_files(&files, format, context_limit, config, model, out)

@@ -145,6 +145,9 @@ pub async fn replay_files(
             cost_table(&reports),
             probe_table(&reports)
         );
+        if model.preamble_tokens > 0 {
+            out!("\n{}", preamble_table(&reports));
+        }
     }
     Ok(())
 }
@@ -243,6 +246,43 @@ pub fn probe_table(reports: &[(PathBuf, ReplayReport)]) -> String {
             p.credentials_leaked,
         ));
     }
+    s
+}
+
+/// What an agent with a preamble (`--preamble-tokens`) needs next, as a Markdown table: at how
+/// many steps its system prompt was missing, its newest output shortened or hidden, and its
+/// instructions (of at most 2,000 characters) missing at the end; contexts over the window.
+pub fn preamble_table(reports: &[(PathBuf, ReplayReport)]) -> String {
+    let counted = reports.iter().any(|(_, r)| r.counted_over_limit.is_some());
+    let mut s = String::from(
+        "| transcript | steps | system prompt missing | newest output shortened | newest output hidden | user msgs ≤2,000 chars missing | contexts over the window |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut totals = [0usize; 6];
+    for (path, r) in reports {
+        let over = match counted {
+            true => r.counted_over_limit.unwrap_or(0),
+            false => r.contexts_over_limit,
+        };
+        let row = [
+            r.assistant_steps,
+            r.preamble_missing_steps.unwrap_or(0),
+            r.shortened_result_steps,
+            r.hidden_result_steps.len(),
+            r.probes.short_user_missing,
+            over,
+        ];
+        s.push_str(&format!("| {} |", short_name(path)));
+        for (total, figure) in totals.iter_mut().zip(row) {
+            *total += figure;
+            s.push_str(&format!(" {figure} |"));
+        }
+        s.push('\n');
+    }
+    s.push_str("| **total** |");
+    for total in totals {
+        s.push_str(&format!(" {total} |"));
+    }
+    s.push('\n');
     s
 }
 

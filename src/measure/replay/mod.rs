@@ -60,6 +60,13 @@ pub struct ReplayReport {
     /// before, with its call: the output the agent just asked for, whole or as its head and
     /// tail. Each one is a step at which the agent could not see what it had just run.
     pub hidden_result_steps: Vec<usize>,
+    /// Assistant steps whose context showed a result of the step before only as its head and
+    /// tail (too large for the room the window left it).
+    pub shortened_result_steps: usize,
+    /// With an agent preamble ([`Model::preamble_tokens`]): assistant steps whose context did
+    /// not hold the agent's system prompt whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preamble_missing_steps: Option<usize>,
     /// What the agent continues from, against the transcript's ground truth.
     pub probes: Probes,
     /// What the input costs when the model API caches prompt prefixes.
@@ -93,6 +100,25 @@ pub struct Model {
     pub ratio: Option<f64>,
     /// The agent reports each call's count with the next message (`usage.input_tokens`).
     pub reports_usage: bool,
+    /// The agent sends a system prompt of about this many tokens first (its identity, rules
+    /// and tools, as the agents people point at local models send 5k to 12k tokens of): 0 for
+    /// none but the transcript's own.
+    pub preamble_tokens: usize,
+}
+
+/// A system prompt of about `tokens` estimated tokens: numbered rules of the kind agents
+/// send, each line distinct (so no part of it reads as a repeat of another).
+pub(crate) fn preamble(tokens: usize) -> String {
+    let estimator = LazyEstimator::default();
+    let mut text = String::from("You are a coding agent working in the user's repository.\n");
+    let mut rule = 0;
+    while estimator.text(&text) < tokens {
+        rule += 1;
+        text.push_str(&format!(
+            "Rule {rule}: before you change file number {rule}, read it whole and run its tests.\n"
+        ));
+    }
+    text
 }
 
 impl Model {
@@ -128,6 +154,21 @@ pub(crate) async fn replay(
         context_limit,
         ..Default::default()
     };
+    if model.preamble_tokens > 0 {
+        let system = Message::text(
+            crate::message::Role::System,
+            preamble(model.preamble_tokens),
+        );
+        let request = AppendRequest {
+            messages: vec![system],
+            input_tokens: None,
+            compaction_num: None,
+            wait: true,
+            idempotency_key: None,
+        };
+        service.append(id, request).await?;
+        report.preamble_missing_steps = Some(0);
+    }
     let seen_by_latest = drive(&service, id, transcript, model, &mut report).await?;
     let compactions = count_compactions(&service, id, &mut report).await?;
     let final_context = context_text(&service.context(id, true).await?);
@@ -191,11 +232,17 @@ async fn drive(
                 usage = Some((counted, context.compaction_num)).filter(|_| model.reports_usage);
             }
             report.assistant_steps += 1;
-            if !step_results
+            let shown: Vec<Shown> = step_results
                 .iter()
-                .all(|(call_id, output)| result_visible(&context, call_id, output))
-            {
+                .map(|(call_id, output)| result_shown(&context, call_id, output))
+                .collect();
+            if shown.contains(&Shown::Hidden) {
                 report.hidden_result_steps.push(report.assistant_steps);
+            } else if shown.contains(&Shown::Ends) {
+                report.shortened_result_steps += 1;
+            }
+            if model.preamble_tokens > 0 && !holds_preamble(&context, model.preamble_tokens) {
+                *report.preamble_missing_steps.get_or_insert(0) += 1;
             }
             step_results.clear();
             report.input_tokens.raw += baselines.raw;
@@ -406,9 +453,28 @@ fn context_messages(context: &ContextView, estimator: &LazyEstimator) -> Vec<(u6
 /// Characters of an output's head and tail that a shortened form must still show.
 const VISIBLE_ENDS: usize = 64;
 
-/// Whether `context` shows the result of `call_id` after its call: its output whole, or (when
-/// too large for the context) its head and its tail.
-fn result_visible(context: &ContextView, call_id: &str, original: &str) -> bool {
+/// How a context shows a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    Whole,
+    /// Its head and its tail (too large for its room).
+    Ends,
+    Hidden,
+}
+
+/// Whether the context holds the agent's preamble of `tokens`, whole, in a system message.
+fn holds_preamble(context: &ContextView, tokens: usize) -> bool {
+    let preamble = preamble(tokens);
+    context.messages.iter().any(|message| {
+        parts_of(message)
+            .iter()
+            .any(|part| matches!(part, Part::Text { text } if *text == preamble))
+    })
+}
+
+/// How `context` shows the result of `call_id` after its call: its output whole, its head
+/// and tail, or not at all.
+fn result_shown(context: &ContextView, call_id: &str, original: &str) -> Shown {
     let head: String = original.chars().take(VISIBLE_ENDS).collect();
     let tail: String = {
         let n = original.chars().count();
@@ -428,18 +494,18 @@ fn result_visible(context: &ContextView, call_id: &str, original: &str) -> bool 
                     ..
                 } if id == call_id && called => {
                     // Agents reuse call ids: any result of that id may be the one.
-                    let whole = output == original;
-                    let ends =
-                        output.starts_with(head.trim_end()) && output.ends_with(tail.trim_start());
-                    if whole || ends {
-                        return true;
+                    if output == original {
+                        return Shown::Whole;
+                    }
+                    if output.starts_with(head.trim_end()) && output.ends_with(tail.trim_start()) {
+                        return Shown::Ends;
                     }
                 }
                 _ => {}
             }
         }
     }
-    false
+    Shown::Hidden
 }
 
 /// Results in the context whose call does not come before them in the same context.
