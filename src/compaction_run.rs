@@ -5,7 +5,7 @@
 //! the caller's business.
 
 use crate::compaction::chunk::{block_tokens, chunk_ranges};
-use crate::compaction::instruction::is_instruction;
+use crate::compaction::instruction::instruction_text;
 use crate::compaction::kept_instructions::{Instruction, keep_instructions};
 use crate::compaction::prompt::{PromptInput, build_compaction_prompt};
 use crate::compaction::redact::redact_secrets;
@@ -229,8 +229,7 @@ fn with_every_instruction(
     let texts: Vec<(u64, String)> = messages
         .iter()
         .zip(seqs)
-        .filter(|(m, _)| is_instruction(m))
-        .map(|(m, &seq)| (seq, m.joined_text()))
+        .filter_map(|(m, &seq)| Some((seq, instruction_text(m)?)))
         .collect();
     let instructions: Vec<Instruction> = texts
         .iter()
@@ -297,7 +296,8 @@ fn task_note(input: &PlanInput, plan: &CompactionPlan) -> Option<TaskNote> {
     let index = input.index_of(seq)?;
     (index < plan.boundary.index).then(|| TaskNote {
         seq,
-        text: input.messages[index].joined_text(),
+        text: instruction_text(&input.messages[index])
+            .unwrap_or_else(|| input.messages[index].joined_text()),
         pinned: input.pinned.get(index).copied().unwrap_or(false),
         max_chars: (input.config.pin_first_user_tokens as f64 / input.estimator.tokens_per_char)
             as usize,

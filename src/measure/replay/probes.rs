@@ -5,7 +5,7 @@
 
 use crate::compaction::LazyEstimator;
 use crate::compaction::constants::MAX_TEXT_CHARS;
-use crate::compaction::instruction::{is_instruction, is_substantive};
+use crate::compaction::instruction::{instruction_text, is_substantive};
 use crate::compaction::patch::patch_targets;
 use crate::compaction::prompt::render_args;
 use crate::compaction::redact::find_secrets;
@@ -76,8 +76,8 @@ impl Probes {
         let instructions: Vec<String> = input
             .messages
             .iter()
-            .filter(|m| is_instruction(m))
-            .map(|m| m.joined_text().trim().to_string())
+            .filter_map(instruction_text)
+            .map(|text| text.trim().to_string())
             .collect();
         let short: Vec<&String> = instructions
             .iter()

@@ -5,7 +5,7 @@
 
 use super::Sources;
 use super::text::squash;
-use crate::compaction::instruction::is_instruction;
+use crate::compaction::instruction::{instruction_text, is_instruction};
 use crate::compaction::truncate::truncate_chars;
 use crate::message::{Message, Role};
 use regex::Regex;
@@ -28,7 +28,10 @@ pub(super) fn section(sources: &Sources) -> String {
     if let Some(u) = last_instruction.filter(|&u| last_assistant.is_none_or(|a| u > a)) {
         return format!(
             "Answer the latest user request: {}",
-            truncate_chars(&squash(&messages[u].joined_text()), 400)
+            truncate_chars(
+                &squash(&instruction_text(&messages[u]).unwrap_or_default()),
+                400
+            )
         );
     }
     if let Some(intent) = stated_intent(&messages[last_instruction.map_or(0, |u| u + 1)..]) {
@@ -46,10 +49,10 @@ pub(super) fn section(sources: &Sources) -> String {
             truncate_chars(&todo.task, 400)
         );
     }
-    if let Some(m) = messages.iter().rev().find(|m| is_instruction(m)) {
+    if let Some(text) = messages.iter().rev().find_map(instruction_text) {
         return format!(
             "Carry on with the current request: {}",
-            truncate_chars(&squash(&m.joined_text()), 400)
+            truncate_chars(&squash(&text), 400)
         );
     }
     sources.prior[8]

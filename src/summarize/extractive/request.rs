@@ -7,7 +7,7 @@
 
 use super::Sources;
 use crate::compaction::constants::MAX_TEXT_CHARS;
-use crate::compaction::instruction::{is_instruction, is_substantive};
+use crate::compaction::instruction::{instruction_text, is_substantive};
 use crate::compaction::truncate::truncate_chars;
 use std::fmt::Write;
 
@@ -22,8 +22,8 @@ pub(super) fn section(sources: &Sources) -> String {
     let messages = &sources.request.messages;
     let instructions: Vec<String> = messages
         .iter()
-        .filter(|m| is_instruction(m))
-        .map(|m| m.joined_text().trim().to_string())
+        .filter_map(instruction_text)
+        .map(|text| text.trim().to_string())
         .collect();
     let original = prior
         .and_then(|p| field(p, ORIGINAL))

@@ -187,6 +187,50 @@ fn cli_notes_are_not_instructions_and_pasted_summaries_are_named() {
     assert_eq!(s[0], "Original request: Fix the login form validation");
 }
 
+/// Claude Code's merged user messages: what the person typed after an interruption marker, a
+/// command echo or a pasted summary, in the same message, is an instruction (it was left out,
+/// the message judged by its first block).
+#[test]
+fn a_typed_instruction_after_a_marker_in_one_message_is_quoted() {
+    let pasted = "This session is being continued from a previous conversation that ran out of context. Long story.";
+    let merged = |first: &str, typed: &str| Message {
+        role: Role::User,
+        parts: vec![
+            Part::Text { text: first.into() },
+            Part::Text { text: typed.into() },
+        ],
+    };
+    let messages = vec![
+        merged(pasted, "Now add retries to the uploader"),
+        Message::text(Role::Assistant, "Adding them."),
+        merged(
+            "[Request interrupted by user for tool use]",
+            "Stop, use exponential backoff",
+        ),
+        Message::text(Role::Assistant, "Switching."),
+        merged(
+            "<command-message>compact</command-message>\n<command-name>/compact</command-name>",
+            "Cap the backoff at thirty seconds",
+        ),
+    ];
+    let s = sections_of(&extractive_summary(&request(messages, None)));
+    assert_eq!(
+        s[5],
+        format!(
+            "[#1, seq 1] (a pasted summary of earlier work, {} characters; not an instruction)\n\
+             [#2, seq 1] Now add retries to the uploader\n\
+             [#3, seq 3] Stop, use exponential backoff\n\
+             [#4, seq 5] Cap the backoff at thirty seconds",
+            pasted.len()
+        )
+    );
+    assert!(
+        s[0].contains("Current request: Cap the backoff at thirty seconds"),
+        "{}",
+        s[0]
+    );
+}
+
 #[test]
 fn a_long_instruction_points_to_its_original_and_the_task_keeps_more() {
     let long = format!("start {}", "w".repeat(5_000));

@@ -13,7 +13,7 @@
 //! all but the newest.
 
 use crate::compaction::constants::MAX_TEXT_CHARS;
-use crate::compaction::instruction::{UserText, classify_user_text};
+use crate::compaction::instruction::{UserText, classify_user_text, instruction_text, user_blocks};
 use crate::compaction::truncate::truncate_chars;
 use crate::summarize::SummaryRequest;
 use regex::Regex;
@@ -114,12 +114,20 @@ impl UserMessages {
                 self.push_pinned_task(task.seq);
                 task_placed = true;
             }
-            let text = message.joined_text();
             let max_chars = match &request.task {
                 Some(task) if Some(task.seq) == seq => task.max_chars.max(MAX_TEXT_CHARS),
                 _ => MAX_TEXT_CHARS,
             };
-            self.push(&text, seq, max_chars);
+            // Block by block: a merged message's typed instruction may follow a marker, an
+            // echo or a pasted summary (see `compaction::instruction`).
+            for (text, kind) in user_blocks(message) {
+                if kind == UserText::PastedSummary {
+                    self.push(text, seq, max_chars);
+                }
+            }
+            if let Some(text) = instruction_text(message) {
+                self.push(&text, seq, max_chars);
+            }
         }
         if let Some(task) = pinned_task.filter(|_| !task_placed) {
             self.push_pinned_task(task.seq);
