@@ -16,6 +16,42 @@ pub(super) struct ApiError {
     pub message: String,
     /// Seconds after which a retry may succeed (`Retry-After`), for "busy" answers.
     pub retry_after: Option<u64>,
+    /// Already in the log with more than the request shows (a proxied call's model).
+    pub logged: bool,
+}
+
+/// Marks a response as a refusal of compactd's own (not an upstream's answer passed on), so
+/// that [`log_refusals`] says it in the log unless its handler did.
+#[derive(Debug, Clone)]
+struct Refusal {
+    code: ErrorCode,
+    message: String,
+    logged: bool,
+}
+
+/// Logs every refusal of a request that its handler did not (status, code, method, path
+/// without its query: never a body, a header or a key), whatever refused it: a route, an
+/// extractor, a body limit, the fallback for an unknown path.
+pub(super) async fn log_refusals(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    if let Some(refusal) = response.extensions().get::<Refusal>()
+        && !refusal.logged
+    {
+        tracing::info!(
+            %method,
+            path = path.chars().take(256).collect::<String>(),
+            status = response.status().as_u16(),
+            code = refusal.code.as_str(),
+            reason = %refusal.message,
+            "refused a request"
+        );
+    }
+    response
 }
 
 impl ApiError {
@@ -25,7 +61,14 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            logged: false,
         }
+    }
+
+    /// The same error, said in the log already by its handler.
+    pub(super) fn logged(mut self) -> ApiError {
+        self.logged = true;
+        self
     }
 
     /// The same error, telling the client when to retry.
@@ -43,6 +86,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
         let mut response = (self.status, Json(body)).into_response();
+        response.extensions_mut().insert(Refusal {
+            code: self.code,
+            message: self.message,
+            logged: self.logged,
+        });
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()

@@ -94,5 +94,6 @@ fn versioned(api: Router<Arc<Service>>, service: Arc<Service>) -> Router {
         .merge(api)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::middleware::from_fn(error::log_refusals))
         .with_state(service)
 }

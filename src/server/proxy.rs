@@ -161,11 +161,11 @@ pub(super) async fn models(
         Wire::Chat
     };
     let call = Call::new(wire, network, query, headers, &ProxyBody::none(wire))?;
-    call.caller()?;
-    logged(
-        &call,
-        forward(&call, &service, Method::GET, "/models", None).await,
-    )
+    let result = match call.caller() {
+        Ok(_) => forward(&call, &service, Method::GET, "/models", None).await,
+        Err(e) => Err(e),
+    };
+    logged(&call, result)
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -302,7 +302,8 @@ fn logged(call: &Call, result: Result<Response, ApiError>) -> Result<Response, A
     let model = call.model.as_str();
     match &result {
         Err(e) => {
-            tracing::warn!(api = call.wire.name(), status = e.status.as_u16(), code = e.code.as_str(), model, reason = %e.message, "proxy refused a call")
+            tracing::warn!(api = call.wire.name(), status = e.status.as_u16(), code = e.code.as_str(), model, reason = %e.message, "proxy refused a call");
+            return result.map_err(ApiError::logged);
         }
         Ok(response) if !response.status().is_success() => {
             let session = response

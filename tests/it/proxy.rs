@@ -305,7 +305,36 @@ async fn a_call_without_a_key_is_refused() {
         .unwrap();
     assert_eq!(answer.status, 401);
     assert_eq!(answer.json()["error"]["code"], "unauthorized");
+    // Every refusal is in the log: a listing of models without a key, and a path the proxy
+    // does not serve (Gemini's), neither of which was.
+    let models = conn
+        .raw(Method::GET, "/v1/models", String::new())
+        .await
+        .unwrap();
+    assert_eq!(models.status, 401);
+    let unknown = conn
+        .raw(
+            Method::POST,
+            "/v1beta/models/gemini-2.5-pro:generateContent?key=sk-secret",
+            "{}",
+        )
+        .await
+        .unwrap();
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["error"]["code"], "not_found");
     assert!(mock.requests().is_empty());
+    let log = daemon.log();
+    assert_eq!(log.matches("status=401").count(), 2, "{log}");
+    assert!(
+        log.contains("refused a request")
+            && log.contains("/v1beta/models/gemini-2.5-pro:generateContent")
+            && log.contains("status=404"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("sk-secret"),
+        "no query (a key) in the log: {log}"
+    );
 }
 
 /// A proxied conversation deleted by its person (`compactd session delete`): the same opening
