@@ -157,11 +157,20 @@ impl CompactionConfig {
     }
 
     /// What the current step (the newest assistant turn and its results, see
-    /// [`super::step`]) may take in the context: a quarter of the usable context
-    /// ([`STEP_DIVISOR`]). With the summary at its ceiling, a context after compaction still
-    /// leaves a quarter of the usable room before the next trigger.
+    /// [`super::step`]) may take in a context that needs compacting: a quarter of the usable
+    /// context ([`STEP_DIVISOR`]). With the summary at its ceiling, a context after
+    /// compaction still leaves a quarter of the usable room before the next trigger. In a
+    /// context that stays under its trigger with the step whole, nothing is shortened (see
+    /// `store::messages`).
     pub fn step_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
         self.usable(context_limit, pinned_tokens) / STEP_DIVISOR
+    }
+
+    /// The smallest summary a compaction writes beside pinned messages that leave `usable`
+    /// tokens: `min_preserve`, or a quarter of that room when it is less (as
+    /// [`fitted_beside`](Self::fitted_beside) makes it).
+    pub fn smallest_summary(&self, usable: usize) -> usize {
+        self.min_preserve.min(usable / ROOM_PER_FLOOR)
     }
 
     /// The most tokens pinned messages may take: what leaves room for the smallest summary

@@ -175,6 +175,7 @@ impl CompactionPlan {
             Masking::none()
         };
         let max = input.config.max_pinned_tokens(input.context_limit);
+        let (summary_budget, summary_ceiling) = summary_room(input, &boundary);
         CompactionPlan {
             trigger,
             pre_tokens,
@@ -182,12 +183,8 @@ impl CompactionPlan {
             summarized,
             files: track_files(input.messages, input.prior_files),
             masking,
-            summary_budget: input
-                .config
-                .summary_budget(input.context_limit, input.pinned_tokens),
-            summary_ceiling: input
-                .config
-                .summary_ceiling(input.context_limit, input.pinned_tokens),
+            summary_budget,
+            summary_ceiling,
             pinned_overflow: (input.pinned_tokens > max).then_some(PinnedOverflow {
                 pinned: input.pinned_tokens,
                 max,
@@ -231,6 +228,25 @@ impl CompactionPlan {
     pub fn post_tokens(&self, input: &PlanInput, summary_message_tokens: usize) -> usize {
         input.pinned_tokens + summary_message_tokens + self.boundary.preserved_tokens
     }
+}
+
+/// How long the summary may be, and may grow to keep every instruction: the config's budget
+/// and ceiling, within what the tail leaves of the usable context (a large current step
+/// takes what it needs first), never under the smallest summary.
+fn summary_room(input: &PlanInput, boundary: &Boundary) -> (usize, usize) {
+    let config = input.config;
+    let usable = config.usable(input.context_limit, input.pinned_tokens);
+    let room = usable
+        .saturating_sub(boundary.preserved_tokens)
+        .max(config.smallest_summary(usable));
+    let budget = config
+        .summary_budget(input.context_limit, input.pinned_tokens)
+        .min(room);
+    let ceiling = config
+        .summary_ceiling(input.context_limit, input.pinned_tokens)
+        .min(room)
+        .max(budget);
+    (budget, ceiling)
 }
 
 /// Token estimates for `messages`, one per message.

@@ -90,6 +90,11 @@ pub struct ProxyStatus {
     pub anthropic_upstream: String,
     /// The loopback TCP address the proxy also serves on, if any.
     pub listen: Option<String>,
+    /// Proxied conversations since the daemon started whose system prompt could not stay
+    /// whole beside the smallest summary and the current step (each session's view says
+    /// how much: `unpinned_system_tokens`; the log names each once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpinned_system_prompts: usize,
 }
 
 /// Where the configuration came from and whether the last edit of it was rejected.
@@ -161,6 +166,11 @@ pub struct SessionView {
     /// session's, or one of the same caller and model that this session started from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_taught_at: Option<String>,
+    /// Tokens of system messages (a proxied agent's system prompt) that could not stay whole
+    /// in the context: they did not fit beside the smallest summary and the current step, so
+    /// they are summarized or shown as the tail allows. Absent when every one is pinned.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpinned_system_tokens: usize,
 }
 
 fn is_zero(n: &usize) -> bool {

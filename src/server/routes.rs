@@ -53,6 +53,7 @@ pub(super) async fn health(State(service): Svc) -> ApiResult {
             openai_upstream: settings.config.proxy.openai_upstream.clone(),
             anthropic_upstream: settings.config.proxy.anthropic_upstream.clone(),
             listen: settings.config.proxy.listen.clone(),
+            unpinned_system_prompts: service.unpinned_system_prompts(),
         },
         memory: service.memory().status(),
         disk: {

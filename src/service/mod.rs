@@ -117,6 +117,8 @@ pub struct Service {
     doubted: per_session::PerSession<()>,
     /// What unrecorded calls taught and compacted, by conversation.
     unrecorded: per_session::PerSession<unrecorded::Unrecorded>,
+    /// Proxied conversations whose system prompt was stored unpinned, said once each.
+    unpinned_prompts: per_session::PerSession<usize>,
 }
 
 impl Service {
@@ -151,6 +153,7 @@ impl Service {
             doubted: per_session::PerSession::default(),
             fruitless: per_session::PerSession::default(),
             unrecorded: per_session::PerSession::at_most(unrecorded::CONVERSATIONS),
+            unpinned_prompts: per_session::PerSession::default(),
         })
     }
 
@@ -323,7 +326,16 @@ impl Service {
     }
 
     pub async fn session(&self, id: &SessionId) -> Result<SessionView, ServiceError> {
-        Ok(self.view(self.store.session(id).await?))
+        let (session, unpinned) = self.store.session_with_unpinned_system(id).await?;
+        Ok(SessionView {
+            unpinned_system_tokens: unpinned,
+            ..self.view(session)
+        })
+    }
+
+    /// Proxied conversations since start whose system prompt could not stay whole.
+    pub fn unpinned_system_prompts(&self) -> usize {
+        self.unpinned_prompts.len()
     }
 
     /// Changes a session; if the change puts it over its trigger (a lower `context_limit`,
@@ -470,6 +482,7 @@ impl Service {
                 max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
                 // A step's estimated tokens, against the limit in estimated tokens.
                 step_budget: config.step_budget(session.estimated_limit(), session.fixed_tokens()),
+                step_whole_under: config.token_threshold(session.estimated_limit()),
                 lenient: false,
                 pin_cap: 0,
                 masking: MaskingStart::of(&config, session.context_limit),

@@ -61,6 +61,11 @@ impl<T: Clone> PerSession<T> {
         map.insert(id.to_string(), value);
     }
 
+    /// How many sessions are remembered.
+    pub(super) fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// What was last remembered for session `id`, if anything.
     pub(super) fn last(&self, id: &str) -> Option<T> {
         self.map

@@ -128,6 +128,9 @@ impl Service {
                 .made(&caller.owner, std::time::Instant::now());
         }
         let id = placed.session.id.clone();
+        if placed.unpinned_system_tokens > 0 {
+            self.unpinned_system_prompt(&id, placed.unpinned_system_tokens);
+        }
         if placed.matched < request.messages.len() {
             self.after_append(&placed.session, false).await;
         }
@@ -329,10 +332,24 @@ impl Service {
         })
     }
 
+    /// Says, once per session, that a proxied agent's system prompt could not stay whole: it
+    /// does not fit beside the smallest summary and the current step, so compaction will
+    /// summarize it (the session's view and `/health` say so too).
+    fn unpinned_system_prompt(&self, id: &SessionId, tokens: usize) {
+        if self.unpinned_prompts.last(id.as_str()).is_none() {
+            tracing::warn!(
+                session = %id,
+                tokens,
+                "the agent's system prompt does not fit beside the smallest summary and the current step at this window: it is not pinned, and compaction will summarize it (raise the context limit, or shorten the prompt or the tools)"
+            );
+        }
+        self.unpinned_prompts.record(id.as_str(), tokens);
+    }
+
     /// How a proxied call's messages are stored: nothing the client sends is refused, its
-    /// system messages and preamble are pinned while pinned messages take at most a quarter
-    /// of the usable context, and its task while they take no more than fits beside the
-    /// smallest summary and tail (see `store::messages::pins`).
+    /// system messages and task are pinned while they fit beside the smallest summary and
+    /// tail, the rest of its preamble while pinned messages take at most a quarter of the
+    /// usable context (see `store::messages::pins`).
     fn proxy_rules(
         &self,
     ) -> impl Fn(&crate::store::SessionRow) -> AppendRules + Send + Sync + 'static {

@@ -366,7 +366,7 @@ impl Service {
         let config = self.compaction_config(session);
         let planning = (*config)
             .clone()
-            .fitted_beside(session.estimated_limit(), session.pinned_tokens);
+            .fitted_beside(session.estimated_limit(), session.fixed_tokens());
         let settings = self.settings();
         let input = self.plan_input(&loaded, &planning, focus.as_deref(), &settings);
         let attempt = AttemptOf {
@@ -512,7 +512,8 @@ impl Service {
         let session = &loaded.snapshot.session;
         PlanInput {
             pinned: &loaded.pinned,
-            pinned_tokens: session.pinned_tokens,
+            // A proxied client's tools and system go with every call, as pinned messages do.
+            pinned_tokens: session.fixed_tokens(),
             seqs: &loaded.seqs,
             task_seq: session.task_seq,
             prior_summary: loaded.snapshot.latest.as_ref().map(|l| l.summary.as_str()),

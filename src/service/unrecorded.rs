@@ -359,7 +359,7 @@ impl Service {
         let session = &context.session;
         let planning = (*self.compaction_config(session))
             .clone()
-            .fitted_beside(session.estimated_limit(), session.pinned_tokens);
+            .fitted_beside(session.estimated_limit(), session.fixed_tokens());
         let num = context.latest.as_ref().map_or(0, |l| l.compaction_num) + 1;
         let loaded = Loaded::of(context, prior_files)?;
         let settings = self.settings();

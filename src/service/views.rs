@@ -42,6 +42,7 @@ impl SessionView {
             overhead_tokens: session.overhead_tokens,
             completion_tokens: session.completion_tokens,
             limit_taught_at: session.limit_taught_at,
+            unpinned_system_tokens: 0,
         }
     }
 }

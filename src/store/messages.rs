@@ -52,6 +52,12 @@ pub struct AppendRules {
     pub max_pinned_tokens: usize,
     /// What the current step may take in the context (see [`crate::compaction::step`]).
     pub step_budget: usize,
+    /// A message of the current step stays whole, whatever its budget, while the context
+    /// with it stays under this many estimated tokens (the session's trigger, in estimated
+    /// tokens): a cut the window does not need loses the agent its newest output for
+    /// nothing (an 11,300-character output reached the model as 1,366 characters in a
+    /// request of 9,000 tokens at a 20,000-token window).
+    pub step_whole_under: usize,
     /// A proxied client's call: nothing it sends is refused. Results may answer calls the
     /// session never saw, and system messages (and the client's prefix) are pinned only
     /// while pinned messages stay within `pin_cap`; later ones stay at their place and are
@@ -78,6 +84,7 @@ impl AppendRules {
         task_max_tokens: 0,
         max_pinned_tokens: 0,
         step_budget: usize::MAX,
+        step_whole_under: 0,
         lenient: true,
         pin_cap: 0,
         masking: None,
@@ -192,6 +199,9 @@ pub struct AppendOutcome {
     pub replayed: bool,
     /// The masking of old tool outputs this append made (see [`AppendRules::masking`]).
     pub masking: Option<MaskingRow>,
+    /// Tokens of the system messages stored unpinned: they did not fit beside the smallest
+    /// summary and tail (a proxied agent's system prompt too large for its window).
+    pub unpinned_system_tokens: usize,
 }
 
 /// The outcome stored for `idempotency`'s key, if its append was made before.
@@ -221,6 +231,7 @@ fn earlier_append(
         created: false,
         replayed: true,
         masking: None,
+        unpinned_system_tokens: 0,
     }))
 }
 
@@ -328,6 +339,7 @@ pub(super) fn append_to(
         created: false,
         replayed: false,
         masking: None,
+        unpinned_system_tokens: inserted.unpinned_system_tokens,
     })
 }
 
@@ -462,6 +474,8 @@ struct Inserted {
     shown_tokens: usize,
     /// Tool calls of the newest assistant message, once the batch is in.
     step_calls: usize,
+    /// Tokens of the system messages left unpinned.
+    unpinned_system_tokens: usize,
 }
 
 /// Inserts the batch's messages and their tool calls after the session's last seq, pinning
@@ -490,6 +504,7 @@ fn insert_messages(
         unpinned_tokens: 0,
         shown_tokens: 0,
         step_calls: session.step_calls,
+        unpinned_system_tokens: 0,
     };
     let mut parent = (session.head_seq > 0).then_some(session.head_seq);
     let task = match session.task_seq {
@@ -515,22 +530,36 @@ fn insert_messages(
             calls: done.step_calls,
             results_shown: match results_shown {
                 Some(shown) => shown,
-                None if answers => results_since_turn(conn, session)?,
+                None if answers => results_since_turn(
+                    conn,
+                    session,
+                    StepRoom::shares(rules.step_budget, done.step_calls),
+                )?,
                 None => 0,
             },
         };
-        let (shortened_json, shortened_tokens) = match pinned {
+        let (budgeted_json, budgeted_tokens) = match pinned {
             true => (None, None),
             false => shortened_form(message, origin(session, seq), room)?,
         };
+        // Whole while the context with it stays under the trigger; charged to the step at its
+        // budget all the same, so the step's later results keep their shares.
+        let context_with_it = session.estimated_tokens() + done.shown_tokens + message.tokens;
+        let (shortened_json, shortened_tokens) = match context_with_it <= rules.step_whole_under {
+            true => (None, None),
+            false => (budgeted_json, budgeted_tokens),
+        };
         let shown = shortened_tokens.unwrap_or(message.tokens);
         if answers && !rules.lenient {
-            results_shown = Some(room.results_shown + shown);
+            results_shown = Some(room.results_shown + budgeted_tokens.unwrap_or(message.tokens));
         }
         if pinned {
             done.pinned_tokens += message.tokens;
         } else {
             done.unpinned_tokens += shown;
+            if message.system {
+                done.unpinned_system_tokens += message.tokens;
+            }
         }
         done.shown_tokens += shown;
         let (masked_json, masked_tokens) = masked_form(message, origin(session, seq), tools)?;
@@ -626,9 +655,12 @@ fn pins(
     let mut pinned = vec![false; messages.len()];
     let mut pinned_tokens = session.pinned_tokens;
     for turn in [Claim::System, Claim::Task, Claim::Preamble] {
+        // The agent's own instructions (system messages) and the person's task stay whole
+        // while they fit beside the smallest summary and tail; what a client repeats after
+        // them (few-shot examples, files shown) while it stays within the cap.
         let cap = match turn {
-            Claim::Task => rules.pin_cap.max(rules.max_pinned_tokens),
-            Claim::System | Claim::Preamble => rules.pin_cap,
+            Claim::System | Claim::Task => rules.pin_cap.max(rules.max_pinned_tokens),
+            Claim::Preamble => rules.pin_cap,
         };
         // The task's messages are pinned together or not at all.
         let units: Vec<std::ops::Range<usize>> = match turn {

@@ -94,6 +94,26 @@ impl Store {
         self.read(move |conn| get_live(conn, &id)).await
     }
 
+    /// The session, and the tokens of its system messages stored unpinned (see
+    /// `AppendOutcome::unpinned_system_tokens`): read for its view, never per call.
+    pub async fn session_with_unpinned_system(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionRow, usize)> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let session = get_live(conn, &id)?;
+            let unpinned: usize = conn
+                .prepare_cached(
+                    "SELECT coalesce(sum(tokens), 0) FROM messages
+                     WHERE session_id = ?1 AND role = 'system' AND pinned = 0",
+                )?
+                .query_row([&id], |r| r.get(0))?;
+            Ok((session, unpinned))
+        })
+        .await
+    }
+
     /// A page of the live sessions in id order: those after `after`, at most `limit`.
     pub async fn sessions_page(&self, after: String, limit: usize) -> Result<Vec<SessionRow>> {
         self.read(move |conn| {

@@ -48,18 +48,33 @@ fn newest_turn(conn: &Connection, session: &SessionRow) -> Result<u64> {
         .unwrap_or(0))
 }
 
-/// Tokens the results stored after the session's newest assistant message take as the
-/// context shows them (those a compaction took are in no context: a person who wrote on
-/// after the turn moved the step past them).
-pub(super) fn results_since_turn(conn: &Connection, session: &SessionRow) -> Result<usize> {
+/// Tokens the results stored after the session's newest assistant message take of the
+/// step's `room` (those a compaction took are in no context: a person who wrote on after the
+/// turn moved the step past them): each as the context shows it, and no more than its share
+/// of the room (one shown whole under the trigger takes its share, as when the step is
+/// squeezed: see `store::messages`).
+pub(super) fn results_since_turn(
+    conn: &Connection,
+    session: &SessionRow,
+    room: StepRoom,
+) -> Result<usize> {
     let turn = newest_turn(conn, session)?;
     let from = turn.max(session.active_from_seq.saturating_sub(1));
     Ok(conn
         .prepare_cached(
-            "SELECT coalesce(sum(coalesce(shortened_tokens, tokens)), 0) FROM messages
-             WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0",
+            "SELECT coalesce(sum(min(coalesce(shortened_tokens, tokens),
+                                     ?3 * tool_results / max(tool_results, ?4))), 0)
+             FROM messages WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0",
         )?
-        .query_row(params![session.id, from], |r| r.get(0))?)
+        .query_row(
+            params![
+                session.id,
+                from,
+                room.budget.min(1 << 40) as i64,
+                room.calls as i64
+            ],
+            |r| r.get(0),
+        )?)
 }
 
 /// Shortens the session's active messages again for a new step budget (its limit or config

@@ -638,3 +638,34 @@ async fn a_refusal_that_teaches_a_smaller_window_shortens_the_step_again() {
     let after = context_within(&client, "r", 16_000, "after the refusal").await;
     assert!(visible(&after, "c", &log), "the output's head and tail");
 }
+
+/// An agent whose system prompt takes 7,500 tokens of a 20,000-token window runs its first
+/// command: the 7,800-character output is the newest thing in a context of about 10,600
+/// tokens under a 16,000 trigger, and reaches the model whole. A fixed quarter of the usable
+/// context (2,125 tokens) cut it to its head and tail on its very first appearance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_that_fits_is_whole_beside_a_long_system_prompt_at_a_small_window() {
+    let (_daemon, client) = daemon_with_session("small", 20_000).await;
+    let system: String = (0..1_500)
+        .map(|i| format!("Rule {i}: be exact. "))
+        .collect();
+    let output: String = (0..600).map(|i| format!("line {i:04} ok\n")).collect();
+    assert!(output.len() >= 7_800);
+    let opening = json!({"messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "List the build's output."}
+    ]});
+    let step = json!({"messages": [
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "bash",
+            "args": {"command": "make 2>&1"}}]},
+        {"role": "tool", "parts": [{"type": "tool_result", "call_id": "c1", "output": output}]}
+    ]});
+    for batch in [opening, step] {
+        client.post("/session/small/message", &batch).await.unwrap();
+    }
+    let context = context_within(&client, "small", 16_000, "after the first step").await;
+    let whole = context.iter().flat_map(|m| &m.parts).any(|p| {
+        matches!(p, Part::ToolResult { call_id, output: shown, .. } if call_id == "c1" && *shown == output)
+    });
+    assert!(whole, "the output is shown whole");
+}

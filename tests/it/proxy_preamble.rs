@@ -299,3 +299,132 @@ async fn a_sub_agent_named_by_its_thread_is_a_session_beside_its_parents() {
     let text = mock.requests()[before].body["messages"].to_string();
     assert!(!text.contains("sub-step A"), "{text}");
 }
+
+/// An agent of GitHub Copilot CLI's shape in its bring-your-own-key mode, over Chat
+/// Completions at a 20,000-token window: a 22,000-character system message and about 6,500
+/// tokens of tools with every call, 44 steps of a command and its output. The system message
+/// reaches the model whole in every call, the summary and the tail giving way to it; no call
+/// is refused. (Pinned only while pinned messages took a quarter of the usable context, it
+/// went with the first compaction: 18 of 21 calls had no system prompt.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_system_prompt_stays_whole_in_every_call_at_a_small_window() {
+    const WINDOW: usize = 20_000;
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: WINDOW,
+            chars_per_token: 4,
+        },
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = {WINDOW}\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let system: String = (0..470)
+        .map(|i| format!("Rule {i:03}: keep changes small and explain each. "))
+        .collect();
+    assert!(system.len() >= 22_000);
+    let tools: Vec<Value> = (0..40)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"),
+            "description": "Runs a step of the work; ".repeat(20),
+            "parameters": {"type": "object", "properties": {"command": {"type": "string",
+                "description": "What to run, exactly as a shell would take it."}}}}})
+        })
+        .collect();
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": "Build the project and fix what fails."}),
+    ];
+    let mut session = String::new();
+    for i in 0..44 {
+        let body =
+            json!({"model": "gpt-byok", "messages": messages, "tools": tools, "max_tokens": 1_000});
+        let (status, head, answer) = call(&client, KEY, None, &body).await;
+        assert_eq!(
+            status,
+            200,
+            "step {i}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{i}"),
+            "type": "function", "function": {"name": "tool_1", "arguments": format!("{{\"command\": \"make step{i}\"}}")}}]}));
+        let output: String = (0..150)
+            .map(|l| format!("step {i} line {l}: compiled\n"))
+            .collect();
+        messages
+            .push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": output}));
+    }
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 44, "no call was refused and sent again");
+    for (i, request) in requests.iter().enumerate() {
+        let sent = &request.body["messages"];
+        assert_eq!(sent[0]["role"], "system", "call {i}");
+        assert_eq!(
+            sent[0]["content"].as_str(),
+            Some(system.as_str()),
+            "call {i}: the system prompt whole"
+        );
+        no_orphans(sent.as_array().unwrap());
+    }
+    let state = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(state["compaction_count"].as_u64().unwrap() >= 1, "{state}");
+    assert!(state.get("unpinned_system_tokens").is_none(), "{state}");
+}
+
+/// A system prompt that cannot fit beside the smallest summary and tail at its window (about
+/// 11,000 tokens at 16,000) is not pinned, and compactd says so: once in the log, in the
+/// session's view, in `/health`. It went silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_prompt_too_long_for_the_window_is_said_to_be_unpinned() {
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: 1_000_000,
+            chars_per_token: 4,
+        },
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let system: String = (0..1_200)
+        .map(|i| format!("Rule {i:04}: check everything twice. "))
+        .collect();
+    let mut session = String::new();
+    for step in 0..2 {
+        let mut messages = vec![
+            json!({"role": "system", "content": system}),
+            json!({"role": "user", "content": "Start."}),
+        ];
+        if step == 1 {
+            messages.push(json!({"role": "assistant", "content": "noted"}));
+            messages.push(json!({"role": "user", "content": "Go on."}));
+        }
+        let (status, head, answer) = call(
+            &client,
+            KEY,
+            None,
+            &json!({"model": "m", "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+        session = head["x-compactd-session"].to_str().unwrap().to_string();
+    }
+    let view = client.get(&format!("/session/{session}")).await.unwrap();
+    assert!(
+        view["unpinned_system_tokens"].as_u64().unwrap() > 8_000,
+        "{view}"
+    );
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health["proxy"]["unpinned_system_prompts"], 1, "{health}");
+    let log = daemon.log();
+    assert_eq!(
+        log.matches("system prompt does not fit").count(),
+        1,
+        "{log}"
+    );
+}

@@ -432,8 +432,16 @@ fn what_follows_a_compaction_is_planned_and_counted_at_the_models_rate() {
             r["compactions"].as_u64().unwrap(),
             r["session_messages"].as_u64().unwrap(),
         );
+        // Outputs of 3,000 estimated tokens where the trigger is 5,120 (16,000 counted at
+        // 2.5) are shown whole while the context with them stays under the trigger, so the
+        // session compacts every other step (19 for 41 steps; 16 when each was cut to its
+        // quarter of the room at once).
+        let most = match name == "synthetic:large-outputs" {
+            true => messages / 4,
+            false => messages / 5,
+        };
         assert!(
-            (1..=messages / 5).contains(&compactions),
+            (1..=most).contains(&compactions),
             "{name}: {compactions} compactions for {messages} messages"
         );
         assert_eq!(r["orphaned_tool_results"], 0, "{name}");

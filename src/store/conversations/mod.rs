@@ -119,6 +119,9 @@ pub struct Placed {
     /// The call's messages already stored (the rest were appended).
     pub matched: usize,
     pub created: bool,
+    /// Tokens of the call's system messages stored unpinned (see
+    /// [`super::AppendOutcome::unpinned_system_tokens`]).
+    pub unpinned_system_tokens: usize,
 }
 
 impl Store {
@@ -212,6 +215,7 @@ impl Store {
             // What the call found stored and whether it made the session are the first
             // write's; the session is as the last one left it.
             placed.session = later.session;
+            placed.unpinned_system_tokens += later.unpinned_system_tokens;
             left_off = next;
         }
         Ok(placed)
@@ -265,8 +269,11 @@ fn place(
     let mut session = switch_to(conn, &session, node.unwrap_or(0))?;
     let new = call.to_store(matched);
     let through = matched + new.len();
+    let mut unpinned_system_tokens = 0;
     if !new.is_empty() {
-        session = append_to(conn, &session, &new, None, rules(&session))?.session;
+        let appended = append_to(conn, &session, &new, None, rules(&session))?;
+        unpinned_system_tokens = appended.unpinned_system_tokens;
+        session = appended.session;
         if session.kind == SessionKind::Side && call.conversation.is_none() && !one_off(call) {
             // A headerless side session's call that goes on from an earlier one is a
             // conversation.
@@ -297,6 +304,7 @@ fn place(
             session,
             matched,
             created,
+            unpinned_system_tokens,
         },
         left_off,
     ))
