@@ -428,3 +428,68 @@ async fn a_system_prompt_too_long_for_the_window_is_said_to_be_unpinned() {
         "{log}"
     );
 }
+
+/// An agent of opencode's shape at a 20,000-token window: about 7,500 tokens of system
+/// prompt and tools, then a file read of 11,300 characters. The output reaches the model
+/// whole on its first appearance, the whole request far under the trigger; the current
+/// step's fixed quarter of the usable context cut it to its head and tail (1,366 of 11,300
+/// characters).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newest_output_that_fits_reaches_the_model_whole_at_a_small_window() {
+    const WINDOW: usize = 20_000;
+    let mock = MockModel::start(
+        vec![],
+        Reply::Tokenized {
+            window: WINDOW,
+            chars_per_token: 4,
+        },
+    );
+    let daemon = TestDaemon::start(&format!(
+        "[compaction]\ndefault_context_limit = {WINDOW}\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        mock.base
+    ));
+    let client = daemon.client();
+    let system: String = (0..300)
+        .map(|i| format!("Guideline {i:03}: prefer small, tested changes. "))
+        .collect();
+    let tools: Vec<Value> = (0..30)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{i}"),
+            "description": "Reads, edits or runs things in the workspace; ".repeat(12),
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}})
+        })
+        .collect();
+    let file: String = (1..=200)
+        .map(|i| format!("{i:>4}\tconst RECORD_{i}: Record = Record::new({i}, \"r{i}\");\n"))
+        .collect();
+    assert!((11_000..12_500).contains(&file.len()), "{}", file.len());
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": "Read src/records.rs and tell me what it holds."}),
+    ];
+    for step in 0..2 {
+        if step == 1 {
+            messages.push(
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+                "type": "function", "function": {"name": "tool_0",
+                "arguments": "{\"path\": \"src/records.rs\"}"}}]}),
+            );
+            messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": file}));
+        }
+        let body =
+            json!({"model": "local", "messages": messages, "tools": tools, "max_tokens": 2_000});
+        let (status, _, answer) = call(&client, KEY, None, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    }
+    let sent = &mock.requests()[1].body["messages"];
+    let shown = sent.as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        shown == file,
+        "the output whole, not its head and tail: {} of {} characters",
+        shown.len(),
+        file.len()
+    );
+}
