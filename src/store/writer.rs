@@ -718,6 +718,21 @@ mod tests {
         }
     }
 
+    /// A database of table `t` in `dir`, opened by a store while a person's transaction
+    /// (`BEGIN IMMEDIATE` in `sqlite3`, the connection returned) holds its write lock.
+    async fn opened_while_a_person_writes(dir: &std::path::Path) -> (Store, rusqlite::Connection) {
+        let path = dir.join("t.db");
+        let store = Store::open(&path, Synchronous::Full).unwrap();
+        store
+            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+            .await
+            .unwrap();
+        store.close();
+        let person = rusqlite::Connection::open(&path).unwrap();
+        person.execute_batch("BEGIN IMMEDIATE").unwrap();
+        (Store::open(&path, Synchronous::Full).unwrap(), person)
+    }
+
     /// While the daemon serves, no other process takes the write lock: the connection keeps
     /// it between its transactions, from the first write on. A person who took it before the
     /// daemon could (a transaction left open in `sqlite3` before it started) makes a write
@@ -726,23 +741,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_write_lock_is_kept_between_writes_and_one_taken_before_is_a_bounded_busy() {
         let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("t.db");
         let insert = |store: Store| async move {
             store
                 .write(|c| Ok(c.execute_batch("INSERT INTO t VALUES (1)")?))
                 .await
         };
-        let store = Store::open(&path, Synchronous::Full).unwrap();
-        store
-            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
-            .await
-            .unwrap();
-        store.close();
-        let person = rusqlite::Connection::open(&path).unwrap();
+        let (store, person) = opened_while_a_person_writes(dir.path()).await;
         person.busy_timeout(std::time::Duration::ZERO).unwrap();
-        person.execute_batch("BEGIN IMMEDIATE").unwrap();
-
-        let store = Store::open(&path, Synchronous::Full).unwrap();
         let started = std::time::Instant::now();
         let busy = insert(store.clone()).await;
         assert!(matches!(busy, Err(StoreError::Busy)), "{busy:?}");
@@ -770,16 +775,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn writes_queued_behind_a_busy_wait_are_busy_within_their_own_wait() {
         let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("t.db");
-        let store = Store::open(&path, Synchronous::Full).unwrap();
-        store
-            .write(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
-            .await
-            .unwrap();
-        store.close();
-        let person = rusqlite::Connection::open(&path).unwrap();
-        person.execute_batch("BEGIN IMMEDIATE").unwrap();
-        let store = Store::open(&path, Synchronous::Full).unwrap();
+        let (store, person) = opened_while_a_person_writes(dir.path()).await;
         let writes = (0..16).map(|_| {
             let store = store.clone();
             tokio::spawn(async move {

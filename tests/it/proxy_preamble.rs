@@ -27,14 +27,9 @@ fn swe_agent_first_call() -> Option<Vec<Value>> {
     Some(first)
 }
 
-/// SWE-agent's first call, then `steps` steps, through compactd to a model of `window`
-/// tokens (four characters each) that refuses longer requests as OpenAI does and reports
-/// its count. Checks what every call the model got must hold: the system prompt first, the
-/// issue whole as a message of its own, no result without its call; returns the calls and
-/// which of SWE-agent's three first messages are pinned in the file.
-async fn swe_agent_through(model: &str, window: usize, steps: usize) -> Option<(usize, [bool; 3])> {
-    let first = swe_agent_first_call()?;
-    let (system, issue) = (&first[0], &first[2]);
+/// A model of `window` tokens (four characters each) that refuses longer requests as OpenAI
+/// does, and compactd before it giving sessions `limit` tokens.
+fn through_a_window(window: usize, limit: usize) -> (MockModel, TestDaemon) {
     let mock = MockModel::start(
         vec![],
         Reply::Tokenized {
@@ -43,9 +38,21 @@ async fn swe_agent_through(model: &str, window: usize, steps: usize) -> Option<(
         },
     );
     let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 32000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
+        "[compaction]\ndefault_context_limit = {limit}\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
         mock.base
     ));
+    (mock, daemon)
+}
+
+/// SWE-agent's first call, then `steps` steps, through compactd to a model of `window`
+/// tokens (four characters each) that refuses longer requests as OpenAI does and reports
+/// its count. Checks what every call the model got must hold: the system prompt first, the
+/// issue whole as a message of its own, no result without its call; returns the calls and
+/// which of SWE-agent's three first messages are pinned in the file.
+async fn swe_agent_through(model: &str, window: usize, steps: usize) -> Option<(usize, [bool; 3])> {
+    let first = swe_agent_first_call()?;
+    let (system, issue) = (&first[0], &first[2]);
+    let (mock, daemon) = through_a_window(window, 32_000);
     let client = daemon.client();
     let mut messages = first.clone();
     let mut session = String::new();
@@ -308,18 +315,7 @@ async fn a_sub_agent_named_by_its_thread_is_a_session_beside_its_parents() {
 /// went with the first compaction: 18 of 21 calls had no system prompt.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_system_prompt_stays_whole_in_every_call_at_a_small_window() {
-    const WINDOW: usize = 20_000;
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: WINDOW,
-            chars_per_token: 4,
-        },
-    );
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = {WINDOW}\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
-    ));
+    let (mock, daemon) = through_a_window(20_000, 20_000);
     let client = daemon.client();
     let system: String = (0..470)
         .map(|i| format!("Rule {i:03}: keep changes small and explain each. "))
@@ -379,17 +375,7 @@ async fn a_long_system_prompt_stays_whole_in_every_call_at_a_small_window() {
 /// session's view, in `/health`. It went silently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_system_prompt_too_long_for_the_window_is_said_to_be_unpinned() {
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: 1_000_000,
-            chars_per_token: 4,
-        },
-    );
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = 16000\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
-    ));
+    let (_mock, daemon) = through_a_window(1_000_000, 16_000);
     let client = daemon.client();
     let system: String = (0..1_200)
         .map(|i| format!("Rule {i:04}: check everything twice. "))
@@ -436,18 +422,7 @@ async fn a_system_prompt_too_long_for_the_window_is_said_to_be_unpinned() {
 /// characters).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newest_output_that_fits_reaches_the_model_whole_at_a_small_window() {
-    const WINDOW: usize = 20_000;
-    let mock = MockModel::start(
-        vec![],
-        Reply::Tokenized {
-            window: WINDOW,
-            chars_per_token: 4,
-        },
-    );
-    let daemon = TestDaemon::start(&format!(
-        "[compaction]\ndefault_context_limit = {WINDOW}\n[proxy]\nopenai_upstream = \"{}/v1\"\n",
-        mock.base
-    ));
+    let (mock, daemon) = through_a_window(20_000, 20_000);
     let client = daemon.client();
     let system: String = (0..300)
         .map(|i| format!("Guideline {i:03}: prefer small, tested changes. "))

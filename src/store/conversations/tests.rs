@@ -646,6 +646,30 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
     assert_eq!(a_later.session.branch_points, 0);
 }
 
+/// A call under header `c` that leaves task A's conversation right after its task with a
+/// user message of its own, sub-task E, and `steps` rounds after it.
+fn sub_task_call(steps: usize) -> ProxyCall {
+    let mut call = headed_call("task A", 100, 0);
+    let mut messages = call.messages.to_vec();
+    messages.push(Message::text(Role::User, "sub-task E"));
+    call.fingerprints.push(Fingerprints {
+        hash: 900,
+        opening: Some(900),
+    });
+    for i in 0..steps {
+        messages.push(Message::text(Role::Assistant, format!("E: step {i}")));
+        messages.push(Message::text(Role::User, format!("E: output {i}")));
+        for hash in [901 + 2 * i as i64, 902 + 2 * i as i64] {
+            call.fingerprints.push(Fingerprints {
+                hash,
+                opening: None,
+            });
+        }
+    }
+    call.messages = messages.into();
+    call
+}
+
 /// A conversation that leaves another right after its task with a user message of its own
 /// (a Codex sub-agent spawned with `fork_context`) is a session of its own too: the parent's
 /// preamble and task are its preamble, its own task is pinned, and its later calls land there.
@@ -653,28 +677,7 @@ async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of
 async fn a_conversation_leaving_another_right_after_its_task_is_a_session_of_its_own() {
     let (_dir, store, a) = with_branch_a().await;
     assert_eq!(a.session.task_seq, Some(2), "task A");
-    let sub = |steps: usize| {
-        let mut call = headed_call("task A", 100, 0);
-        let mut messages = call.messages.to_vec();
-        messages.push(Message::text(Role::User, "sub-task E"));
-        call.fingerprints.push(Fingerprints {
-            hash: 900,
-            opening: Some(900),
-        });
-        for i in 0..steps {
-            messages.push(Message::text(Role::Assistant, format!("E: step {i}")));
-            messages.push(Message::text(Role::User, format!("E: output {i}")));
-            for hash in [901 + 2 * i as i64, 902 + 2 * i as i64] {
-                call.fingerprints.push(Fingerprints {
-                    hash,
-                    opening: None,
-                });
-            }
-        }
-        call.messages = messages.into();
-        call
-    };
-    let e = store.place_call(sub(0), rules).await.unwrap();
+    let e = store.place_call(sub_task_call(0), rules).await.unwrap();
     assert!(e.created, "a session of its own");
     assert_eq!(
         e.session.id.as_str(),
@@ -686,7 +689,7 @@ async fn a_conversation_leaving_another_right_after_its_task_is_a_session_of_its
         (2, Some(3)),
         "the parent's preamble and task before its own"
     );
-    let later = store.place_call(sub(2), rules).await.unwrap();
+    let later = store.place_call(sub_task_call(2), rules).await.unwrap();
     assert_eq!(later.session.id, e.session.id);
     assert_eq!((later.matched, later.session.message_count), (3, 7));
     let a_again = store
@@ -867,24 +870,13 @@ async fn a_deleted_conversations_opening_starts_a_new_one() {
         }
     }
     let (_dir, store, a) = with_branch_a().await;
-    let sub = || {
-        let mut call = headed_call("task A", 100, 0);
-        let mut messages = call.messages.to_vec();
-        messages.push(Message::text(Role::User, "sub-task E"));
-        call.fingerprints.push(Fingerprints {
-            hash: 900,
-            opening: Some(900),
-        });
-        call.messages = messages.into();
-        call
-    };
-    let e = store.place_call(sub(), rules).await.unwrap();
+    let e = store.place_call(sub_task_call(0), rules).await.unwrap();
     assert!(e.created && e.session.id != a.session.id);
     store.delete_session(&e.session.id).await.unwrap();
-    let again = store.place_call(sub(), rules).await.unwrap();
+    let again = store.place_call(sub_task_call(0), rules).await.unwrap();
     assert!(again.created, "a new sub-agent session");
     assert_ne!(again.session.id, e.session.id);
-    let later = store.place_call(sub(), rules).await.unwrap();
+    let later = store.place_call(sub_task_call(0), rules).await.unwrap();
     assert_eq!(
         later.session.id, again.session.id,
         "its calls land there after"
