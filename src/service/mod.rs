@@ -482,6 +482,7 @@ impl Service {
                 max_pinned_tokens: config.max_pinned_tokens(session.context_limit),
                 // A step's estimated tokens, against the limit in estimated tokens.
                 step_budget: config.step_budget(session.estimated_limit(), session.fixed_tokens()),
+                step_whole_under: config.token_threshold(session.estimated_limit()),
                 lenient: false,
                 pin_cap: 0,
                 masking: MaskingStart::of(&config, session.context_limit),

@@ -241,6 +241,7 @@ mod tests {
                 task_max_tokens: 40,
                 max_pinned_tokens: 100_000,
                 step_budget: 2_000,
+                step_whole_under: 0,
                 lenient: false,
                 pin_cap: 0,
                 // Masking starts early, so that it runs in some of the cases (a masking drops the

@@ -51,11 +51,17 @@ pub struct AppendRules {
     /// Pinned messages may take at most this many tokens in all.
     pub max_pinned_tokens: usize,
     /// What the current step may take in the context (see [`crate::compaction::step`]), once
-    /// the context with it would pass `token_trigger`: under it, nothing is shortened (a cut
-    /// the window does not need loses the agent its newest output for nothing: an
-    /// 11,300-character output reached the model as 1,366 characters in a request of 9,000
-    /// tokens at a 20,000-token window).
+    /// the context with it would pass `step_whole_under`.
     pub step_budget: usize,
+    /// A message of the current step stays whole, whatever its budget, while the context
+    /// with it stays under this many estimated tokens: the session's trigger against its
+    /// limit in estimated tokens, as a compaction plans (the model's rate rounded up, never
+    /// under the estimate). A cut the window does not need loses the agent its newest output
+    /// for nothing: an 11,300-character output reached the model as 1,366 characters in a
+    /// request of 9,000 tokens at a 20,000-token window. (Counted as the trigger counts, from
+    /// the model's last report, a context kept whole this way went up to 554 tokens past a
+    /// 32,000-token window: the report's rate is not rounded up.)
+    pub step_whole_under: usize,
     /// A proxied client's call: nothing it sends is refused. Results may answer calls the
     /// session never saw, and system messages (and the client's prefix) are pinned only
     /// while pinned messages stay within `pin_cap`; later ones stay at their place and are
@@ -82,6 +88,7 @@ impl AppendRules {
         task_max_tokens: 0,
         max_pinned_tokens: 0,
         step_budget: usize::MAX,
+        step_whole_under: 0,
         lenient: true,
         pin_cap: 0,
         masking: None,
@@ -539,12 +546,11 @@ fn insert_messages(
             true => (None, None),
             false => shortened_form(message, origin(session, seq), room)?,
         };
-        // Whole while the context with it stays under the trigger, as the trigger counts it
-        // (the model's last report and the estimate since, at its rate); charged to the step
-        // at its budget all the same, so the step's later results keep their shares.
-        let context_with_it =
-            session.context_tokens().0 + session.counted(done.shown_tokens + message.tokens);
-        let (shortened_json, shortened_tokens) = match context_with_it <= rules.token_trigger {
+        // Whole while the context with it stays under the trigger (see `step_whole_under`);
+        // charged to the step at its budget all the same, so the step's later results keep
+        // their shares.
+        let context_with_it = session.estimated_tokens() + done.shown_tokens + message.tokens;
+        let (shortened_json, shortened_tokens) = match context_with_it <= rules.step_whole_under {
             true => (None, None),
             false => (budgeted_json, budgeted_tokens),
         };

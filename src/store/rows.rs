@@ -287,7 +287,9 @@ impl SessionRow {
         (self.context_limit as f64 / stepped) as usize
     }
 
-    fn estimated_tokens(&self) -> usize {
+    /// The context's estimated tokens: pinned messages and overhead, the summary, the active
+    /// messages as the context shows them.
+    pub(crate) fn estimated_tokens(&self) -> usize {
         self.fixed_tokens() + self.summary_tokens + self.active_tokens
     }
 
