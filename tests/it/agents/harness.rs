@@ -9,7 +9,7 @@ use std::time::Duration;
 /// `limit.output`) ask for in these tests, unless a test leaves them their own defaults.
 pub const AGENTS_MAX_OUTPUT: usize = 8_000;
 
-/// Where `.ci/run` installs the agents: `npm/` (Claude Code, Codex, opencode) and `venv/`
+/// Where `.ci/run` installs the agents: `npm/` (Claude Code, Codex, opencode, Copilot CLI) and `venv/`
 /// (mini-swe-agent, aider). `COMPACTD_AGENTS_DIR` points elsewhere.
 pub fn agents_dir() -> PathBuf {
     std::env::var_os("COMPACTD_AGENTS_DIR")
@@ -41,6 +41,9 @@ pub enum Agent {
     Opencode,
     MiniSwe,
     Aider,
+    /// Copilot CLI in its offline mode (`COPILOT_OFFLINE`), with a model of one's own over
+    /// Chat Completions (`COPILOT_PROVIDER_BASE_URL`), as it is run against a local model.
+    Copilot,
 }
 
 impl Agent {
@@ -51,6 +54,7 @@ impl Agent {
             Agent::Opencode => "opencode 1.18.33",
             Agent::MiniSwe => "mini-swe-agent 2.4.6",
             Agent::Aider => "aider 0.86.2",
+            Agent::Copilot => "Copilot CLI 1.0.102",
         }
     }
 
@@ -61,6 +65,7 @@ impl Agent {
             Agent::Opencode => "npm/node_modules/.bin/opencode",
             Agent::MiniSwe => "venv/bin/mini",
             Agent::Aider => "venv/bin/aider",
+            Agent::Copilot => "npm/node_modules/.bin/copilot",
         }
     }
 }
@@ -233,6 +238,20 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
             .unwrap();
             command.args(["run", "-m", &format!("mock/{}", setup.model), setup.prompt]);
         }
+        Agent::Copilot => {
+            command
+                .env("COPILOT_OFFLINE", "true")
+                .env("COPILOT_AUTO_UPDATE", "false")
+                .env("COPILOT_PROVIDER_TYPE", "openai")
+                .env("COPILOT_PROVIDER_BASE_URL", format!("{}/v1", setup.base))
+                .env("COPILOT_PROVIDER_API_KEY", setup.key)
+                .env("COPILOT_MODEL", setup.model)
+                .args(["-p", setup.prompt, "--allow-all-tools", "-s"])
+                .arg("--disable-client-telemetry");
+            if let Some(tokens) = setup.max_output {
+                command.env("COPILOT_PROVIDER_MAX_OUTPUT_TOKENS", tokens.to_string());
+            }
+        }
         Agent::MiniSwe => {
             command
                 .env("OPENAI_API_BASE", format!("{}/v1", setup.base))
@@ -295,7 +314,7 @@ pub fn run(setup: &Setup, limit: Duration) -> Run {
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .and_then(|v| v["info"]["submission"].as_str().map(str::to_string))
             .unwrap_or_default(),
-        Agent::Opencode | Agent::Aider => stdout,
+        Agent::Opencode | Agent::Aider | Agent::Copilot => stdout,
     };
     let logs = agent_logs(&home);
     Run {

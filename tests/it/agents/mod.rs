@@ -1,5 +1,5 @@
 //! The agents people use, unmodified, through compactd's proxy: Claude Code (its default
-//! model, with thinking on), Codex CLI, opencode, mini-swe-agent and aider, each driven
+//! model, with thinking on), Codex CLI, opencode, mini-swe-agent, aider and Copilot CLI, each driven
 //! through a task of many tool steps by a local model API that refuses what the providers
 //! refuse ([`crate::common::model_api`]), first directly, then through compactd. Through
 //! compactd, the model's tokenizer counts two characters a token where compactd's estimate
@@ -8,6 +8,7 @@
 
 mod background_command;
 mod harness;
+mod small_window;
 mod task_list;
 mod taught_window;
 
