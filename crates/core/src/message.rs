@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Who wrote a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
@@ -44,7 +45,8 @@ impl Role {
 }
 
 /// One piece of a message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Part {
     /// Plain text written by the user, the assistant or the system.
@@ -74,7 +76,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The output of call `call_id`'s result among `parts`, if they hold one.
-pub(crate) fn output_of<'a>(parts: &'a [Part], call_id: &str) -> Option<&'a String> {
+pub fn output_of<'a>(parts: &'a [Part], call_id: &str) -> Option<&'a String> {
     parts.iter().find_map(|p| match p {
         Part::ToolResult {
             call_id: id,
@@ -86,7 +88,8 @@ pub(crate) fn output_of<'a>(parts: &'a [Part], call_id: &str) -> Option<&'a Stri
 }
 
 /// A message of a conversation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(try_from = "WireMessage")]
 pub struct Message {
     pub role: Role,
@@ -251,7 +254,7 @@ impl Message {
 
 /// Whether results of the ids `answers` answer the calls of the ids `calls`, every one and
 /// no other (and there are some).
-pub(crate) fn answers_exactly<'a>(
+pub fn answers_exactly<'a>(
     answers: impl IntoIterator<Item = &'a str>,
     calls: impl IntoIterator<Item = &'a str>,
 ) -> bool {
@@ -263,7 +266,7 @@ pub(crate) fn answers_exactly<'a>(
 /// What a body of messages holds: one message, an array of them, or
 /// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct MessageBatch {
+pub struct MessageBatch {
     pub messages: Vec<Message>,
     /// The agent's `usage.input_tokens` for its last model call.
     pub input_tokens: Option<u64>,
@@ -274,7 +277,7 @@ pub(crate) struct MessageBatch {
 
 /// Why a body of messages could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum BatchError {
+pub enum BatchError {
     #[error("invalid JSON: {0}")]
     Json(String),
     #[error("{0}")]
@@ -286,7 +289,7 @@ pub(crate) enum BatchError {
 /// Reads a body of messages (the one parser for the API, the CLI and the offline commands).
 /// Each message is parsed straight from its slice of the body: no whole-body JSON tree is
 /// built, so a large batch costs about its own size in memory, not several times it.
-pub(crate) fn parse_message_batch(json: &[u8]) -> Result<MessageBatch, BatchError> {
+pub fn parse_message_batch(json: &[u8]) -> Result<MessageBatch, BatchError> {
     use serde_json::value::RawValue;
     let first = json.iter().find(|b| !b.is_ascii_whitespace());
     let items: Vec<&RawValue> = match first {

@@ -78,7 +78,7 @@ pub fn find_preserve_boundary(
 /// `earliest[b]` is the index of the oldest message holding a call answered by a result in
 /// `messages[b..]` (or `b` itself if none is older). A boundary at `b` orphans a result exactly
 /// when `earliest[b] < b`. The slice has `n + 1` entries; `earliest[n] == n`.
-pub(crate) fn earliest_referenced_call(messages: &[Message]) -> Vec<usize> {
+pub fn earliest_referenced_call(messages: &[Message]) -> Vec<usize> {
     let n = messages.len();
     // A result answers the most recent earlier call with its id (some agents reuse ids).
     let mut latest_call: HashMap<&str, usize> = HashMap::new();

@@ -74,7 +74,7 @@ impl LazyEstimator {
 }
 
 /// The characters of `part` the estimate counts ([`counted_chars`]).
-pub(crate) fn part_chars(part: &Part) -> usize {
+pub fn part_chars(part: &Part) -> usize {
     part_measured(part, counted_chars)
 }
 
@@ -148,7 +148,7 @@ fn punctuation(b: u8) -> u8 {
 
 /// The byte offset in `text` where the characters before it count `n` or more
 /// ([`counted_chars`]); the text's length when the whole of it counts less.
-pub(crate) fn byte_at_count(text: &str, n: usize) -> usize {
+pub fn byte_at_count(text: &str, n: usize) -> usize {
     let mut counter = Counter::default();
     for (at, c) in text.char_indices() {
         if counter.counted >= n {

@@ -32,7 +32,7 @@ pub fn placeholder(tool: &str, chars: usize, at: Origin) -> String {
 }
 
 /// `12480` as `12,480`.
-pub(crate) fn thousands(n: usize) -> String {
+pub fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

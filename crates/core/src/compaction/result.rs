@@ -4,7 +4,8 @@ use crate::message::{Message, Role};
 use serde::{Deserialize, Serialize};
 
 /// The outcome of one successful compaction, with the spec's fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct CompactionResult {
     pub summary: String,
     pub read_files: Vec<String>,

@@ -4,7 +4,8 @@ use super::config::CompactionConfig;
 use serde::{Deserialize, Serialize};
 
 /// Why a compaction ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// The active message count exceeded `max_messages`.

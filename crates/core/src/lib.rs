@@ -1,0 +1,16 @@
+//! compactd's engine, pure: SPEC.md as functions, with no I/O, clock or SQL, so every rule
+//! of compaction can be tested (and replayed) without a daemon. The daemon, the summarizers,
+//! the proxy and the measurements all decide through it.
+//!
+//! - [`message`]: messages and their parts, as stored and as the engine reads them.
+//! - [`compaction`]: token estimates, triggers, the preserved tail and its pair rule, the
+//!   current step's room, file tracking, the summary prompt, masking, secret redaction.
+//!
+//! This crate depends on no runtime, database or HTTP crate (the workspace's layering is
+//! the crates' dependency graph); with the `schema` feature its API types derive their
+//! OpenAPI schema for the socket API's document.
+
+#![forbid(unsafe_code)]
+
+pub mod compaction;
+pub mod message;
