@@ -10,16 +10,15 @@ mod errors;
 pub mod events;
 pub mod requests;
 pub mod responses;
-mod session_id;
 
 pub use crate::compaction::{CompactionResult, Trigger};
 pub use crate::message::{Message, Part, Role};
 pub use crate::store::{CompactionRow, FailureRow, MaskingRow, StoredMessage, TokenSource};
+pub use compactd_core::{InvalidSessionId, SessionId};
 pub use errors::{ApiCode, ErrorCode};
 pub use events::Event;
 pub use requests::*;
 pub use responses::*;
-pub use session_id::{InvalidSessionId, SessionId};
 
 /// The current API version's path prefix.
 pub const API_PREFIX: &str = "/v1";

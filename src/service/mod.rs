@@ -264,7 +264,7 @@ impl Service {
         &self,
         request: CreateSession,
     ) -> Result<SessionView, ServiceError> {
-        let id = request.id.unwrap_or_else(SessionId::generate);
+        let id = request.id.unwrap_or_else(generated_session_id);
         let new = self.new_session(id, request.model, request.context_limit, request.config)?;
         let session = self.store.create_session(new).await?;
         Ok(self.view(session))
@@ -699,4 +699,19 @@ fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
 
 fn truncate_for_error(text: &str) -> String {
     crate::compaction::truncate::truncate_chars(text, 80).into_owned()
+}
+/// A fresh session id: time-ordered and unique within this process (`s-` and hex digits,
+/// valid by construction).
+fn generated_session_id() -> SessionId {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    SessionId::unchecked(format!(
+        "s-{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
 }

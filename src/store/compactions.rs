@@ -4,7 +4,7 @@ use super::rows::{CompactionRow, FailureRow, SessionRow, TokenSource};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::params;
 
 /// A successful compaction to store.
@@ -96,7 +96,7 @@ impl Store {
                 started("?15")
             ))?
             .execute(params![
-                c.session_id,
+                c.session_id.as_str(),
                 c.result.compaction_num,
                 c.trigger.as_str(),
                 c.focus,
@@ -129,7 +129,7 @@ impl Store {
                  WHERE id = ?1"
             ))?
             .execute(params![
-                c.session_id,
+                c.session_id.as_str(),
                 c.boundary_seq,
                 c.summary_tokens,
                 // A compaction that made the context smaller closes the breaker (its count
@@ -164,7 +164,7 @@ impl Store {
                 started("?6")
             ))?
             .execute(params![
-                f.session_id,
+                f.session_id.as_str(),
                 f.trigger.as_str(),
                 f.focus,
                 f.summarizer,

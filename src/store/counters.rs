@@ -26,7 +26,7 @@ pub(super) fn recount_active(conn: &Connection, session: &SessionRow) -> Result<
             SessionRow::COLUMNS,
             shown = shown_tokens("sessions.masked_through_seq"),
         ))?
-        .query_row([&session.id], SessionRow::from_row)?)
+        .query_row([session.id.as_str()], SessionRow::from_row)?)
 }
 
 /// The first of the session's rows `sql` reads (newest first) whose seq lies on `branch`, or
@@ -39,7 +39,7 @@ fn newest_on<T>(
     branch: &Branch,
 ) -> Result<Option<T>> {
     let mut stmt = conn.prepare_cached(sql)?;
-    let mut rows = stmt.query([&session.id])?;
+    let mut rows = stmt.query([session.id.as_str()])?;
     while let Some(row) = rows.next()? {
         let (seq, value) = read(row)?;
         if seq.is_none_or(|s| branch.contains(s)) {
@@ -93,7 +93,9 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
                 "SELECT seq FROM messages WHERE session_id = ?1 AND pinned = 1 AND role = 'user'
                  AND seq > ?2 AND {filter} ORDER BY seq LIMIT 1"
             ))?
-            .query_row(params![session.id, session.static_seq], |r| r.get(0))
+            .query_row(params![session.id.as_str(), session.static_seq], |r| {
+                r.get(0)
+            })
             .optional()?,
         None => session.task_seq,
     };
@@ -101,7 +103,7 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
         .prepare_cached(&format!(
             "SELECT parts FROM messages WHERE session_id = ?1 AND role = 'assistant' AND {filter} ORDER BY seq DESC LIMIT 1"
         ))?
-        .query_row([&session.id], |r| r.get::<_, String>(0))
+        .query_row([session.id.as_str()], |r| r.get::<_, String>(0))
         .optional()?
         .map_or(0, |parts| parts.matches("\"type\":\"tool_call\"").count());
     conn.prepare_cached(&format!(
@@ -123,7 +125,7 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
          WHERE id = ?1"
     ))?
     .execute(params![
-        session.id,
+        session.id.as_str(),
         head,
         active_from,
         summary_num,
@@ -141,8 +143,8 @@ mod tests {
     use super::*;
     use crate::compaction::microcompact::MaskingStart;
     use crate::message::{Message, Part, Role};
-    use crate::protocol::SessionId;
     use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
+    use compactd_core::SessionId;
     use proptest::prelude::*;
     use serde_json::json;
 

@@ -4,7 +4,7 @@
 use super::rows::SessionRow;
 use super::sessions::{NOW, get_live};
 use super::{Result, Store};
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
@@ -54,7 +54,7 @@ fn masking_point(
             "SELECT coalesce(sum(tool_results), 0) FROM messages INDEXED BY messages_with_results
              WHERE session_id = ?1 AND seq >= ?2 AND tool_results > 0 AND {filter}"
         ))?
-        .query_row(params![session.id, unmasked_from], |r| r.get(0))?;
+        .query_row(params![session.id.as_str(), unmasked_from], |r| r.get(0))?;
     if unmasked <= keep_recent {
         return Ok(None);
     }
@@ -65,7 +65,7 @@ fn masking_point(
         "SELECT seq, tool_results, role = 'assistant'
          FROM messages WHERE session_id = ?1 AND seq >= ?2 AND {filter} ORDER BY seq DESC"
     ))?;
-    let mut rows = stmt.query(params![session.id, session.active_from_seq])?;
+    let mut rows = stmt.query(params![session.id.as_str(), session.active_from_seq])?;
     let mut kept = 0;
     let mut step_start: Option<u64> = None;
     let mut through: Option<u64> = None;
@@ -94,7 +94,7 @@ fn masking_point(
                     coalesce(sum(max(coalesce(shortened_tokens, tokens) - coalesce(masked_tokens, tokens), 0)), 0)
              FROM messages WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 AND NOT pinned AND {filter}"
         ))?
-        .query_row(params![session.id, unmasked_from, through], |r| {
+        .query_row(params![session.id.as_str(), unmasked_from, through], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })?;
     Ok((outputs > 0).then_some((through, outputs, saving.max(0) as usize)))
@@ -134,14 +134,14 @@ fn write_masking(
         "UPDATE sessions SET masked_through_seq = ?2, reported_tokens = NULL, tokens_since_report = 0
          WHERE id = ?1",
     )?
-    .execute(params![session.id, through])?;
+    .execute(params![session.id.as_str(), through])?;
     let after = super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)?;
     let (post_tokens, _) = after.context_tokens();
     conn.prepare_cached(&format!(
         "INSERT INTO maskings (session_id, through_seq, outputs, pre_tokens, post_tokens, created_at, head_seq)
          VALUES (?1, ?2, ?3, ?4, ?5, {NOW}, ?6)"
     ))?
-    .execute(params![session.id, through, outputs, pre_tokens, post_tokens, session.head_seq])?;
+    .execute(params![session.id.as_str(), through, outputs, pre_tokens, post_tokens, session.head_seq])?;
     let row = conn
         .prepare_cached(&format!(
             "SELECT {} FROM maskings WHERE id = ?1",
@@ -210,8 +210,8 @@ impl Store {
 mod tests {
     use crate::compaction::media::Media;
     use crate::message::{Message, Part, Role};
-    use crate::protocol::SessionId;
     use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
+    use compactd_core::SessionId;
 
     /// A task, then `rounds` tool calls each answered by an output of 2,000 characters.
     fn session_with_outputs(id: &SessionId, rounds: usize) -> Append {

@@ -12,7 +12,7 @@ use crate::compaction::media::Media;
 use crate::compaction::microcompact::{MaskingStart, masked_parts};
 use crate::compaction::step::StepRoom;
 use crate::message::{Message, Part, Role, answers_exactly};
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::{HashMap, HashSet};
 
@@ -371,7 +371,7 @@ pub(super) fn append_leaf(
     conn.prepare_cached(
         "UPDATE sessions SET message_count = message_count + 1, branch_points = branch_points + 1 WHERE id = ?1",
     )?
-    .execute([&session.id])?;
+    .execute([session.id.as_str()])?;
     Ok(())
 }
 
@@ -573,7 +573,7 @@ fn insert_messages(
             false => Some(serde_json::to_string(&message.media)?),
         };
         insert_message.execute(params![
-            session.id,
+            session.id.as_str(),
             seq,
             message.role,
             message.parts_json,
@@ -591,7 +591,7 @@ fn insert_messages(
         ])?;
         parent = Some(seq);
         for (call_id, name) in &message.calls {
-            insert_call.execute(params![session.id, call_id, seq, name])?;
+            insert_call.execute(params![session.id.as_str(), call_id, seq, name])?;
         }
         if message.instruction {
             done.turn_start = Some(seq);
@@ -792,7 +792,7 @@ fn count_appended(
          WHERE id = ?1",
     )?
     .execute(params![
-        after.id,
+        after.id.as_str(),
         after.message_count,
         after.active_messages,
         after.active_tokens,
@@ -819,7 +819,7 @@ fn remember_key(conn: &Connection, idempotency: &Idempotency, made: &AppendOutco
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![
-        made.session.id,
+        made.session.id.as_str(),
         idempotency.key,
         idempotency.request_hash,
         made.first_seq,

@@ -7,8 +7,8 @@
 use super::rows::{ContextVersion, SessionRow};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
-use crate::protocol::SessionId;
 use crate::provider::overflow::Overflow;
+use compactd_core::SessionId;
 use rusqlite::params;
 
 /// A session's `limit_source` when a refusal of the upstream's taught its window.

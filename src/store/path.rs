@@ -40,7 +40,9 @@ impl Branch {
         let mut end = head;
         while end > 0 {
             let start: Option<(u64, Option<u64>)> = find
-                .query_row(params![session.id, end], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row(params![session.id.as_str(), end], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .optional()?;
             match start {
                 Some((start, parent)) => {

@@ -6,7 +6,7 @@ use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
 use super::sessions::get_live;
 use super::{Result, Store};
 use crate::compaction::FileLists;
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 
 impl Store {
@@ -184,7 +184,7 @@ fn active_messages(
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(
         params![
-            session.id,
+            session.id.as_str(),
             session.masked_through_seq,
             session.active_from_seq
         ],
@@ -201,7 +201,7 @@ fn latest_summary(conn: &Connection, session: &SessionRow) -> Result<Option<Late
     }
     Ok(conn
         .prepare_cached("SELECT num, summary FROM compactions WHERE session_id = ?1 AND num = ?2")?
-        .query_row(params![session.id, session.summary_num], |row| {
+        .query_row(params![session.id.as_str(), session.summary_num], |row| {
             Ok(LatestSummary {
                 compaction_num: row.get(0)?,
                 summary: row.get(1)?,
@@ -218,7 +218,7 @@ fn latest_files(conn: &Connection, session: &SessionRow) -> Result<FileLists> {
             "SELECT read_files, modified_files, created_files, deleted_files FROM compactions
              WHERE session_id = ?1 AND num = ?2",
         )?
-        .query_row(params![session.id, session.summary_num], |row| {
+        .query_row(params![session.id.as_str(), session.summary_num], |row| {
             Ok([
                 row.get::<_, String>(0)?,
                 row.get(1)?,
@@ -252,7 +252,7 @@ fn pinned_before(
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(
-        params![session.id, session.active_from_seq],
+        params![session.id.as_str(), session.active_from_seq],
         StoredMessage::from_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

@@ -3,7 +3,7 @@
 use super::Result;
 use crate::compaction::{CompactionResult, Trigger};
 use crate::message::{Message, Part, Role};
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::Row;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -609,13 +609,6 @@ pub(super) async fn rows_after<R: Send + 'static>(
             Ok((rows, more))
         })
         .await
-}
-
-/// A session id is bound as the text it is (the store's tables key on it).
-impl rusqlite::ToSql for SessionId {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
 }
 
 #[cfg(test)]

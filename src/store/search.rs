@@ -25,7 +25,7 @@ use super::rows::SessionRow;
 use super::sessions::get_live;
 use super::{Result, Store};
 use crate::message::Part;
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::{Connection, params};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 
 use super::rows::SessionRow;
 use super::{Result, Store, StoreError};
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use std::sync::LazyLock;
@@ -64,7 +64,7 @@ pub(super) fn get_live(conn: &Connection, id: &str) -> Result<SessionRow> {
 pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> {
     let exists: bool = conn
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
-        .query_row([&new.id], |r| r.get(0))?;
+        .query_row([new.id.as_str()], |r| r.get(0))?;
     if exists {
         return Err(StoreError::Exists(new.id.to_string()));
     }
@@ -74,7 +74,7 @@ pub(super) fn insert(conn: &Connection, new: &NewSession) -> Result<SessionRow> 
          VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW}, ?5, ?6, CASE WHEN ?5 IS NULL THEN 'api' ELSE 'proxy' END)"
     ))?
     .execute(params![
-        new.id,
+        new.id.as_str(),
         new.model,
         new.context_limit,
         new.overrides.to_string(),

@@ -43,7 +43,7 @@ fn newest_turn(conn: &Connection, session: &SessionRow) -> Result<u64> {
             "SELECT seq FROM messages WHERE session_id = ?1 AND role = 'assistant'
              ORDER BY seq DESC LIMIT 1",
         )?
-        .query_row([&session.id], |r| r.get(0))
+        .query_row([session.id.as_str()], |r| r.get(0))
         .optional()?
         .unwrap_or(0))
 }
@@ -68,7 +68,7 @@ pub(super) fn results_since_turn(
         )?
         .query_row(
             params![
-                session.id,
+                session.id.as_str(),
                 from,
                 room.budget.min(1 << 40) as i64,
                 room.calls as i64
@@ -95,7 +95,7 @@ pub(super) fn reshorten_active(
              ORDER BY seq",
             branch.filter()
         ))?
-        .query_map(params![session.id, session.active_from_seq], |r| {
+        .query_map(params![session.id.as_str(), session.active_from_seq], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -128,7 +128,7 @@ pub(super) fn reshorten_active(
         if in_step {
             results_shown += shown.unwrap_or(tokens);
         }
-        update.execute(params![session.id, seq, json, shown])?;
+        update.execute(params![session.id.as_str(), seq, json, shown])?;
     }
     super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)
 }

@@ -3,6 +3,7 @@
 //! the proxy and the measurements all decide through it.
 //!
 //! - [`message`]: messages and their parts, as stored and as the engine reads them.
+//! - [`SessionId`]: a session's name, checked once where it enters.
 //! - [`compaction`]: token estimates, triggers, the preserved tail and its pair rule, the
 //!   current step's room, file tracking, the summary prompt, masking, secret redaction.
 //!
@@ -14,3 +15,6 @@
 
 pub mod compaction;
 pub mod message;
+pub mod session_id;
+
+pub use session_id::{InvalidSessionId, SessionId};

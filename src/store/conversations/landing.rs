@@ -9,7 +9,7 @@ use super::super::{Result, StoreError};
 use super::ProxyCall;
 use super::walk::{Walked, walk};
 use crate::message::{Message, Role};
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// How many of the caller's conversations sharing a first message are compared with a call.
@@ -309,7 +309,7 @@ pub(super) fn create(
          WHERE id = ?1",
     )?
     .execute(params![
-        session.id,
+        session.id.as_str(),
         kind.as_str(),
         conversation,
         call.root_hash,

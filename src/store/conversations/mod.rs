@@ -36,7 +36,7 @@ use super::{Result, Store};
 use crate::compaction::LazyEstimator;
 use crate::compaction::media::Media;
 use crate::message::Message;
-use crate::protocol::SessionId;
+use compactd_core::SessionId;
 use landing::{Lands, create, find, one_off};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::sync::Arc;
@@ -278,7 +278,7 @@ fn place(
             // A headerless side session's call that goes on from an earlier one is a
             // conversation.
             conn.prepare_cached("UPDATE sessions SET kind = 'proxy' WHERE id = ?1")?
-                .execute([&session.id])?;
+                .execute([session.id.as_str()])?;
         }
     }
     // A call that names no completion leaves the one a refusal taught (a server's default
@@ -289,7 +289,7 @@ fn place(
          WHERE id = ?1",
     )?
     .execute(params![
-        session.id,
+        session.id.as_str(),
         call.overhead_tokens,
         call.completion_tokens
     ])?;
@@ -321,7 +321,7 @@ fn untouched(conn: &Connection, session: &SessionRow, node: u64) -> Result<bool>
             "SELECT seq FROM messages INDEXED BY messages_by_parent
              WHERE session_id = ?1 AND parent_seq = ?2 AND hash IS NOT NULL LIMIT 1",
         )?
-        .query_row(params![session.id, node], |r| r.get(0))
+        .query_row(params![session.id.as_str(), node], |r| r.get(0))
         .optional()?;
     Ok(child.is_none())
 }
