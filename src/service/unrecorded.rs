@@ -310,7 +310,8 @@ impl Service {
             // A proxied client's results are its own, placed as its API requires: each
             // takes its share of the step (see `step::message_budget`).
             let room = step::StepRoom::shares(step_budget, session.step_calls);
-            let shortened = step::shown_in_step(message, tokens, at, room);
+            let outside_media = request.media.get(index).map_or(0, |media| media.outside);
+            let shortened = step::shown_in_step(message, tokens, outside_media, at, room);
             let appended = match shortened {
                 Some(parts) => {
                     let kept_media = request

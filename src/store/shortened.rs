@@ -31,7 +31,7 @@ pub(super) fn shortened(
     at: Origin,
     room: StepRoom,
 ) -> Result<(Option<String>, Option<usize>)> {
-    let shown = step::shown_in_step(message, tokens, at, room);
+    let shown = step::shown_in_step(message, tokens, media.outside, at, room);
     encoded(shown, &message.parts, media)
 }
 

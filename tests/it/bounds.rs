@@ -292,10 +292,11 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
         assert!(stored.iter().all(|m| m["parent_seq"].is_null()
             || m["parent_seq"].as_u64() == Some(m["seq"].as_u64().unwrap() - 1)));
         let sent = &mock.wait_for_requests(2)[1].body;
+        let sent_tokens = compactd::compaction::LazyEstimator::default().text(&sent.to_string());
         assert!(
-            sent.to_string().len() < 200_000,
-            "the answer is shortened in the context sent upstream: {} bytes",
-            sent.to_string().len()
+            sent_tokens <= 32_000,
+            "the answer is shortened in the context sent upstream to fit the 32,000-token \
+             window: {sent_tokens} tokens"
         );
         // Compacted (the recorded answer alone is over the limit), the answer is the step
         // the agent is on: in the context, shortened, never summarized away.

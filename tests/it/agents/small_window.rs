@@ -44,3 +44,43 @@ fn copilot_cli_keeps_its_whole_system_prompt_at_a_20k_window_through_compactd() 
         );
     }
 }
+
+/// The lines of the newest step output in a Chat Completions request.
+fn newest_output_lines(seen: &Seen) -> Option<usize> {
+    let output = seen.body["messages"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")?;
+    let text = text_of(&output["content"]);
+    let numbers = text
+        .lines()
+        .filter(|line| !line.is_empty() && line.bytes().all(|b| (b'a'..=b'j').contains(&b)));
+    Some(numbers.count())
+}
+
+/// opencode at a 20,000-token window, 8,000 of it kept for the completion (its system prompt
+/// and tools take about 7.5k tokens): each step prints 1,900 numbers (8,500 characters; opencode
+/// itself keeps 2,000 lines of an output), which fits beside the preamble and the smallest
+/// summary, so the model sees every output whole (a fixed quarter of the room cut each one
+/// to about 820 lines, head and tail, in every request after a compaction).
+#[test]
+fn opencode_sees_every_output_whole_at_a_20k_window_through_compactd() {
+    let lines = 1_900;
+    let seen = through_with(
+        Agent::Opencode,
+        Model::new("local-model", 20_000, 4),
+        |task| {
+            task.lines = lines;
+        },
+    );
+    if seen.is_empty() {
+        return;
+    }
+    let shown: Vec<usize> = seen.iter().filter_map(newest_output_lines).collect();
+    assert!(shown.len() >= 20, "a request after each step: {shown:?}");
+    assert!(
+        shown.iter().all(|&n| n == lines),
+        "every newest output whole ({lines} lines): {shown:?}"
+    );
+}

@@ -157,13 +157,16 @@ impl CompactionConfig {
     }
 
     /// What the current step (the newest assistant turn and its results, see
-    /// [`super::step`]) may take in a context that needs compacting: a quarter of the usable
-    /// context ([`STEP_DIVISOR`]). With the summary at its ceiling, a context after
-    /// compaction still leaves a quarter of the usable room before the next trigger. In a
-    /// context that stays under its trigger with the step whole, nothing is shortened (see
+    /// [`super::step`]) may take in a context that needs compacting: three quarters of what
+    /// the usable context leaves beside the smallest summary (the plan shrinks the summary
+    /// to leave it that room). A fixed quarter of the usable context cut outputs the window
+    /// had room for, at small windows beside a large preamble; the last quarter stays for
+    /// what the estimate may miss of the model's count and for the agent's next message. In
+    /// a context that stays under its trigger with the step whole, nothing is shortened (see
     /// `store::messages`).
     pub fn step_budget(&self, context_limit: usize, pinned_tokens: usize) -> usize {
-        self.usable(context_limit, pinned_tokens) / STEP_DIVISOR
+        let usable = self.usable(context_limit, pinned_tokens);
+        (usable - self.smallest_summary(usable)) * 3 / 4
     }
 
     /// The smallest summary a compaction writes beside pinned messages that leave `usable`
@@ -420,27 +423,30 @@ mod tests {
     }
 
     #[test]
-    fn the_summary_may_grow_to_half_and_the_step_take_a_quarter_of_the_usable_context() {
+    fn the_summary_may_grow_to_half_and_the_step_take_most_of_what_the_smallest_summary_leaves() {
         let c = CompactionConfig::default();
-        // 16k: threshold 12,800.
+        // 16k: threshold 12,800; the smallest summary is min_preserve (2,000).
         assert_eq!(c.summary_budget(16_000, 0), 2_000);
         assert_eq!(c.summary_ceiling(16_000, 0), 6_400);
-        assert_eq!(c.step_budget(16_000, 0), 3_200);
-        // Whatever is pinned, summary ceiling, step and preserve budget fit under the trigger.
+        assert_eq!(c.step_budget(16_000, 0), 8_100);
+        // Whatever is pinned, the summary at its ceiling beside the preserve budget, and the
+        // step beside the smallest summary, fit under the trigger.
         for limit in [6_000, 16_000, 32_000, 128_000, 1_000_000] {
             for pinned in [
                 0,
                 c.max_pinned_tokens(limit) / 2,
                 c.max_pinned_tokens(limit),
             ] {
-                let after = pinned
-                    + c.summary_ceiling(limit, pinned)
-                    + c.step_budget(limit, pinned)
-                        .max(c.preserve_budget(limit, pinned));
-                assert!(
-                    after <= c.token_threshold(limit),
-                    "{limit} {pinned}: {after}"
-                );
+                let usable = c.usable(limit, pinned);
+                let with_tail =
+                    pinned + c.summary_ceiling(limit, pinned) + c.preserve_budget(limit, pinned);
+                let with_step = pinned + c.smallest_summary(usable) + c.step_budget(limit, pinned);
+                for after in [with_tail, with_step] {
+                    assert!(
+                        after <= c.token_threshold(limit),
+                        "{limit} {pinned}: {after}"
+                    );
+                }
             }
         }
     }

@@ -49,9 +49,6 @@ pub const SUMMARY_DIVISOR: usize = 8;
 /// To keep every user instruction whole, a summary may grow to this fraction (1/2) of the
 /// usable context; the other sections have shrunk to their floor by then.
 pub const SUMMARY_CEILING_DIVISOR: usize = 2;
-/// The current step (the newest assistant turn and its results) may take this fraction (1/4)
-/// of the usable context; larger outputs of it are shortened in the context.
-pub const STEP_DIVISOR: usize = 4;
 /// At most `max_messages / TAIL_MESSAGES_DIVISOR` messages stay verbatim (10 of 80).
 pub const TAIL_MESSAGES_DIVISOR: usize = 8;
 /// The context limit of a session that does not name one (a common window for current models).

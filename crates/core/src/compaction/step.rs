@@ -76,9 +76,9 @@ impl StepRoom {
 /// turn (a client appending them late, or out of order) are no part of the turn's shares, and
 /// twelve of them each took the whole budget (a 16,000-token context held 38,500). Results
 /// of the turn's own calls, one each, never meet that cap: their shares add up to the budget.
-/// A user message may take the whole budget; an assistant's answer twice that (half the
-/// usable context: only an answer of megabytes, which a model server can send, is ever
-/// shortened); a system message is shown as it is. The floor of a step so bounded fits the
+/// A user message or an assistant's answer may take the whole budget (most of the usable
+/// context: only an answer of megabytes, which a model server can send, is ever shortened);
+/// a system message is shown as it is. The floor of a step so bounded fits the
 /// usable context.
 pub fn message_budget(message: &Message, room: StepRoom) -> Option<usize> {
     let results = message.tool_result_ids().count();
@@ -87,8 +87,7 @@ pub fn message_budget(message: &Message, room: StepRoom) -> Option<usize> {
             let share = room.budget * results / results.max(room.calls);
             Some(share.min(room.budget.saturating_sub(room.results_shown)))
         }
-        Role::User => Some(room.budget),
-        Role::Assistant => Some(room.budget.saturating_mul(2)),
+        Role::User | Role::Assistant => Some(room.budget),
         _ => None,
     }
 }
@@ -133,16 +132,22 @@ pub fn head_and_tail(text: &str, keep: usize, at: Origin) -> Option<String> {
 
 /// The parts of message `at` (of `tokens` estimated tokens) as the context shows it in a step
 /// with `room`: shortened when it takes more than its budget ([`message_budget`]), `None`
-/// when it is shown whole.
+/// when it is shown whole. `kept_media` are the tokens of its media that every form of it
+/// keeps (a pasted screenshot beside a long text, see [`super::media::Media`]): its text
+/// makes room for them.
 pub fn shown_in_step(
     message: &Message,
     tokens: usize,
+    kept_media: usize,
     at: Origin,
     room: StepRoom,
 ) -> Option<Vec<Part>> {
     message_budget(message, room)
         .filter(|&budget| tokens > budget)
-        .and_then(|budget| shorten_message(message, at, budget, &LazyEstimator::default()))
+        .and_then(|budget| {
+            let estimator = LazyEstimator::default();
+            shorten_message(message, at, budget.saturating_sub(kept_media), &estimator)
+        })
 }
 
 /// The parts of message `seq` shortened so the message takes at most `max_tokens`, or `None`
@@ -499,6 +504,25 @@ mod tests {
         assert_eq!(shorten_message(&m, at(9), 20_000, &e), None);
     }
 
+    /// A message's media (a pasted screenshot) count in its tokens but are never cut: its
+    /// text makes room for them, so the message shown stays within its budget as the model
+    /// counts it (the text alone cut to the budget put a 16,000-token context at 17,420).
+    #[test]
+    fn a_messages_text_makes_room_for_its_media() {
+        let e = LazyEstimator::default();
+        let text = Message::text(Role::User, "a pasted log line\n".repeat(2_000));
+        let media = 1_500;
+        let tokens = e.message(&text) + media;
+        let parts = shown_in_step(&text, tokens, media, at(4), StepRoom::shares(3_000, 0))
+            .expect("over its budget");
+        let shown = Message {
+            role: Role::User,
+            parts,
+        };
+        assert!(e.message(&shown) + media <= 3_000, "{}", e.message(&shown));
+        assert!(e.message(&shown) + media > 2_500, "and uses its room");
+    }
+
     #[test]
     fn parallel_results_share_the_step_budget() {
         let one = result("a", "x".into());
@@ -515,8 +539,8 @@ mod tests {
         );
         assert_eq!(
             message_budget(&call("a"), shares(1)),
-            Some(6_000),
-            "an answer may take twice a user's room"
+            Some(3_000),
+            "an answer may take the step's room"
         );
         assert_eq!(
             message_budget(&Message::text(Role::System, "s"), shares(1)),
@@ -555,7 +579,7 @@ mod tests {
         );
         let e = LazyEstimator::default();
         let late = result("a", "log line\n".repeat(2_000));
-        let parts = shown_in_step(&late, e.message(&late), at(12), shown(3_000)).unwrap();
+        let parts = shown_in_step(&late, e.message(&late), 0, at(12), shown(3_000)).unwrap();
         let Part::ToolResult { output, .. } = &parts[0] else {
             panic!()
         };
