@@ -46,18 +46,18 @@ pub(crate) mod config;
 pub(crate) mod config_watch;
 pub mod daemon;
 pub(crate) mod database_lock;
-pub(crate) mod fnv;
-pub(crate) mod json_shape;
+pub(crate) use compactd_formats::fnv;
+pub(crate) use compactd_formats::json_shape;
 pub mod measure;
 pub(crate) use compactd_core::message;
 pub(crate) mod paths;
 pub mod protocol;
-pub(crate) mod provider;
+pub(crate) use compactd_formats::provider;
 pub(crate) mod server;
 pub(crate) mod service;
 pub(crate) mod store;
 pub mod summarize;
-pub mod transcript;
+pub use compactd_formats::transcript;
 
 #[cfg(test)]
 mod tests {
@@ -70,6 +70,7 @@ mod tests {
             .filter_map(|line| {
                 line.strip_prefix("pub mod ")
                     .or_else(|| line.strip_prefix("pub use compactd_core::"))
+                    .or_else(|| line.strip_prefix("pub use compactd_formats::"))
             })
             .collect();
         assert_eq!(

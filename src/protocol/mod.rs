@@ -14,7 +14,7 @@ pub mod responses;
 pub use crate::compaction::{CompactionResult, Trigger};
 pub use crate::message::{Message, Part, Role};
 pub use crate::store::{CompactionRow, FailureRow, MaskingRow, StoredMessage, TokenSource};
-pub use compactd_core::{InvalidSessionId, SessionId};
+pub use compactd_core::{InvalidSessionId, MAX_REPORTED_TOKENS, SessionId, reported_tokens};
 pub use errors::{ApiCode, ErrorCode};
 pub use events::Event;
 pub use requests::*;

@@ -48,20 +48,6 @@ pub struct MessageInput {
     pub content: Option<String>,
 }
 
-/// No model reads more tokens than this in one call: a larger report (from a client or a
-/// model server) is a mistake, never believed.
-pub const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
-
-/// A usage report's figures added up, when the sum is one a model could have counted (at
-/// most [`MAX_REPORTED_TOKENS`]); a model server's nonsense (figures past it, or summing past
-/// what a number holds) is no report.
-pub fn reported_tokens(figures: impl IntoIterator<Item = u64>) -> Option<usize> {
-    let sum = figures
-        .into_iter()
-        .try_fold(0u64, |sum, n| sum.checked_add(n))?;
-    (sum <= MAX_REPORTED_TOKENS).then_some(sum as usize)
-}
-
 /// What the model API reported for the agent's last call.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 pub struct Usage {

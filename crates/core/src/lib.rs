@@ -3,7 +3,8 @@
 //! the proxy and the measurements all decide through it.
 //!
 //! - [`message`]: messages and their parts, as stored and as the engine reads them.
-//! - [`SessionId`]: a session's name, checked once where it enters.
+//! - [`SessionId`]: a session's name, checked once where it enters; [`reported`]: the bounds
+//!   a model's reported count is believed within.
 //! - [`compaction`]: token estimates, triggers, the preserved tail and its pair rule, the
 //!   current step's room, file tracking, the summary prompt, masking, secret redaction.
 //!
@@ -15,6 +16,8 @@
 
 pub mod compaction;
 pub mod message;
+pub mod reported;
 pub mod session_id;
 
+pub use reported::{MAX_REPORTED_TOKENS, reported_tokens};
 pub use session_id::{InvalidSessionId, SessionId};
