@@ -33,7 +33,7 @@ pub struct Caller {
 impl Caller {
     pub fn new(credential: &str, local: bool) -> Caller {
         Caller {
-            owner: hex(&Sha256::digest(credential.as_bytes())),
+            owner: hex::encode(Sha256::digest(credential.as_bytes())),
             local,
         }
     }
@@ -255,46 +255,13 @@ impl Service {
             });
         }
         let system_hash = text_hash(request.system.trim());
-        let header = identity
-            .conversation
-            .as_ref()
-            .map(|c| hex(&Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
-        // A sub-agent under the header: 16 hex digits of its id after the header's (without a
-        // header, below, it names nothing).
-        let agent = identity
-            .agent
-            .as_ref()
-            .map(|a| hex(&Sha256::digest(a.as_bytes()))[..16].to_string());
-        let conversation = match (&header, &agent) {
-            (Some(header), Some(agent)) => Some(format!("{header}.{agent}")),
-            _ => header.clone(),
-        };
-        // A conversation named by its header is told from its side calls by their
-        // instructions; one without, by its first message too.
-        let root_hash = match &conversation {
-            Some(_) => system_hash,
-            None => system_hash ^ fingerprints[0].hash.rotate_left(1),
-        };
-        let named = identity
-            .named
-            .as_ref()
-            .map(|n| caller.session_named(n))
-            .transpose()?;
-        // `proxy-` and hex digits: an id by construction. A sub-agent's is the one its header
-        // and instructions name, then its own digits: a Codex sub-agent has its parent's
-        // instructions, so `sqlite3` lists it beside its parent; a Claude Code sub-agent beside
-        // the others of its kind (a fork: of its parent's instructions, but for one flag).
-        let id = match (&named, &header) {
-            (Some(named), _) => named.clone(),
-            (None, Some(header)) => {
-                let session = conversation_session(header, system_hash);
-                SessionId::unchecked(match &agent {
-                    Some(agent) => format!("{session}.{agent}"),
-                    None => session,
-                })
-            }
-            (None, None) => SessionId::unchecked(format!("proxy-{}", fresh_suffix(&caller.owner))),
-        };
+        let first_hash = fingerprints.first().map_or(0, |f| f.hash);
+        let Placement {
+            conversation,
+            root_hash,
+            named,
+            id,
+        } = self.placement(caller, identity, system_hash, first_hash)?;
         let (context_limit, limit_source) = context_limit_of(identity, request, &settings);
         settings
             .config
@@ -329,6 +296,64 @@ impl Service {
                 owner: Some(caller.owner.clone()),
                 limit_source: Some(limit_source),
             },
+        })
+    }
+
+    /// Where a call belongs: the conversation its header names (with a sub-agent's digits),
+    /// the hash its first call is matched by, the session a client named, and the session
+    /// it would make.
+    fn placement(
+        &self,
+        caller: &Caller,
+        identity: &Identity,
+        system_hash: i64,
+        first_hash: i64,
+    ) -> Result<Placement, ServiceError> {
+        let header = identity
+            .conversation
+            .as_ref()
+            .map(|c| hex::encode(Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
+        // A sub-agent under the header: 16 hex digits of its id after the header's (without a
+        // header, below, it names nothing).
+        let agent = identity
+            .agent
+            .as_ref()
+            .map(|a| hex::encode(Sha256::digest(a.as_bytes()))[..16].to_string());
+        let conversation = match (&header, &agent) {
+            (Some(header), Some(agent)) => Some(format!("{header}.{agent}")),
+            _ => header.clone(),
+        };
+        // A conversation named by its header is told from its side calls by their
+        // instructions; one without, by its first message too.
+        let root_hash = match &conversation {
+            Some(_) => system_hash,
+            None => system_hash ^ first_hash.rotate_left(1),
+        };
+        let named = identity
+            .named
+            .as_ref()
+            .map(|n| caller.session_named(n))
+            .transpose()?;
+        // `proxy-` and hex digits: an id by construction. A sub-agent's is the one its header
+        // and instructions name, then its own digits: a Codex sub-agent has its parent's
+        // instructions, so `sqlite3` lists it beside its parent; a Claude Code sub-agent beside
+        // the others of its kind (a fork: of its parent's instructions, but for one flag).
+        let id = match (&named, &header) {
+            (Some(named), _) => named.clone(),
+            (None, Some(header)) => {
+                let session = conversation_session(header, system_hash);
+                SessionId::unchecked(match &agent {
+                    Some(agent) => format!("{session}.{agent}"),
+                    None => session,
+                })
+            }
+            (None, None) => SessionId::unchecked(format!("proxy-{}", fresh_suffix(&caller.owner))),
+        };
+        Ok(Placement {
+            conversation,
+            root_hash,
+            named,
+            id,
         })
     }
 
@@ -380,20 +405,24 @@ fn fresh_suffix(owner: &str) -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    hex(&Sha256::digest(
+    hex::encode(Sha256::digest(
         format!("{owner}\0{nanos}\0{n}\0{}", std::process::id()).as_bytes(),
     ))[..24]
         .to_string()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Where a proxied call belongs (see `Service::placement`).
+struct Placement {
+    conversation: Option<String>,
+    root_hash: i64,
+    named: Option<SessionId>,
+    id: SessionId,
 }
 
 /// The session of a conversation its header names: the same for every call of it, and for
 /// its side calls with other instructions, another.
 fn conversation_session(conversation: &str, system_hash: i64) -> String {
-    let digest = hex(&Sha256::digest(
+    let digest = hex::encode(Sha256::digest(
         format!("{conversation}\0{system_hash}").as_bytes(),
     ));
     format!("proxy-{}", &digest[..24])

@@ -117,6 +117,15 @@ impl Loaded {
     }
 }
 
+/// A finished compaction's run, as [`Service::land`] stores it.
+struct Landing<'a> {
+    attempt: &'a AttemptOf<'a>,
+    loaded: &'a Loaded,
+    duration_ms: u64,
+    mask_tail: Option<usize>,
+    background: bool,
+}
+
 /// Which compaction attempt a failure belongs to.
 struct AttemptOf<'a> {
     id: &'a SessionId,
@@ -416,32 +425,56 @@ impl Service {
         };
         self.hurries.finished(id.as_str());
         let duration_ms = started.elapsed().as_millis() as u64;
+        let mask_tail =
+            (trigger != Trigger::Manual && config.microcompact).then_some(PRESERVE_RECENT_OUTPUTS);
+        let landing = Landing {
+            attempt: &attempt,
+            loaded: &loaded,
+            duration_ms,
+            mask_tail,
+            background,
+        };
+        self.land(landing, outcome).await
+    }
+
+    /// Stores what a compaction came to: the compaction (an automatic one masks its tail's
+    /// old outputs as it lands: it rewrote everything after the pinned messages, so masking
+    /// now costs no prompt cache), or its failure.
+    async fn land(
+        &self,
+        landing: Landing<'_>,
+        outcome: Result<(Compacted, Option<String>), CompactError>,
+    ) -> Result<Attempt, ServiceError> {
+        let Landing {
+            attempt,
+            loaded,
+            duration_ms,
+            mask_tail,
+            background,
+        } = landing;
+        let (id, trigger) = (attempt.id, attempt.trigger);
+        let session = &loaded.snapshot.session;
         match outcome {
             Ok((done, fallback_reason)) => {
-                // An automatic compaction masks its tail's old outputs as it lands: it
-                // rewrote everything after the pinned messages, so masking now costs no
-                // prompt cache.
-                let mask_tail = (trigger != Trigger::Manual && config.microcompact)
-                    .then_some(PRESERVE_RECENT_OUTPUTS);
                 let new = NewCompaction {
                     fallback_reason,
                     duration_ms,
                     mask_tail,
-                    ..to_store(&attempt, session, &loaded.seqs, done)
+                    ..to_store(attempt, session, &loaded.seqs, done)
                 };
                 match self.commit(new, background).await {
                     Ok(row) => Ok(Attempt::Compacted(Box::new(row))),
                     Err(error) => {
                         let reason = format!("the compaction could not be stored: {error}");
                         tracing::warn!(session = %id, trigger = trigger.as_str(), reason = %reason, "compaction failed");
-                        let _ = self.record_failure(&attempt, reason, duration_ms).await;
+                        let _ = self.record_failure(attempt, reason, duration_ms).await;
                         Err(error)
                     }
                 }
             }
             Err(error) => {
                 tracing::warn!(session = %id, trigger = trigger.as_str(), reason = %error, "compaction failed");
-                self.record_failure(&attempt, error.to_string(), duration_ms)
+                self.record_failure(attempt, error.to_string(), duration_ms)
                     .await?;
                 Err(error.into())
             }

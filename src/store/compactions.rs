@@ -5,7 +5,7 @@ use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
 use compactd_core::SessionId;
-use rusqlite::params;
+use rusqlite::{Connection, params};
 
 /// A successful compaction to store.
 #[derive(Debug, Clone)]
@@ -59,6 +59,39 @@ fn started(duration_ms_param: &str) -> String {
     )
 }
 
+/// Inserts compaction `c`'s row; its id.
+fn insert_compaction(conn: &Connection, c: &NewCompaction) -> Result<i64> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO compactions (session_id, num, trigger, focus, summary, read_files,
+             modified_files, pre_tokens, post_tokens, first_seq, boundary_seq, summarizer,
+             chunks, fallback_reason, started_at, finished_at, duration_ms, created_files,
+             deleted_files, summary_tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15, ?16, ?17, ?18)",
+        started("?15")
+    ))?
+    .execute(params![
+        c.session_id.as_str(),
+        c.result.compaction_num,
+        c.trigger.as_str(),
+        c.focus,
+        c.result.summary,
+        serde_json::to_string(&c.result.read_files)?,
+        serde_json::to_string(&c.result.modified_files)?,
+        c.result.pre_tokens,
+        c.result.post_tokens,
+        c.first_seq,
+        c.boundary_seq,
+        c.summarizer,
+        c.chunks,
+        c.fallback_reason,
+        c.duration_ms,
+        serde_json::to_string(&c.result.created_files)?,
+        serde_json::to_string(&c.result.deleted_files)?,
+        c.summary_tokens,
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
 impl Store {
     /// Stores the compaction and moves the session's boundary. Messages appended while it ran
     /// are counted into the new active span. A compaction that shrank the context closes the
@@ -87,35 +120,7 @@ impl Store {
                     c.session_id
                 )));
             }
-            conn.prepare_cached(&format!(
-                "INSERT INTO compactions (session_id, num, trigger, focus, summary, read_files,
-                     modified_files, pre_tokens, post_tokens, first_seq, boundary_seq, summarizer,
-                     chunks, fallback_reason, started_at, finished_at, duration_ms, created_files,
-                     deleted_files, summary_tokens)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, {}, {NOW}, ?15, ?16, ?17, ?18)",
-                started("?15")
-            ))?
-            .execute(params![
-                c.session_id.as_str(),
-                c.result.compaction_num,
-                c.trigger.as_str(),
-                c.focus,
-                c.result.summary,
-                serde_json::to_string(&c.result.read_files)?,
-                serde_json::to_string(&c.result.modified_files)?,
-                c.result.pre_tokens,
-                c.result.post_tokens,
-                c.first_seq,
-                c.boundary_seq,
-                c.summarizer,
-                c.chunks,
-                c.fallback_reason,
-                c.duration_ms,
-                serde_json::to_string(&c.result.created_files)?,
-                serde_json::to_string(&c.result.deleted_files)?,
-                c.summary_tokens,
-            ])?;
-            let id = conn.last_insert_rowid();
+            let id = insert_compaction(conn, &c)?;
             conn.prepare_cached(&format!(
                 "UPDATE sessions SET
                      active_from_seq = ?2,
@@ -137,8 +142,12 @@ impl Store {
                 c.result.post_tokens < c.result.pre_tokens
                     && session.context_tokens().1 == TokenSource::Estimated,
             ])?;
-            let session = super::counters::recount_active(conn, &get_live(conn, c.session_id.as_str())?)?;
-            let sql = format!("SELECT {} FROM compactions WHERE id = ?1", CompactionRow::COLUMNS);
+            let session =
+                super::counters::recount_active(conn, &get_live(conn, c.session_id.as_str())?)?;
+            let sql = format!(
+                "SELECT {} FROM compactions WHERE id = ?1",
+                CompactionRow::COLUMNS
+            );
             let row = conn
                 .prepare_cached(&sql)?
                 .query_row([id], CompactionRow::from_row)?;

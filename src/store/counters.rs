@@ -85,27 +85,8 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
         &branch,
     )?
     .unwrap_or(0);
-    // The task of a proxied conversation: the first pinned user message past the client's
-    // preamble (whose own user messages, few-shot examples, are pinned too).
-    let task_seq: Option<u64> = match session.task_hash {
-        Some(_) => conn
-            .prepare_cached(&format!(
-                "SELECT seq FROM messages WHERE session_id = ?1 AND pinned = 1 AND role = 'user'
-                 AND seq > ?2 AND {filter} ORDER BY seq LIMIT 1"
-            ))?
-            .query_row(params![session.id.as_str(), session.static_seq], |r| {
-                r.get(0)
-            })
-            .optional()?,
-        None => session.task_seq,
-    };
-    let step_calls: usize = conn
-        .prepare_cached(&format!(
-            "SELECT parts FROM messages WHERE session_id = ?1 AND role = 'assistant' AND {filter} ORDER BY seq DESC LIMIT 1"
-        ))?
-        .query_row([session.id.as_str()], |r| r.get::<_, String>(0))
-        .optional()?
-        .map_or(0, |parts| parts.matches("\"type\":\"tool_call\"").count());
+    let task_seq = task_on(conn, session, &filter)?;
+    let step_calls = step_calls_on(conn, session, &filter)?;
     conn.prepare_cached(&format!(
         "UPDATE sessions SET
              head_seq = ?2,
@@ -136,6 +117,36 @@ pub(super) fn switch_to(conn: &Connection, session: &SessionRow, head: u64) -> R
     ])?;
     let switched = super::sessions::get_live(conn, session.id.as_str())?;
     recount_active(conn, &switched)
+}
+
+/// The task of a proxied conversation on the branch `filter` selects: the first pinned user
+/// message past the client's preamble (whose own user messages, few-shot examples, are
+/// pinned too). A session of the socket API keeps the one it has.
+fn task_on(conn: &Connection, session: &SessionRow, filter: &str) -> Result<Option<u64>> {
+    Ok(match session.task_hash {
+        Some(_) => conn
+            .prepare_cached(&format!(
+                "SELECT seq FROM messages WHERE session_id = ?1 AND pinned = 1 AND role = 'user'
+                 AND seq > ?2 AND {filter} ORDER BY seq LIMIT 1"
+            ))?
+            .query_row(params![session.id.as_str(), session.static_seq], |r| {
+                r.get(0)
+            })
+            .optional()?,
+        None => session.task_seq,
+    })
+}
+
+/// The calls of the newest assistant message on the branch `filter` selects: what the
+/// current step's results share.
+fn step_calls_on(conn: &Connection, session: &SessionRow, filter: &str) -> Result<usize> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT parts FROM messages WHERE session_id = ?1 AND role = 'assistant' AND {filter} ORDER BY seq DESC LIMIT 1"
+        ))?
+        .query_row([session.id.as_str()], |r| r.get::<_, String>(0))
+        .optional()?
+        .map_or(0, |parts| parts.matches("\"type\":\"tool_call\"").count()))
 }
 
 #[cfg(test)]

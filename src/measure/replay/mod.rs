@@ -206,64 +206,19 @@ async fn drive(
     model: Model,
     report: &mut ReplayReport,
 ) -> Result<usize> {
-    let estimator = LazyEstimator::default();
-    let mut baselines = Baselines::default();
-    let mut meters = [
-        CacheMeter::default(),
-        CacheMeter::default(),
-        CacheMeter::default(),
-    ];
+    let mut meter = StepMeter::default();
     // Messages that existed when the latest compaction ran: what its file lists can know.
     let mut seen_by_latest = 0;
-    let context_limit = report.context_limit;
-    // The results of the current step (since the newest assistant message), with their output.
-    let mut step_results: Vec<(String, String)> = Vec::new();
     if model.ratio.is_some() {
         (report.peak_counted_tokens, report.counted_over_limit) = (Some(0), Some(0));
     }
     for (index, message) in transcript.messages.iter().enumerate() {
         // What the model counted of the call this message answers, and of which context.
-        let mut usage = None;
-        if message.role == crate::message::Role::Assistant {
-            let context = service.context(id, true).await?;
-            if let Some(counted) = model.counted(context.tokens) {
-                report.peak_counted_tokens = report.peak_counted_tokens.max(Some(counted));
-                *report.counted_over_limit.get_or_insert(0) += usize::from(counted > context_limit);
-                usage = Some((counted, context.compaction_num)).filter(|_| model.reports_usage);
-            }
-            report.assistant_steps += 1;
-            let shown: Vec<Shown> = step_results
-                .iter()
-                .map(|(call_id, output)| result_shown(&context, call_id, output))
-                .collect();
-            if shown.contains(&Shown::Hidden) {
-                report.hidden_result_steps.push(report.assistant_steps);
-            } else if shown.contains(&Shown::Ends) {
-                report.shortened_result_steps += 1;
-            }
-            if model.preamble_tokens > 0 && !holds_preamble(&context, model.preamble_tokens) {
-                *report.preamble_missing_steps.get_or_insert(0) += 1;
-            }
-            step_results.clear();
-            report.input_tokens.raw += baselines.raw;
-            report.input_tokens.masking_m10 += baselines.masked();
-            report.input_tokens.compactd += context.tokens;
-            report.peak_context_tokens = report.peak_context_tokens.max(context.tokens);
-            report.contexts_over_limit += usize::from(context.tokens > context_limit);
-            report.orphaned_tool_results += orphaned_results(&context);
-            meters[0].call(baselines.raw_messages());
-            meters[1].call(baselines.masked_messages());
-            meters[2].call(context_messages(&context, &estimator));
-        }
-        for part in &message.parts {
-            if let Part::ToolResult {
-                call_id, output, ..
-            } = part
-            {
-                step_results.push((call_id.clone(), output.clone()));
-            }
-        }
-        baselines.add(message, &estimator);
+        let usage = match message.role == crate::message::Role::Assistant {
+            true => meter.call(service, id, &model, report).await?,
+            false => None,
+        };
+        meter.add(message);
         let request = AppendRequest {
             messages: vec![message.clone()],
             input_tokens: usage.map(|(counted, _)| counted),
@@ -281,11 +236,82 @@ async fn drive(
         }
     }
     report.cached_cost = CachedCosts {
-        raw: meters[0].cost(),
-        masking_m10: meters[1].cost(),
-        compactd: meters[2].cost(),
+        raw: meter.caches[0].cost(),
+        masking_m10: meter.caches[1].cost(),
+        compactd: meter.caches[2].cost(),
     };
     Ok(seen_by_latest)
+}
+
+/// What a replay measures at each model call, beside compactd's context: the baselines'
+/// contexts, the three cache meters (raw, masking at m10, compactd) and the results of the
+/// current step (since the newest assistant message), with their output.
+#[derive(Default)]
+struct StepMeter {
+    estimator: LazyEstimator,
+    baselines: Baselines,
+    caches: [CacheMeter; 3],
+    step_results: Vec<(String, String)>,
+}
+
+impl StepMeter {
+    /// Measures the call an assistant message answers: compactd's context for it against
+    /// the window and the baselines; what the model counted of it, and of which compaction,
+    /// when it reports usage.
+    async fn call(
+        &mut self,
+        service: &std::sync::Arc<Service>,
+        id: &SessionId,
+        model: &Model,
+        report: &mut ReplayReport,
+    ) -> Result<Option<(usize, u32)>> {
+        let context_limit = report.context_limit;
+        let context = service.context(id, true).await?;
+        let mut usage = None;
+        if let Some(counted) = model.counted(context.tokens) {
+            report.peak_counted_tokens = report.peak_counted_tokens.max(Some(counted));
+            *report.counted_over_limit.get_or_insert(0) += usize::from(counted > context_limit);
+            usage = Some((counted, context.compaction_num)).filter(|_| model.reports_usage);
+        }
+        report.assistant_steps += 1;
+        let shown: Vec<Shown> = self
+            .step_results
+            .iter()
+            .map(|(call_id, output)| result_shown(&context, call_id, output))
+            .collect();
+        if shown.contains(&Shown::Hidden) {
+            report.hidden_result_steps.push(report.assistant_steps);
+        } else if shown.contains(&Shown::Ends) {
+            report.shortened_result_steps += 1;
+        }
+        if model.preamble_tokens > 0 && !holds_preamble(&context, model.preamble_tokens) {
+            *report.preamble_missing_steps.get_or_insert(0) += 1;
+        }
+        self.step_results.clear();
+        report.input_tokens.raw += self.baselines.raw;
+        report.input_tokens.masking_m10 += self.baselines.masked();
+        report.input_tokens.compactd += context.tokens;
+        report.peak_context_tokens = report.peak_context_tokens.max(context.tokens);
+        report.contexts_over_limit += usize::from(context.tokens > context_limit);
+        report.orphaned_tool_results += orphaned_results(&context);
+        self.caches[0].call(self.baselines.raw_messages());
+        self.caches[1].call(self.baselines.masked_messages());
+        self.caches[2].call(context_messages(&context, &self.estimator));
+        Ok(usage)
+    }
+
+    /// Counts `message` into the baselines, and its results into the current step's.
+    fn add(&mut self, message: &Message) {
+        for part in &message.parts {
+            if let Part::ToolResult {
+                call_id, output, ..
+            } = part
+            {
+                self.step_results.push((call_id.clone(), output.clone()));
+            }
+        }
+        self.baselines.add(message, &self.estimator);
+    }
 }
 
 /// Fills in the report's compaction, failure, masking and summary-size figures; returns the

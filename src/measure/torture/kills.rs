@@ -99,12 +99,8 @@ pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
     let mut daemon = DaemonProcess::start(dir.path(), config)?;
     let client = Client::new(daemon.socket());
     for c in 0..CLIENTS {
-        client
-            .post(
-                "/session",
-                &json!({"id": format!("k{c}"), "context_limit": CONTEXT_LIMIT}),
-            )
-            .await?;
+        let session = json!({"id": format!("k{c}"), "context_limit": CONTEXT_LIMIT});
+        client.post("/session", &session).await?;
     }
     let logs: Vec<Arc<Mutex<ClientLog>>> = (0..CLIENTS).map(|_| Arc::default()).collect();
     let mut figures = KillFigures::default();
@@ -161,28 +157,42 @@ pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
         }
         if let Some(readers) = short_readers {
             figures.outside_reads += readers.await.unwrap_or(0);
-            figures.integrity_checks += 1;
-            if let Err(e) = readers::integrity_check(&daemon.db()).await {
-                tracing::error!(cycle = figures.cycles, error = %e, "integrity_check failed after a kill");
-                figures.integrity_failures += 1;
-            }
+            check_integrity(&daemon, &mut figures).await;
         }
         daemon.spawn()?;
         figures.cycles += 1;
     }
-    // Finish the retries, then read everything back.
+    read_back(&client, logs, &mut figures).await?;
+    daemon.stop()?;
+    Ok(figures)
+}
+
+/// Finishes the clients' retries, then reads every session back against its client's log.
+async fn read_back(
+    client: &Client,
+    logs: Vec<Arc<Mutex<ClientLog>>>,
+    figures: &mut KillFigures,
+) -> Result<()> {
     for (c, log) in logs.iter().enumerate() {
-        retry_pending(&client, c, log).await?;
+        retry_pending(client, c, log).await?;
     }
     for (c, log) in logs.into_iter().enumerate() {
         let log = Arc::try_unwrap(log)
             .ok()
             .and_then(|m| m.into_inner().ok())
             .context("a client task still holds its log")?;
-        check_session(&client, c, &log, &mut figures).await?;
+        check_session(client, c, &log, figures).await?;
     }
-    daemon.stop()?;
-    Ok(figures)
+    Ok(())
+}
+
+/// Runs SQLite's `integrity_check` on the database after a kill, counting a failure.
+async fn check_integrity(daemon: &DaemonProcess, figures: &mut KillFigures) {
+    figures.integrity_checks += 1;
+    if let Err(e) = readers::integrity_check(&daemon.db()).await {
+        tracing::error!(cycle = figures.cycles, error = %e, "integrity_check failed after a kill");
+        figures.integrity_failures += 1;
+    }
 }
 
 /// Whether any session is compacting right now.
