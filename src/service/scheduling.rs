@@ -117,8 +117,8 @@ impl Loaded {
     }
 }
 
-/// A finished compaction's run, as [`Service::land`] stores it.
-struct Landing<'a> {
+/// A finished compaction's run, as [`Service::store_outcome`] stores it.
+struct FinishedRun<'a> {
     attempt: &'a AttemptOf<'a>,
     loaded: &'a Loaded,
     duration_ms: u64,
@@ -427,31 +427,31 @@ impl Service {
         let duration_ms = started.elapsed().as_millis() as u64;
         let mask_tail =
             (trigger != Trigger::Manual && config.microcompact).then_some(PRESERVE_RECENT_OUTPUTS);
-        let landing = Landing {
+        let finished = FinishedRun {
             attempt: &attempt,
             loaded: &loaded,
             duration_ms,
             mask_tail,
             background,
         };
-        self.land(landing, outcome).await
+        self.store_outcome(finished, outcome).await
     }
 
     /// Stores what a compaction came to: the compaction (an automatic one masks its tail's
     /// old outputs as it lands: it rewrote everything after the pinned messages, so masking
     /// now costs no prompt cache), or its failure.
-    async fn land(
+    async fn store_outcome(
         &self,
-        landing: Landing<'_>,
+        finished: FinishedRun<'_>,
         outcome: Result<(Compacted, Option<String>), CompactError>,
     ) -> Result<Attempt, ServiceError> {
-        let Landing {
+        let FinishedRun {
             attempt,
             loaded,
             duration_ms,
             mask_tail,
             background,
-        } = landing;
+        } = finished;
         let (id, trigger) = (attempt.id, attempt.trigger);
         let session = &loaded.snapshot.session;
         match outcome {
