@@ -7,8 +7,11 @@
 //! the summarizers ([`summarize`]), the socket API's wire types ([`protocol`]) and a typed
 //! client of it ([`client`]), the daemon ([`daemon`], with the few handles of its layers an
 //! embedder or a test needs), the commands ([`cli`]), the agents' session files
-//! ([`transcript`]) and what measures the daemon ([`measure`]). The layers under the daemon
-//! are the crate's own. Lowest first; each uses only the ones above it in this list:
+//! ([`transcript`]) and what measures the daemon ([`measure`]). The engine (`message`,
+//! [`compaction`]), the formats (`provider`, [`transcript`], `fnv`, `json_shape`) and the
+//! summarizers ([`summarize`]) are crates of the workspace (`crates/`), re-exported here under
+//! the paths the rest uses; the compiler holds their layering. The other layers are this
+//! crate's own. Lowest first; each uses only the ones above it in this list:
 //!
 //! - `message`: messages and their parts, as stored and as the engine reads them; `fnv`: the
 //!   stable hash stored fingerprints are made with; `blocking`: long work (an fsync, a large
@@ -56,8 +59,8 @@ pub(crate) use compactd_formats::provider;
 pub(crate) mod server;
 pub(crate) mod service;
 pub(crate) mod store;
-pub mod summarize;
 pub use compactd_formats::transcript;
+pub use compactd_summarize as summarize;
 
 #[cfg(test)]
 mod tests {
@@ -71,6 +74,7 @@ mod tests {
                 line.strip_prefix("pub mod ")
                     .or_else(|| line.strip_prefix("pub use compactd_core::"))
                     .or_else(|| line.strip_prefix("pub use compactd_formats::"))
+                    .or_else(|| line.strip_prefix("pub use compactd_summarize as "))
             })
             .collect();
         assert_eq!(

@@ -57,7 +57,7 @@ impl Summarizer for Extractive {
 
 /// How much a section says. Sections shrink from `Full` to `Floor` to meet the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Detail {
+pub enum Detail {
     Full,
     Reduced,
     Floor,
@@ -67,7 +67,7 @@ pub(crate) enum Detail {
 const SHRINK_ORDER: [usize; 6] = [4, 7, 3, 2, 1, 6];
 
 /// What the sections are written from: the request and the prior summary, split.
-pub(crate) struct Sources<'a> {
+pub struct Sources<'a> {
     pub request: &'a SummaryRequest,
     /// The prior summary's sections (all `None` without one, or for a prose summary).
     pub prior: [Option<String>; 9],

@@ -1,7 +1,7 @@
 use super::*;
+use crate::TaskNote;
 use crate::compaction::FileLists;
 use crate::message::{Message, Part, Role};
-use crate::summarize::TaskNote;
 use serde_json::json;
 
 /// A request over `messages`, numbered from seq 1.

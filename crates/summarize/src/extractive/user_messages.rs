@@ -12,10 +12,10 @@
 //! in the stored history. Only a window too small for the newest ten whole shortens them too,
 //! all but the newest.
 
+use crate::SummaryRequest;
 use crate::compaction::constants::MAX_TEXT_CHARS;
 use crate::compaction::instruction::{UserText, classify_user_text, instruction_text, user_blocks};
 use crate::compaction::truncate::truncate_chars;
-use crate::summarize::SummaryRequest;
 use regex::Regex;
 use std::fmt::Write;
 use std::sync::LazyLock;

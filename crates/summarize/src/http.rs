@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 /// The one HTTP client all summarizers (and the proxy) share: connection pool, TLS setup.
-pub(crate) static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
+pub static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .user_agent(concat!("compactd/", env!("CARGO_PKG_VERSION")))
@@ -23,10 +23,10 @@ pub(crate) static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
 /// upstream or a summarizer `base_url` set to its loopback listener) is refused at once
 /// (`proxy_loop`), where it would otherwise go round until the connections ran out, storing
 /// a copy of the conversation at every turn.
-pub(crate) const VIA_HEADER: &str = "x-compactd-via";
+pub const VIA_HEADER: &str = "x-compactd-via";
 
 /// This process's mark: random, made once.
-pub(crate) static MARK: LazyLock<String> = LazyLock::new(|| {
+pub static MARK: LazyLock<String> = LazyLock::new(|| {
     use std::hash::{BuildHasher, Hasher};
     let random = std::collections::hash_map::RandomState::new()
         .build_hasher()
@@ -43,7 +43,7 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 /// `max_output_tokens` is tens of KB of JSON, an error page a few. A server that answers more
 /// (a wrong endpoint streaming a download, one that never stops) is cut off here instead of
 /// filling the daemon's memory until the timeout.
-pub(crate) const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 /// How to call an endpoint.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ pub struct CallPolicy {
 }
 
 /// POSTs `body` as JSON to `url` with `headers`; returns the answer's JSON.
-pub(crate) async fn post_json(
+pub async fn post_json(
     url: &str,
     headers: &[(&str, String)],
     body: &Value,
@@ -263,7 +263,7 @@ fn describe(e: &reqwest::Error) -> String {
 }
 
 /// Scrubs the API key from an error (see [`scrub_secret`]).
-pub(crate) fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
+pub fn redact(error: SummarizeError, policy: &CallPolicy) -> SummarizeError {
     let scrub = |text: String| scrub_secret(&text, policy.secret.as_deref());
     match error {
         SummarizeError::Unavailable(t) => SummarizeError::Unavailable(scrub(t)),
@@ -288,7 +288,7 @@ const MASKED_TAIL: usize = 4;
 /// `text` without the key: whole, any run of 8 or more of its characters (APIs quote keys in
 /// part: a prefix, a suffix, the middle), its last 4 characters after a mask (`***WXYZ`), and
 /// base64-encoded (as in a Basic credential), whatever its offset within the encoded text.
-pub(crate) fn scrub_secret(text: &str, secret: Option<&str>) -> String {
+pub fn scrub_secret(text: &str, secret: Option<&str>) -> String {
     let Some(secret) = secret.filter(|s| s.chars().count() >= FRAGMENT) else {
         return text.to_string();
     };

@@ -4,12 +4,19 @@
 //! it; the built-in [`extractive::Extractive`] summarizer is offline and deterministic and is the
 //! default when no model is configured.
 
+#![forbid(unsafe_code)]
+
 pub mod anthropic;
 pub mod command;
+pub mod config;
 pub mod extractive;
-pub(crate) mod http;
+pub mod http;
 pub mod model;
 pub mod openai;
+
+// The engine's types and the formats' readers, under the paths the modules here use.
+use compactd_core::{compaction, message};
+use compactd_formats::provider;
 
 use crate::compaction::FileLists;
 use crate::config::{SummarizerConfig, SummarizerKind};
