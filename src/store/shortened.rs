@@ -60,21 +60,15 @@ pub(super) fn results_since_turn(
 ) -> Result<usize> {
     let turn = newest_turn(conn, session)?;
     let from = turn.max(session.active_from_seq.saturating_sub(1));
-    Ok(conn
-        .prepare_cached(
-            "SELECT coalesce(sum(min(coalesce(shortened_tokens, tokens),
-                                     ?3 * tool_results / max(tool_results, ?4))), 0)
-             FROM messages WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0",
-        )?
-        .query_row(
-            params![
-                session.id.as_str(),
-                from,
-                room.budget.min(1 << 40) as i64,
-                room.calls as i64
-            ],
-            |r| r.get(0),
-        )?)
+    conn.prepare_cached(
+        "SELECT coalesce(shortened_tokens, tokens), tool_results FROM messages
+         WHERE session_id = ?1 AND seq > ?2 AND tool_results > 0",
+    )?
+    .query_map(params![session.id.as_str(), from], |r| {
+        Ok(r.get::<_, usize>(0)?.min(room.result_share(r.get(1)?)))
+    })?
+    .sum::<rusqlite::Result<usize>>()
+    .map_err(Into::into)
 }
 
 /// Shortens the session's active messages again for a new step budget (its limit or config

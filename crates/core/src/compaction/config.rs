@@ -241,10 +241,7 @@ impl CompactionConfig {
     /// for a loop and stopped compacting for the rest of the turn. Pinned messages past the
     /// threshold still do not fit.
     pub fn fitted_beside(mut self, context_limit: usize, pinned_tokens: usize) -> CompactionConfig {
-        let room = self
-            .token_threshold(context_limit)
-            .saturating_sub(pinned_tokens);
-        self.min_preserve = self.min_preserve.min(room / ROOM_PER_FLOOR);
+        self.min_preserve = self.smallest_summary(self.usable(context_limit, pinned_tokens));
         self
     }
 

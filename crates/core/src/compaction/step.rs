@@ -67,6 +67,12 @@ impl StepRoom {
             results_shown: 0,
         }
     }
+
+    /// The share of the budget a message of `results` tool results takes among the turn's
+    /// calls: parallel results split it, a message answering them all takes all of it.
+    pub fn result_share(&self, results: usize) -> usize {
+        self.budget.saturating_mul(results) / results.max(self.calls)
+    }
 }
 
 /// How many tokens `message` may take in the context, or `None` if it is never shortened. A
@@ -83,10 +89,10 @@ impl StepRoom {
 pub fn message_budget(message: &Message, room: StepRoom) -> Option<usize> {
     let results = message.tool_result_ids().count();
     match message.role {
-        _ if results > 0 => {
-            let share = room.budget * results / results.max(room.calls);
-            Some(share.min(room.budget.saturating_sub(room.results_shown)))
-        }
+        _ if results > 0 => Some(
+            room.result_share(results)
+                .min(room.budget.saturating_sub(room.results_shown)),
+        ),
         Role::User | Role::Assistant => Some(room.budget),
         _ => None,
     }
