@@ -700,18 +700,38 @@ fn validate_idempotency_key(key: &str) -> Result<(), ServiceError> {
 fn truncate_for_error(text: &str) -> String {
     crate::compaction::truncate::truncate_chars(text, 80).into_owned()
 }
+
 /// A fresh session id: time-ordered and unique within this process (`s-` and hex digits,
 /// valid by construction).
 fn generated_session_id() -> SessionId {
+    SessionId::unchecked(format!("s-{}", unique_stamp()))
+}
+
+/// The time in nanoseconds, the process id and a counter, in hex: time-ordered, and unique
+/// among the stamps of every process on this machine.
+fn unique_stamp() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    SessionId::unchecked(format!(
-        "s-{nanos:x}-{:x}-{:x}",
+    format!(
+        "{nanos:x}-{:x}-{:x}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
-    ))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A generated id passes the check every id from outside passes, and no two are alike.
+    #[test]
+    fn generated_session_ids_are_valid_and_distinct() {
+        let (a, b) = (generated_session_id(), generated_session_id());
+        assert_eq!(SessionId::parse(a.as_str()), Ok(a.clone()));
+        assert_ne!(a, b);
+    }
 }

@@ -261,7 +261,7 @@ impl Service {
             root_hash,
             named,
             id,
-        } = self.placement(caller, identity, system_hash, first_hash)?;
+        } = placement(caller, identity, system_hash, first_hash)?;
         let (context_limit, limit_source) = context_limit_of(identity, request, &settings);
         settings
             .config
@@ -296,64 +296,6 @@ impl Service {
                 owner: Some(caller.owner.clone()),
                 limit_source: Some(limit_source),
             },
-        })
-    }
-
-    /// Where a call belongs: the conversation its header names (with a sub-agent's digits),
-    /// the hash its first call is matched by, the session a client named, and the session
-    /// it would make.
-    fn placement(
-        &self,
-        caller: &Caller,
-        identity: &Identity,
-        system_hash: i64,
-        first_hash: i64,
-    ) -> Result<Placement, ServiceError> {
-        let header = identity
-            .conversation
-            .as_ref()
-            .map(|c| hex::encode(Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
-        // A sub-agent under the header: 16 hex digits of its id after the header's (without a
-        // header, below, it names nothing).
-        let agent = identity
-            .agent
-            .as_ref()
-            .map(|a| hex::encode(Sha256::digest(a.as_bytes()))[..16].to_string());
-        let conversation = match (&header, &agent) {
-            (Some(header), Some(agent)) => Some(format!("{header}.{agent}")),
-            _ => header.clone(),
-        };
-        // A conversation named by its header is told from its side calls by their
-        // instructions; one without, by its first message too.
-        let root_hash = match &conversation {
-            Some(_) => system_hash,
-            None => system_hash ^ first_hash.rotate_left(1),
-        };
-        let named = identity
-            .named
-            .as_ref()
-            .map(|n| caller.session_named(n))
-            .transpose()?;
-        // `proxy-` and hex digits: an id by construction. A sub-agent's is the one its header
-        // and instructions name, then its own digits: a Codex sub-agent has its parent's
-        // instructions, so `sqlite3` lists it beside its parent; a Claude Code sub-agent beside
-        // the others of its kind (a fork: of its parent's instructions, but for one flag).
-        let id = match (&named, &header) {
-            (Some(named), _) => named.clone(),
-            (None, Some(header)) => {
-                let session = conversation_session(header, system_hash);
-                SessionId::unchecked(match &agent {
-                    Some(agent) => format!("{session}.{agent}"),
-                    None => session,
-                })
-            }
-            (None, None) => SessionId::unchecked(format!("proxy-{}", fresh_suffix(&caller.owner))),
-        };
-        Ok(Placement {
-            conversation,
-            root_hash,
-            named,
-            id,
         })
     }
 
@@ -396,22 +338,71 @@ impl Service {
     }
 }
 
-/// 24 hex digits no other session has: the caller, the time and a counter, hashed.
+/// 24 hex digits no other session has: the caller and a stamp unique to this process
+/// ([`super::unique_stamp`]), hashed.
 fn fresh_suffix(owner: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    hex::encode(Sha256::digest(
-        format!("{owner}\0{nanos}\0{n}\0{}", std::process::id()).as_bytes(),
-    ))[..24]
-        .to_string()
+    let stamp = super::unique_stamp();
+    hex::encode(Sha256::digest(format!("{owner}\0{stamp}").as_bytes()))[..24].to_string()
 }
 
-/// Where a proxied call belongs (see `Service::placement`).
+/// Where a call belongs: the conversation its header names (with a sub-agent's digits),
+/// the hash its first call is matched by, the session a client named, and the session
+/// it would make.
+fn placement(
+    caller: &Caller,
+    identity: &Identity,
+    system_hash: i64,
+    first_hash: i64,
+) -> Result<Placement, ServiceError> {
+    let header = identity
+        .conversation
+        .as_ref()
+        .map(|c| hex::encode(Sha256::digest(format!("{}\0{c}", caller.owner).as_bytes())));
+    // A sub-agent under the header: 16 hex digits of its id after the header's (without a
+    // header, below, it names nothing).
+    let agent = identity
+        .agent
+        .as_ref()
+        .map(|a| hex::encode(Sha256::digest(a.as_bytes()))[..16].to_string());
+    let conversation = match (&header, &agent) {
+        (Some(header), Some(agent)) => Some(format!("{header}.{agent}")),
+        _ => header.clone(),
+    };
+    // A conversation named by its header is told from its side calls by their
+    // instructions; one without, by its first message too.
+    let root_hash = match &conversation {
+        Some(_) => system_hash,
+        None => system_hash ^ first_hash.rotate_left(1),
+    };
+    let named = identity
+        .named
+        .as_ref()
+        .map(|n| caller.session_named(n))
+        .transpose()?;
+    // `proxy-` and hex digits: an id by construction. A sub-agent's is the one its header
+    // and instructions name, then its own digits: a Codex sub-agent has its parent's
+    // instructions, so `sqlite3` lists it beside its parent; a Claude Code sub-agent beside
+    // the others of its kind (a fork: of its parent's instructions, but for one flag).
+    let id = match (&named, &header) {
+        (Some(named), _) => named.clone(),
+        (None, Some(header)) => {
+            let session = conversation_session(header, system_hash);
+            SessionId::unchecked(match &agent {
+                Some(agent) => format!("{session}.{agent}"),
+                None => session,
+            })
+        }
+        (None, None) => SessionId::unchecked(format!("proxy-{}", fresh_suffix(&caller.owner))),
+    };
+    Ok(Placement {
+        conversation,
+        root_hash,
+        named,
+        id,
+    })
+}
+
+/// Where a proxied call belongs (see [`placement`]).
 struct Placement {
     conversation: Option<String>,
     root_hash: i64,
