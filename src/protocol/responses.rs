@@ -90,9 +90,10 @@ pub struct ProxyStatus {
     pub anthropic_upstream: String,
     /// The loopback TCP address the proxy also serves on, if any.
     pub listen: Option<String>,
-    /// Proxied conversations since the daemon started whose system prompt could not stay
-    /// whole beside the smallest summary and the current step (each session's view says
-    /// how much: `unpinned_system_tokens`; the log names each once).
+    /// Proxied conversations whose system prompt could not stay whole beside the smallest
+    /// summary and the current step, as the daemon remembers them since it started (at most
+    /// 4,096 at once; each session's view says how much: `unpinned_system_tokens`; the log
+    /// names each once).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unpinned_system_prompts: usize,
 }

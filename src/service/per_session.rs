@@ -22,6 +22,9 @@
 //!   would be refused once more before it was compacted to fit, and compacted anew (its
 //!   summary, the prefix of what the model gets, different each time) (see
 //!   `service::unrecorded`).
+//! - The proxied conversations whose system prompt was stored unpinned (it did not fit beside
+//!   the smallest summary and the current step), so the log says so once per conversation
+//!   and `/health` counts them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

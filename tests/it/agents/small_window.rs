@@ -4,7 +4,7 @@
 
 use super::harness::Agent;
 use super::{Model, through_with};
-use crate::common::model_api::{Seen, text_of};
+use crate::common::model_api::{Seen, chat, text_of};
 use serde_json::Value;
 
 /// The system message of a Chat Completions request, as sent.
@@ -47,13 +47,8 @@ fn copilot_cli_keeps_its_whole_system_prompt_at_a_20k_window_through_compactd() 
 
 /// The lines of the newest step output in a Chat Completions request.
 fn newest_output_lines(seen: &Seen) -> Option<usize> {
-    let output = seen.body["messages"]
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")?;
-    let text = text_of(&output["content"]);
-    let numbers = text
+    let output = chat::newest_output(seen.body["messages"].as_array()?)?;
+    let numbers = output
         .lines()
         .filter(|line| !line.is_empty() && line.bytes().all(|b| (b'a'..=b'j').contains(&b)));
     Some(numbers.count())

@@ -92,7 +92,8 @@ pub fn sub_agent_of(messages: &[Value]) -> Option<char> {
     delegation::named(&super::text_of(&first["content"]))
 }
 
-fn newest_output(messages: &[Value]) -> Option<String> {
+/// The newest tool output in `messages` that is not a side call's.
+pub fn newest_output(messages: &[Value]) -> Option<String> {
     messages
         .iter()
         .rev()
