@@ -74,7 +74,7 @@ fn start_watcher(path: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::R
         .unwrap_or(Path::new("."));
     // On a fresh machine ~/.config/compactd does not exist yet; without it there is nothing to
     // watch, and a config written later would not apply until a restart.
-    if let Err(e) = crate::paths::create_private_dir(dir) {
+    if let Err(e) = compactd_store::private_dir::create_private_dir(dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot create the config directory");
     }
     let name = path.file_name()?.to_os_string();

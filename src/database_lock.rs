@@ -57,9 +57,11 @@ pub(crate) fn lock(db: &Path) -> Result<DatabaseLock, LockError> {
         error,
     };
     if let Some(dir) = path.parent() {
-        crate::paths::ensure_private_dir(dir).map_err(|error| LockError::Directory {
-            db: db.to_path_buf(),
-            error,
+        compactd_store::private_dir::ensure_private_dir(dir).map_err(|error| {
+            LockError::Directory {
+                db: db.to_path_buf(),
+                error,
+            }
         })?;
     }
     let mut file = OpenOptions::new()

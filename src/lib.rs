@@ -23,7 +23,8 @@
 //!   Anthropic, an external command; retries, timeouts and key scrubbing for the HTTP ones.
 //! - `compaction_run`: one compaction end to end (plan, summarize in chunks, redact, result), shared
 //!   by the daemon, `compactd summarize` and replay.
-//! - `store`: SQLite: one writer thread with group commit, a read pool, migrations; all SQL.
+//! - `store`: SQLite: one writer thread with group commit, a read pool, migrations; all SQL;
+//!   `blocking`: long work (an fsync, a large compaction) kept off the async workers.
 //! - [`protocol`]: the wire types (requests, responses, events, error codes), and `provider`:
 //!   a context in OpenAI or Anthropic shape, and the proxy's reading of their requests.
 //! - `service`: append, check, compact: per-session locks, the breaker, events.
@@ -40,7 +41,7 @@
 // The crate is read with `cargo doc --document-private-items`, where these links resolve.
 #![allow(rustdoc::private_intra_doc_links)]
 
-pub(crate) mod blocking;
+pub(crate) use compactd_store::blocking;
 pub mod cli;
 pub mod client;
 pub use compactd_core::compaction;
@@ -58,8 +59,8 @@ pub mod protocol;
 pub(crate) use compactd_formats::provider;
 pub(crate) mod server;
 pub(crate) mod service;
-pub(crate) mod store;
 pub use compactd_formats::transcript;
+pub(crate) use compactd_store as store;
 pub use compactd_summarize as summarize;
 
 #[cfg(test)]

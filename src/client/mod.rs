@@ -89,7 +89,7 @@ impl Client {
                 })?;
         // Whoever made the socket could read every message we send: it must be our own user's
         // daemon (another local user can create a socket in a shared directory first).
-        let own = crate::paths::current_uid();
+        let own = compactd_store::private_dir::current_uid();
         match stream.peer_cred().map(|c| c.uid()) {
             Ok(uid) if uid == own => {}
             Ok(uid) => {

@@ -75,7 +75,7 @@ pub(crate) fn bind(path: &Path) -> Result<UnixListener, ListenError> {
         error: source,
     };
     if let Some(dir) = path.parent() {
-        crate::paths::ensure_private_dir(dir).map_err(io_error)?;
+        compactd_store::private_dir::ensure_private_dir(dir).map_err(io_error)?;
     }
     remove_stale(path)?;
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(io_error)?;

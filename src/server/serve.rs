@@ -80,7 +80,7 @@ pub(crate) async fn serve_on(listener: Listener, service: Arc<Service>, stop: Ca
         ),
     };
     let slots = Arc::new(Semaphore::new(most));
-    let own_uid = crate::paths::current_uid();
+    let own_uid = compactd_store::private_dir::current_uid();
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {

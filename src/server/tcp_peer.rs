@@ -203,7 +203,7 @@ mod tests {
         let (server, peer) = listener.accept().unwrap();
         assert_eq!(peer, client.local_addr().unwrap());
         match peer_uid(server.local_addr().unwrap(), peer) {
-            Some(uid) => assert_eq!(uid, crate::paths::current_uid()),
+            Some(uid) => assert_eq!(uid, compactd_store::private_dir::current_uid()),
             None => eprintln!("SKIP: this kernel (or sandbox) answers no sock_diag query"),
         }
     }

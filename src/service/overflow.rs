@@ -9,9 +9,10 @@ use super::proxy::{Caller, Identity, ProxyTurn};
 use super::{Service, ServiceError};
 use crate::config::{OverrideError, compaction_with_overrides};
 use crate::protocol::{MAX_REPORTED_TOKENS, OverflowOutcome, OverflowReport, SessionId};
-use crate::provider::overflow::{Overflow, overflow};
+use crate::provider::overflow::overflow;
 use crate::provider::wire::WireRequest;
 use crate::store::{ContextVersion, SentContext};
+use compactd_core::Overflow;
 use serde_json::{Value, json};
 use std::sync::Arc;
 

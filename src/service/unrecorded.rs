@@ -21,12 +21,12 @@ use crate::compaction::instruction::is_instruction;
 use crate::compaction::{FileLists, Origin, PlanInput, step};
 use crate::compaction_run::{self, Compacted};
 use crate::message::{Message, Role};
-use crate::provider::overflow::Overflow;
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
     Branch, ContextSnapshot, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionRow, StoredMessage,
 };
 use crate::summarize::extractive::Extractive;
+use compactd_core::Overflow;
 use std::sync::Arc;
 
 /// What an unrecorded call goes upstream with.

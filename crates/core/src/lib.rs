@@ -19,5 +19,5 @@ pub mod message;
 pub mod reported;
 pub mod session_id;
 
-pub use reported::{MAX_REPORTED_TOKENS, reported_tokens};
+pub use reported::{MAX_REPORTED_TOKENS, Overflow, reported_tokens};
 pub use session_id::{InvalidSessionId, SessionId};

@@ -142,7 +142,7 @@ impl RawSqlite {
         ))?;
         // Writing as compactd's writer does: the schema's triggers refuse any other connection.
         crate::store::declare_writer(&conn)?;
-        conn.execute_batch(include_str!("../../../schema.sql"))?;
+        conn.execute_batch(crate::store::SCHEMA)?;
         conn.execute(
             "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('raw', 1000000, 'now', 'now')",
             [],

@@ -22,33 +22,13 @@
 //! Pure: no I/O.
 
 use crate::compaction::config::completion_share;
-use compactd_core::reported_tokens;
+use compactd_core::{Overflow, reported_tokens};
 use regex::Regex;
 use serde_json::{Value, json};
 use std::sync::LazyLock;
 
 /// The most of an error answer read to recognize it: refusals are a few hundred bytes.
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
-
-/// What an upstream said when it refused a prompt as too long for the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Overflow {
-    /// The prompt's tokens, as the upstream counted them, when it said.
-    pub tokens: Option<usize>,
-    /// The model's window, when it said.
-    pub limit: Option<usize>,
-    /// The completion the client asked room for beside the prompt, when it said.
-    pub completion: Option<usize>,
-}
-
-impl Overflow {
-    /// The window the refusal says the model has, for a session told `limit`: the one it
-    /// named, else the count it refused when that is not over `limit` (the window is under
-    /// the count, and a count over the session's limit says nothing the limit does not).
-    pub fn window_under(&self, limit: usize) -> Option<usize> {
-        self.limit.or(self.tokens.filter(|t| *t <= limit))
-    }
-}
 
 /// Whether an upstream's answer (`status`, `body`) refuses the prompt as too long, and what it
 /// counted.

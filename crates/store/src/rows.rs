@@ -70,7 +70,8 @@ pub struct SessionRow {
 }
 
 /// How a session came to be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SessionKind {
     /// Made through the socket API.
@@ -100,7 +101,8 @@ impl SessionKind {
 }
 
 /// Where a session's token figure comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TokenSource {
     /// The LazyEstimator over the pinned messages, the summary and the active messages.
@@ -189,7 +191,7 @@ impl SessionRow {
     /// The row of a session the proxy would start for a call, before anything of it is
     /// stored (a call the store cannot take: see `service::unrecorded`): its limit, owner and
     /// the client's overhead and completion, every counter at zero.
-    pub(crate) fn unstored(
+    pub fn unstored(
         new: &super::NewSession,
         overhead_tokens: usize,
         completion_tokens: usize,
@@ -336,14 +338,15 @@ const MAX_REPORT_RATE: f64 = 4.0;
 /// scripts, identifiers) but for long runs of one repeated character; a model server that
 /// reports a handful of tokens for a long conversation (a constant, a zero, only the uncached
 /// part) would otherwise switch compaction off and let the context overflow.
-pub(crate) const IMPLAUSIBLE_REPORT_DIVISOR: usize = 3;
+pub const IMPLAUSIBLE_REPORT_DIVISOR: usize = 3;
 
 /// A stored message. `parts` stays raw JSON so serving history never re-encodes it.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct StoredMessage {
     pub seq: u64,
     pub role: Role,
-    #[schema(value_type = Vec<crate::message::Part>)]
+    #[cfg_attr(feature = "schema", schema(value_type = Vec<crate::message::Part>))]
     pub parts: Box<RawValue>,
     pub tokens: usize,
     pub created_at: String,
@@ -429,7 +432,7 @@ impl StoredMessage {
     /// A message of a proxied call the store could not take, as a context computed in memory
     /// holds it (see `service::unrecorded`): numbered `seq` after every stored message, never
     /// pinned, `created_at` empty (it was never stored).
-    pub(crate) fn unrecorded(seq: u64, message: &Message, tokens: usize) -> Result<StoredMessage> {
+    pub fn unrecorded(seq: u64, message: &Message, tokens: usize) -> Result<StoredMessage> {
         Ok(StoredMessage {
             seq,
             role: message.role,
@@ -453,7 +456,8 @@ impl StoredMessage {
 }
 
 /// A successful compaction.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct CompactionRow {
     #[serde(flatten)]
     pub result: CompactionResult,
@@ -525,7 +529,8 @@ impl CompactionRow {
 }
 
 /// A failed compaction attempt.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct FailureRow {
     /// Its id, for paging.
     pub id: u64,

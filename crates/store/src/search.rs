@@ -61,7 +61,7 @@ pub struct SearchHit {
 }
 
 /// What a message is found by: its texts, its calls (tool name and arguments) and its outputs.
-pub(crate) fn searchable_text(parts: &[Part]) -> String {
+pub fn searchable_text(parts: &[Part]) -> String {
     let mut text = String::new();
     for part in parts {
         let piece = match part {
@@ -152,7 +152,7 @@ pub(super) fn index_pending(conn: &Connection, max: usize) -> Result<IndexStep> 
 /// The words of a person's query, split at whitespace and control characters, each once:
 /// words without a letter or digit are dropped (FTS5 would find nothing in them), and those
 /// past [`MAX_QUERY_WORDS`].
-pub(crate) fn query_words(query: &str) -> Vec<String> {
+pub fn query_words(query: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
     let split = query.split(|c: char| c.is_whitespace() || c.is_control());
     for word in split.filter(|w| w.chars().any(char::is_alphanumeric)) {

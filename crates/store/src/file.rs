@@ -60,7 +60,7 @@ impl DatabaseFile {
     pub(super) fn prepare(path: &Path) -> Result<DatabaseFile> {
         let io = |e: std::io::Error| StoreError::io(path, e);
         if let Some(dir) = path.parent() {
-            crate::paths::ensure_private_dir(dir).map_err(io)?;
+            crate::private_dir::ensure_private_dir(dir).map_err(io)?;
         }
         let metadata = match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -399,7 +399,11 @@ fn create_empty_private(path: &Path) -> std::io::Result<()> {
 /// Mode 0600 for a file of ours that exists (no-op when it does not), by `chmod` on its name.
 pub(super) fn make_private(path: &Path) -> Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() && m.uid() == crate::paths::current_uid() && m.mode() & 0o077 != 0 => {
+        Ok(m)
+            if m.is_file()
+                && m.uid() == crate::private_dir::current_uid()
+                && m.mode() & 0o077 != 0 =>
+        {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| StoreError::io(path, e))
         }

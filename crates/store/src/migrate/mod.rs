@@ -20,12 +20,13 @@ use rusqlite::{Connection, params};
 
 mod rebuild;
 
-pub(super) const SCHEMA: &str = include_str!("../../../schema.sql");
+/// The whole schema, as people read it in `schema.sql`: a new database is made from it.
+pub const SCHEMA: &str = include_str!("../../schema.sql");
 
 /// Declares `conn` compactd's writer: it runs with triggers off, so `schema.sql`'s triggers,
 /// which refuse every write (a `sqlite3` user's, say), never fire for it. The setting belongs
 /// to the connection: every other one, opened by anyone, has them on.
-pub(crate) fn declare_writer(conn: &Connection) -> Result<()> {
+pub fn declare_writer(conn: &Connection) -> Result<()> {
     use rusqlite::config::DbConfig;
     let on = conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false)?;
     if on {

@@ -14,7 +14,7 @@ pub(crate) fn may_block_in_place() -> bool {
 }
 
 /// Runs `work` (synchronous, long) without keeping the worker's other tasks waiting.
-pub(crate) fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
+pub fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
     if may_block_in_place() {
         tokio::task::block_in_place(work)
     } else {
@@ -24,7 +24,7 @@ pub(crate) fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
 
 /// Runs `work`, a future that never waits for anything outside itself (it only computes),
 /// without keeping the worker's other tasks waiting.
-pub(crate) async fn computed_off_the_worker<F: Future>(work: F) -> F::Output {
+pub async fn computed_off_the_worker<F: Future>(work: F) -> F::Output {
     if may_block_in_place() {
         tokio::task::block_in_place(|| Handle::current().block_on(work))
     } else {
@@ -32,16 +32,14 @@ pub(crate) async fn computed_off_the_worker<F: Future>(work: F) -> F::Output {
     }
 }
 
-/// What tests of work kept off the worker share.
-#[cfg(test)]
-pub(crate) mod testing {
+/// What tests of work kept off the worker share (here and in the daemon's).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
     use std::future::Future;
 
     /// Runs `scenario` as a task on a runtime of one worker: the test's own body would run
     /// on the test's thread, not on a worker.
-    pub(crate) fn on_the_only_worker(
-        scenario: impl Future<Output = bool> + Send + 'static,
-    ) -> bool {
+    pub fn on_the_only_worker(scenario: impl Future<Output = bool> + Send + 'static) -> bool {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -52,7 +50,7 @@ pub(crate) mod testing {
 
     /// Work that waits (at most 10 s, so that a broken build fails instead of hanging) for
     /// another task of the runtime to release it: run on the only worker, it waits in vain.
-    pub(crate) fn released_by_another_task() -> (
+    pub fn released_by_another_task() -> (
         impl FnOnce() -> bool + Send + 'static,
         tokio::task::JoinHandle<()>,
     ) {

@@ -7,7 +7,7 @@
 use super::rows::{ContextVersion, SessionRow};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
-use crate::provider::overflow::Overflow;
+use compactd_core::Overflow;
 use compactd_core::SessionId;
 use rusqlite::params;
 

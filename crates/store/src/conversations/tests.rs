@@ -3,8 +3,8 @@
 use super::walk::{CHILD_BY_HASH, HASHES_ALONG};
 use super::*;
 use crate::message::{Part, Role};
-use crate::store::overflows::LIMIT_FROM_REFUSAL;
-use crate::store::sessions::NewSession;
+use crate::overflows::LIMIT_FROM_REFUSAL;
+use crate::sessions::NewSession;
 
 use super::super::migrate::query_plan as plan;
 
@@ -64,7 +64,7 @@ fn rules(_: &SessionRow) -> AppendRules {
 async fn a_first_call_cut_off_between_its_writes_is_completed_by_its_retry() {
     let dir = tempfile::TempDir::new().unwrap();
     let path = dir.path().join("t.db");
-    let store = Store::open(&path, crate::store::Synchronous::Normal).unwrap();
+    let store = Store::open(&path, crate::Synchronous::Normal).unwrap();
     let cut = Arc::new(long_first_call());
     let hashes: Arc<[i64]> = cut.hashes().into();
     let (first, left_off) = store
@@ -133,7 +133,7 @@ fn headed_call(task: &str, base: i64, steps: usize) -> ProxyCall {
 /// A store holding task A's conversation under header `c` (see [`headed_call`]).
 async fn with_branch_a() -> (tempfile::TempDir, Store, Placed) {
     let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::Synchronous::Normal).unwrap();
     let a = store
         .place_call(headed_call("task A", 100, 3), rules)
         .await
@@ -152,7 +152,7 @@ async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_sinc
         .await
         .unwrap();
     assert_eq!(a.session.id, b.session.id, "one session, two branches");
-    let texts = |snapshot: &crate::store::ContextSnapshot| -> Vec<String> {
+    let texts = |snapshot: &crate::ContextSnapshot| -> Vec<String> {
         snapshot
             .tail
             .iter()
@@ -184,8 +184,8 @@ async fn a_calls_context_is_of_its_own_branch_whatever_the_other_branch_did_sinc
 /// branch's call moved the session since: the refused call's retry is compacted to it.
 #[tokio::test]
 async fn a_refusal_counts_for_the_refused_calls_branch() {
-    use crate::provider::overflow::Overflow;
-    use crate::store::SentContext;
+    use crate::SentContext;
+    use compactd_core::Overflow;
     let (_dir, store, a) = with_branch_a().await;
     let id = a.session.id.clone();
     let sent = store
@@ -230,8 +230,8 @@ async fn a_refusal_counts_for_the_refused_calls_branch() {
 /// reached the client). A compaction of the refused branch itself does make it stale.
 #[tokio::test]
 async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
-    use crate::provider::overflow::Overflow;
-    use crate::store::SentContext;
+    use crate::SentContext;
+    use compactd_core::Overflow;
     let (_dir, store, a) = with_branch_a().await;
     let id = a.session.id.clone();
     let sent_by = |head: u64| {
@@ -292,9 +292,9 @@ async fn a_refusal_stands_when_only_another_branch_was_compacted_since() {
 }
 
 /// A compaction of `session`'s current branch as it stands, keeping from `boundary_seq`.
-fn compaction_of(session: &SessionRow, boundary_seq: u64) -> crate::store::NewCompaction {
+fn compaction_of(session: &SessionRow, boundary_seq: u64) -> crate::NewCompaction {
     use crate::compaction::{CompactionResult, Trigger};
-    crate::store::NewCompaction {
+    crate::NewCompaction {
         session_id: session.id.clone(),
         trigger: Trigger::Manual,
         focus: None,
@@ -329,7 +329,7 @@ fn compaction_of(session: &SessionRow, boundary_seq: u64) -> crate::store::NewCo
 async fn a_compaction_of_one_branch_lands_though_the_other_branchs_call_moved_the_session() {
     let (_dir, store, a) = with_branch_a().await;
     let id = a.session.id.clone();
-    let texts = |snapshot: &crate::store::ContextSnapshot| -> String {
+    let texts = |snapshot: &crate::ContextSnapshot| -> String {
         snapshot.tail.iter().map(|m| m.parts.get()).collect()
     };
     let (input, _) = store
@@ -422,7 +422,7 @@ async fn two_branches_of_six_outputs(store: &Store) -> (super::Placed, super::Pl
 }
 
 /// How many of `task`'s outputs a context holds whole (not masked).
-fn whole_outputs(snapshot: &crate::store::ContextSnapshot, task: &str) -> usize {
+fn whole_outputs(snapshot: &crate::ContextSnapshot, task: &str) -> usize {
     snapshot
         .tail
         .iter()
@@ -437,7 +437,7 @@ fn whole_outputs(snapshot: &crate::store::ContextSnapshot, task: &str) -> usize 
 #[tokio::test]
 async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
     let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::Synchronous::Normal).unwrap();
     let (a, b) = two_branches_of_six_outputs(&store).await;
     let id = a.session.id.clone();
     let (masking, masked) = store
@@ -463,7 +463,7 @@ async fn a_masking_of_one_branch_leaves_the_others_outputs_whole() {
 #[tokio::test]
 async fn a_masking_lands_on_the_branch_that_asked_though_another_moved_the_session() {
     let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::Synchronous::Normal).unwrap();
     let (a, b) = two_branches_of_six_outputs(&store).await;
     let id = a.session.id.clone();
 
@@ -493,7 +493,7 @@ async fn a_masking_lands_on_the_branch_that_asked_though_another_moved_the_sessi
 #[tokio::test]
 async fn a_conversation_leaving_another_right_after_its_preamble_is_a_session_of_its_own() {
     let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::Synchronous::Normal).unwrap();
     let with_task = |mut call: ProxyCall| {
         call.fingerprints[1].opening = Some(call.fingerprints[1].hash);
         call
@@ -851,7 +851,7 @@ async fn claude_code_forks_are_sessions_of_their_own_with_their_directive_pinned
 #[tokio::test]
 async fn a_deleted_conversations_opening_starts_a_new_one() {
     let dir = tempfile::TempDir::new().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), crate::store::Synchronous::Normal).unwrap();
+    let store = Store::open(&dir.path().join("t.db"), crate::Synchronous::Normal).unwrap();
     let small = || {
         let mut call = long_first_call();
         call.messages = call.messages[..4].to_vec().into();

@@ -154,7 +154,7 @@ mod tests {
     use super::*;
     use crate::compaction::microcompact::MaskingStart;
     use crate::message::{Message, Part, Role};
-    use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
+    use crate::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
     use compactd_core::SessionId;
     use proptest::prelude::*;
     use serde_json::json;

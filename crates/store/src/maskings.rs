@@ -9,7 +9,8 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 /// One masking, as stored.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct MaskingRow {
     pub id: u64,
     /// Tool outputs of messages below this seq read as placeholders from then on.
@@ -210,7 +211,7 @@ impl Store {
 mod tests {
     use crate::compaction::media::Media;
     use crate::message::{Message, Part, Role};
-    use crate::store::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
+    use crate::{Append, AppendRules, NewMessage, NewSession, Store, Synchronous};
     use compactd_core::SessionId;
 
     /// A task, then `rounds` tool calls each answered by an output of 2,000 characters.

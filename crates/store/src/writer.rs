@@ -615,7 +615,7 @@ pub(super) fn in_savepoint<T>(
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{Store, StoreError, Synchronous};
+    use crate::{Store, StoreError, Synchronous};
 
     fn thread_name() -> String {
         std::thread::current().name().unwrap_or("").to_string()
@@ -789,7 +789,7 @@ mod tests {
         for write in futures_util::future::join_all(writes).await {
             let (outcome, took) = write.unwrap();
             assert!(matches!(outcome, Err(StoreError::Busy)), "{outcome:?}");
-            let allowed = crate::store::BUSY_WAIT + std::time::Duration::from_millis(900);
+            let allowed = crate::BUSY_WAIT + std::time::Duration::from_millis(900);
             assert!(took < allowed, "busy after {took:?}");
         }
         person.execute_batch("ROLLBACK").unwrap();

@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// What a backup copied.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct BackupReport {
+pub struct BackupReport {
     pub sessions: u64,
     pub messages: u64,
     pub bytes: u64,
@@ -20,7 +20,7 @@ pub(crate) struct BackupReport {
 
 /// Copies the database at `source` to `dest`, a new file made 0600 (an existing one is
 /// refused rather than overwritten), and checks the copy.
-pub(crate) fn backup(source: &Path, dest: &Path) -> Result<BackupReport> {
+pub fn backup(source: &Path, dest: &Path) -> Result<BackupReport> {
     if std::fs::symlink_metadata(source).is_err() {
         return Err(StoreError::io(
             source,

@@ -1,4 +1,4 @@
-//! SQLite storage. All SQL lives in this module.
+//! SQLite storage. All of compactd's SQL lives in this crate.
 //!
 //! One writer thread owns the only write connection and applies writes in batches: it takes
 //! every write that queued while the previous commit was syncing and commits them in one
@@ -15,6 +15,7 @@
 //! write it: the writer keeps the write lock between its writes (see `kept_lock`).
 
 mod backup;
+pub mod blocking;
 mod clock;
 mod compactions;
 mod conversations;
@@ -30,6 +31,7 @@ mod migrate;
 mod outside_lock;
 mod overflows;
 mod path;
+pub mod private_dir;
 mod reading;
 mod rows;
 mod search;
@@ -39,22 +41,24 @@ mod stat;
 mod waiting;
 mod writer;
 
-pub(crate) use backup::backup;
-pub(crate) use compactions::{NewCompaction, NewFailure};
-pub(crate) use conversations::{Fingerprints, ProxyCall};
-pub(crate) use error::StoreError;
+use compactd_core::{compaction, message};
+
+pub use backup::backup;
+pub use compactions::{NewCompaction, NewFailure};
+pub use conversations::{Fingerprints, ProxyCall};
+pub use error::StoreError;
 pub use maskings::MaskingRow;
-pub(crate) use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};
-pub(crate) use migrate::declare_writer;
-pub(crate) use overflows::SentContext;
+pub use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};
+pub use migrate::{SCHEMA, declare_writer};
+pub use overflows::SentContext;
 pub use path::Branch;
 pub use rows::{CompactionRow, FailureRow, StoredMessage, TokenSource};
-pub(crate) use rows::{
+pub use rows::{
     ContextSnapshot, ContextVersion, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionKind,
     SessionRow,
 };
-pub(crate) use search::{SearchHit, query_words, searchable_text};
-pub(crate) use sessions::{NewSession, SessionUpdate};
+pub use search::{SearchHit, query_words, searchable_text};
+pub use sessions::{NewSession, SessionUpdate};
 
 use file::{DatabaseFile, NO_SYMLINK};
 use rusqlite::{Connection, OpenFlags};
@@ -68,7 +72,7 @@ use writer::Writer;
 /// Reads running at once; more wait their turn (each holds a connection and its results).
 pub(crate) const MAX_READERS: usize = 8;
 /// How long a write waits for a lock another process holds before answering "busy".
-pub(super) const BUSY_WAIT: Duration = Duration::from_secs(2);
+pub const BUSY_WAIT: Duration = Duration::from_secs(2);
 /// The writer's page cache, in KiB: the pages of the sessions it appends to stay in memory.
 const WRITER_CACHE_KIB: u32 = 16 * 1024;
 /// Why every write is refused now.
@@ -266,7 +270,8 @@ fn configure(conn: &Connection) -> Result<()> {
 
 /// SQLite's `synchronous` setting. `full` (default) makes every acknowledged append survive
 /// power loss; `normal` survives a crash of compactd but may lose the last appends on power loss.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     #[default]

@@ -76,7 +76,7 @@ pub struct AppendRules {
     pub masking: Option<MaskingStart>,
     /// The session's token trigger. The first usage report after a compaction of a context
     /// the model server measured is that compaction's verdict (see
-    /// [`crate::store::Store::commit_compaction`]): under this line, the compaction did its
+    /// [`crate::Store::commit_compaction`]): under this line, the compaction did its
     /// work and the breaker's count starts over; over it, the attempt stays counted.
     pub token_trigger: usize,
 }
