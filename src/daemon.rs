@@ -27,7 +27,7 @@ pub use crate::server::openapi::{document as openapi_document, pretty as openapi
 pub use crate::service::fingerprint::fingerprint;
 pub use crate::service::proxy::{Caller, Identity};
 pub use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-pub use crate::store::{Branch, Store, StoredMessage};
+pub use crate::store::{Branch, Store};
 
 /// Where the daemon keeps things; `None` means the config's setting, else the XDG default.
 #[derive(Debug, Default)]

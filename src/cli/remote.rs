@@ -6,7 +6,7 @@ use crate::client::Client;
 use crate::compaction::config::completion_share;
 use crate::message::{BatchError, Message, Role, parse_message_batch};
 use crate::protocol::{
-    CompactionQuery, CompactionRow, ContextFormat, ContextMessage, CreateSessionRequest, Event,
+    Compaction, CompactionQuery, ContextFormat, ContextMessage, CreateSessionRequest, Event,
     SessionId, SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,
 };
 use anyhow::{Context, Result, bail};
@@ -526,7 +526,7 @@ async fn newest_compactions(
     client: &Client,
     id: &SessionId,
     limit: usize,
-) -> Result<(Vec<CompactionRow>, crate::protocol::CompactionHistory)> {
+) -> Result<(Vec<Compaction>, crate::protocol::CompactionHistory)> {
     let count = client.session(id).await?.compaction_count as usize;
     let page = CompactionQuery {
         after: count.saturating_sub(limit) as u32,

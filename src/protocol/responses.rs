@@ -2,9 +2,9 @@
 //! serializes them; clients, the CLI and the tests deserialize them.
 
 use super::ErrorCode;
+use super::{Compaction, CompactionFailure, Masking, SessionKind, StoredMessage, TokenSource};
 use crate::compaction::Trigger;
 use crate::message::Role;
-use crate::store::{CompactionRow, FailureRow, MaskingRow, StoredMessage, TokenSource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -144,7 +144,7 @@ pub struct SessionView {
     pub breaker: BreakerView,
     /// How the session came to be: `api` (the socket API), `proxy` (a conversation the proxy
     /// records), `side` (a proxied client's one-off calls: titles, commit messages).
-    pub kind: crate::store::SessionKind,
+    pub kind: SessionKind,
     /// Branches of a proxied conversation (where its client changed what it sends); 1 for
     /// every other session.
     pub branches: u64,
@@ -235,7 +235,7 @@ pub struct CompactionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Box<CompactionRow>>,
+    pub result: Option<Box<Compaction>>,
 }
 
 /// The answer to an append.
@@ -334,16 +334,16 @@ pub struct HistoryMessage {
 /// A page of a session's compaction history: `GET /v1/session/{id}/compaction`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct CompactionHistory {
-    pub compactions: Vec<CompactionRow>,
+    pub compactions: Vec<Compaction>,
     /// Pass as `after` for the next page of compactions; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<u32>,
-    pub failures: Vec<FailureRow>,
+    pub failures: Vec<CompactionFailure>,
     /// Pass as `failures_after` for the next page of failures; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures_next_after: Option<u64>,
     /// Maskings of old tool outputs (microcompaction).
-    pub maskings: Vec<MaskingRow>,
+    pub maskings: Vec<Masking>,
     /// Pass as `maskings_after` for the next page of maskings; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maskings_next_after: Option<u64>,
@@ -358,7 +358,7 @@ pub enum SummarizeOutcome {
         /// Always true here.
         compacted: bool,
         #[serde(flatten)]
-        compaction: Box<CompactionRow>,
+        compaction: Box<Compaction>,
     },
     /// `"compacted": false` and why not.
     NotCompacted {
@@ -369,10 +369,10 @@ pub enum SummarizeOutcome {
 }
 
 impl SummarizeOutcome {
-    pub fn compacted(row: CompactionRow) -> SummarizeOutcome {
+    pub fn compacted(compaction: Compaction) -> SummarizeOutcome {
         SummarizeOutcome::Compacted {
             compacted: true,
-            compaction: Box::new(row),
+            compaction: Box::new(compaction),
         }
     }
 
@@ -384,7 +384,7 @@ impl SummarizeOutcome {
     }
 
     /// The compaction, if one ran.
-    pub fn compaction(&self) -> Option<&CompactionRow> {
+    pub fn compaction(&self) -> Option<&Compaction> {
         match self {
             SummarizeOutcome::Compacted { compaction, .. } => Some(compaction),
             SummarizeOutcome::NotCompacted { .. } => None,

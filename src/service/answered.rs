@@ -6,7 +6,7 @@
 
 use crate::message::{Part, Role};
 use crate::protocol::ContextMessage;
-use crate::store::StoredMessage;
+use compactd_core::StoredMessage;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use std::collections::HashSet;

@@ -455,7 +455,7 @@ impl Service {
             return;
         };
         let (estimated, source) = session.context_tokens();
-        if source != crate::store::TokenSource::Estimated
+        if source != compactd_core::TokenSource::Estimated
             || self.doubted.last(session.id.as_str()).is_some()
         {
             return;

@@ -15,8 +15,9 @@ use crate::protocol::{ContextView, SessionId};
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
     AppendRules, Branch, ContextSnapshot, ContextVersion, Fingerprints, NewMessage, NewSession,
-    ProxyCall, SessionKind, StoreError,
+    ProxyCall, StoreError,
 };
+use compactd_core::SessionKind;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;

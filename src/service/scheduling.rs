@@ -104,7 +104,8 @@ impl Loaded {
             .tail
             .iter()
             .map(|m| m.to_message())
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(crate::store::StoreError::from)?;
         Ok(Loaded {
             messages,
             // Estimated once, when each message was appended; pinned when it was appended.
@@ -337,7 +338,9 @@ impl Service {
             .compact_once(id, Trigger::Manual, focus, None, None)
             .await?
         {
-            Attempt::Compacted(row) => Ok(SummarizeOutcome::compacted(*row)),
+            Attempt::Compacted(row) => {
+                Ok(SummarizeOutcome::compacted(super::views::compaction(*row)))
+            }
             Attempt::NothingToCompact => Ok(SummarizeOutcome::not_compacted(NOTHING_TO_COMPACT)),
         }
     }

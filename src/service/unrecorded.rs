@@ -23,10 +23,11 @@ use crate::compaction_run::{self, Compacted};
 use crate::message::{Message, Role};
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
-    Branch, ContextSnapshot, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionRow, StoredMessage,
+    Branch, ContextSnapshot, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionRow, StoreError,
 };
 use crate::summarize::extractive::Extractive;
 use compactd_core::Overflow;
+use compactd_core::StoredMessage;
 use std::sync::Arc;
 
 /// What an unrecorded call goes upstream with.
@@ -325,10 +326,13 @@ impl Service {
                     let tokens = self.estimator.message(&shown) + kept_media;
                     StoredMessage {
                         shortened: true,
-                        ..StoredMessage::unrecorded(seq, &shown, tokens)?
+                        ..StoredMessage::unrecorded(seq, &shown, tokens)
+                            .map_err(StoreError::from)?
                     }
                 }
-                None => StoredMessage::unrecorded(seq, message, tokens)?,
+                None => {
+                    StoredMessage::unrecorded(seq, message, tokens).map_err(StoreError::from)?
+                }
             };
             session.active_tokens += appended.tokens;
             session.tokens_since_report += appended.tokens;

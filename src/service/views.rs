@@ -2,14 +2,57 @@
 
 use crate::compaction::{CompactionConfig, Trigger, summary_message};
 use crate::protocol::{
-    AppendResponse, BreakerView, CompactionHistory, CompactionState, CompactionStatus,
-    ContextFormat, ContextMessage, ContextView, HistoryMessage, HistoryPage, ProviderContext,
-    SessionView,
+    AppendResponse, BreakerView, Compaction, CompactionFailure, CompactionHistory, CompactionState,
+    CompactionStatus, ContextFormat, ContextMessage, ContextView, HistoryMessage, HistoryPage,
+    Masking, ProviderContext, SessionView, StoredMessage,
 };
 use crate::store::{
     AppendOutcome, CompactionRow, ContextSnapshot, FailureRow, MaskingRow, SessionRow,
-    StoredMessage,
 };
+
+/// A compaction as the API shows it.
+pub(super) fn compaction(row: CompactionRow) -> Compaction {
+    Compaction {
+        result: row.result,
+        session_id: row.session_id,
+        trigger: row.trigger,
+        focus: row.focus,
+        first_seq: row.first_seq,
+        boundary_seq: row.boundary_seq,
+        summarizer: row.summarizer,
+        chunks: row.chunks,
+        fallback_reason: row.fallback_reason,
+        started_at: row.started_at,
+        finished_at: row.finished_at,
+        duration_ms: row.duration_ms,
+    }
+}
+
+/// A failed attempt as the API shows it.
+fn failure(row: FailureRow) -> CompactionFailure {
+    CompactionFailure {
+        id: row.id,
+        trigger: row.trigger,
+        focus: row.focus,
+        summarizer: row.summarizer,
+        reason: row.reason,
+        started_at: row.started_at,
+        finished_at: row.finished_at,
+        duration_ms: row.duration_ms,
+    }
+}
+
+/// A masking as the API shows it.
+fn masking(row: MaskingRow) -> Masking {
+    Masking {
+        id: row.id,
+        through_seq: row.through_seq,
+        outputs: row.outputs,
+        pre_tokens: row.pre_tokens,
+        post_tokens: row.post_tokens,
+        created_at: row.created_at,
+    }
+}
 
 impl SessionView {
     pub fn new(session: SessionRow, config: &CompactionConfig, compacting: bool) -> SessionView {
@@ -70,7 +113,7 @@ impl CompactionStatus {
     }
     pub fn completed(trigger: Trigger, row: CompactionRow) -> Self {
         CompactionStatus {
-            result: Some(Box::new(row)),
+            result: Some(Box::new(compaction(row))),
             ..Self::of(Some(trigger), CompactionState::Completed)
         }
     }
@@ -137,12 +180,12 @@ impl CompactionHistory {
             .map(|c| c.result.compaction_num)
             .filter(|&num| num < session.compaction_count);
         CompactionHistory {
-            compactions,
+            compactions: compactions.into_iter().map(compaction).collect(),
             next_after,
             failures_next_after: failures.last().map(|f| f.id).filter(|_| more_failures),
-            failures,
+            failures: failures.into_iter().map(failure).collect(),
             maskings_next_after: maskings.last().map(|m| m.id).filter(|_| more_maskings),
-            maskings,
+            maskings: maskings.into_iter().map(masking).collect(),
         }
     }
 }

@@ -40,7 +40,7 @@ async fn rewrites(service: &Arc<Service>) -> (u32, usize) {
     }
 }
 
-fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd::daemon::StoredMessage> {
+fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd::protocol::StoredMessage> {
     context.iter().filter_map(|m| match m {
         ContextMessage::Stored(s) => Some(s),
         ContextMessage::Summary { .. } => None,

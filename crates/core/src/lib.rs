@@ -4,7 +4,8 @@
 //!
 //! - [`message`]: messages and their parts, as stored and as the engine reads them.
 //! - [`SessionId`]: a session's name, checked once where it enters; [`reported`]: the bounds
-//!   a model's reported count is believed within.
+//!   a model's reported count is believed within; [`stored`]: a message with its place in
+//!   the session, as the store keeps it and the socket API shows it.
 //! - [`compaction`]: token estimates, triggers, the preserved tail and its pair rule, the
 //!   current step's room, file tracking, the summary prompt, masking, secret redaction.
 //!
@@ -18,6 +19,8 @@ pub mod compaction;
 pub mod message;
 pub mod reported;
 pub mod session_id;
+pub mod stored;
 
 pub use reported::{MAX_REPORTED_TOKENS, Overflow, reported_tokens};
 pub use session_id::{InvalidSessionId, SessionId};
+pub use stored::{SessionKind, StoredMessage, TokenSource};

@@ -1,10 +1,11 @@
 //! Compactions: commit a successful one, record a failed one, read the history.
 
-use super::rows::{CompactionRow, FailureRow, SessionRow, TokenSource};
+use super::rows::{CompactionRow, FailureRow, SessionRow};
 use super::sessions::{NOW, get_live};
 use super::{Result, Store, StoreError};
 use crate::compaction::{CompactionResult, Trigger};
 use compactd_core::SessionId;
+use compactd_core::TokenSource;
 use rusqlite::{Connection, params};
 
 /// A successful compaction to store.

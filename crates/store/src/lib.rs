@@ -52,10 +52,9 @@ pub use messages::{Append, AppendOutcome, AppendRules, Idempotency, NewMessage};
 pub use migrate::{SCHEMA, declare_writer};
 pub use overflows::SentContext;
 pub use path::Branch;
-pub use rows::{CompactionRow, FailureRow, StoredMessage, TokenSource};
+pub use rows::{CompactionRow, FailureRow};
 pub use rows::{
-    ContextSnapshot, ContextVersion, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionKind,
-    SessionRow,
+    ContextSnapshot, ContextVersion, IMPLAUSIBLE_REPORT_DIVISOR, LatestSummary, SessionRow,
 };
 pub use search::{SearchHit, query_words, searchable_text};
 pub use sessions::{NewSession, SessionUpdate};

@@ -10,7 +10,6 @@ use serde::Serialize;
 
 /// One masking, as stored.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct MaskingRow {
     pub id: u64,
     /// Tool outputs of messages below this seq read as placeholders from then on.

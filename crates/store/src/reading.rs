@@ -2,11 +2,12 @@
 //! snapshot, pages of its history, and the file lists the next compaction extends.
 
 use super::path::Branch;
-use super::rows::{ContextSnapshot, LatestSummary, SessionRow, StoredMessage};
+use super::rows::{ContextSnapshot, LatestSummary, SessionRow};
 use super::sessions::get_live;
 use super::{Result, Store};
 use crate::compaction::FileLists;
 use compactd_core::SessionId;
+use compactd_core::StoredMessage;
 use rusqlite::{Connection, OptionalExtension, params};
 
 impl Store {
@@ -176,7 +177,7 @@ fn active_messages(
     branch: &Branch,
     masked: bool,
 ) -> Result<Vec<StoredMessage>> {
-    let columns = StoredMessage::context_columns(masked);
+    let columns = super::rows::message_context_columns(masked);
     let sql = format!(
         "SELECT {columns} FROM messages WHERE session_id = ?1 AND seq >= ?3 AND {} ORDER BY seq",
         branch.filter()
@@ -188,7 +189,7 @@ fn active_messages(
             session.masked_through_seq,
             session.active_from_seq
         ],
-        StoredMessage::from_row,
+        super::rows::message_from_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
@@ -247,13 +248,13 @@ fn pinned_before(
 ) -> Result<Vec<StoredMessage>> {
     let sql = format!(
         "SELECT {} FROM messages WHERE session_id = ?1 AND pinned = 1 AND seq < ?2 AND {} ORDER BY seq",
-        StoredMessage::COLUMNS,
+        super::rows::MESSAGE_COLUMNS,
         branch.filter()
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(
         params![session.id.as_str(), session.active_from_seq],
-        StoredMessage::from_row,
+        super::rows::message_from_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
@@ -269,7 +270,7 @@ fn messages_page(
 ) -> Result<Vec<StoredMessage>> {
     let sql = format!(
         "SELECT {} FROM messages WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
-        StoredMessage::COLUMNS
+        super::rows::MESSAGE_COLUMNS
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -278,7 +279,7 @@ fn messages_page(
     let mut page = Vec::new();
     let mut bytes = 0;
     while let Some(row) = rows.next()? {
-        let message = StoredMessage::from_row(row)?;
+        let message = super::rows::message_from_row(row)?;
         bytes += message.parts.get().len();
         if bytes > max_bytes && !page.is_empty() {
             break;

@@ -2,8 +2,8 @@
 
 use super::Result;
 use crate::compaction::{CompactionResult, Trigger};
-use crate::message::{Message, Part, Role};
-use compactd_core::SessionId;
+use crate::message::Role;
+use compactd_core::{SessionId, SessionKind, StoredMessage, TokenSource};
 use rusqlite::Row;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -67,48 +67,6 @@ pub struct SessionRow {
     /// When a model's refusal taught `context_limit` (this session's, or the one it started
     /// from); `None` for a limit no refusal set.
     pub limit_taught_at: Option<String>,
-}
-
-/// How a session came to be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum SessionKind {
-    /// Made through the socket API.
-    Api,
-    /// A conversation the proxy records.
-    Proxy,
-    /// A proxied client's one-off calls (titles, commit messages).
-    Side,
-}
-
-impl SessionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionKind::Api => "api",
-            SessionKind::Proxy => "proxy",
-            SessionKind::Side => "side",
-        }
-    }
-
-    fn parse(s: &str) -> SessionKind {
-        match s {
-            "proxy" => SessionKind::Proxy,
-            "side" => SessionKind::Side,
-            _ => SessionKind::Api,
-        }
-    }
-}
-
-/// Where a session's token figure comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum TokenSource {
-    /// The LazyEstimator over the pinned messages, the summary and the active messages.
-    Estimated,
-    /// The agent's reported `usage.input_tokens` plus estimates of what came after.
-    Reported,
 }
 
 /// Which context a usage report measured: a compaction of its branch or a masking since
@@ -340,33 +298,6 @@ const MAX_REPORT_RATE: f64 = 4.0;
 /// part) would otherwise switch compaction off and let the context overflow.
 pub const IMPLAUSIBLE_REPORT_DIVISOR: usize = 3;
 
-/// A stored message. `parts` stays raw JSON so serving history never re-encodes it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
-pub struct StoredMessage {
-    pub seq: u64,
-    pub role: Role,
-    #[cfg_attr(feature = "schema", schema(value_type = Vec<crate::message::Part>))]
-    pub parts: Box<RawValue>,
-    pub tokens: usize,
-    pub created_at: String,
-    /// A system message or the session's task: never compacted.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub pinned: bool,
-    /// Its tool outputs read as placeholders here (microcompaction); the stored message keeps
-    /// them whole.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub masked: bool,
-    /// Too large for the context, it is shown shortened here (long outputs keep their head and
-    /// tail, with a marker naming this seq); the stored message keeps them whole.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub shortened: bool,
-    /// Where its branch starts, when the message before it on its branch is not `seq - 1`
-    /// (0: it starts a new root). Set in history pages only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branches_from: Option<u64>,
-}
-
 /// The tokens a message takes in the context, as SQL over a `messages` row: its masked form's
 /// when its seq is below `through` (a SQL expression), else its shortened form's, else its own.
 /// Every recount of a session's `active_tokens` uses it, so the counter always agrees with
@@ -384,80 +315,49 @@ fn shown_masked(through: &str) -> String {
     format!("seq < {through} AND masked_parts IS NOT NULL")
 }
 
-impl StoredMessage {
-    /// The columns of a message as stored.
-    pub(super) const COLUMNS: &'static str = "seq, role, parts, tokens, created_at, pinned, 0, 0, \
-        CASE WHEN seq > 1 AND parent_seq IS NOT seq - 1 THEN coalesce(parent_seq, 0) END";
-    /// The columns of a message as a context counts it (masked below `?2`, else shortened
-    /// when too large, else whole, by [`shown_tokens`]); its parts as the context shows them
-    /// with `shown_parts`, else whole (what a compaction summarizes).
-    pub(super) fn context_columns(shown_parts: bool) -> String {
-        let masked = shown_masked("?2");
-        let parts = match shown_parts {
-            true => format!(
-                "CASE WHEN {masked} THEN masked_parts ELSE coalesce(shortened_parts, parts) END"
-            ),
-            false => "parts".to_string(),
-        };
-        format!(
-            "seq, role, {parts}, {tokens}, created_at, pinned, {masked}, \
-             shortened_parts IS NOT NULL AND NOT ({masked}), NULL",
-            tokens = shown_tokens("?2")
-        )
-    }
+/// The columns of a message as stored.
+pub(super) const MESSAGE_COLUMNS: &str = "seq, role, parts, tokens, created_at, pinned, 0, 0, \
+    CASE WHEN seq > 1 AND parent_seq IS NOT seq - 1 THEN coalesce(parent_seq, 0) END";
 
-    pub(super) fn from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
-        let role: String = row.get(1)?;
-        let parts: String = row.get(2)?;
-        Ok(StoredMessage {
-            seq: row.get(0)?,
-            role: Role::parse(&role).unwrap_or(Role::User),
-            parts: RawValue::from_string(parts).map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    2,
-                    rusqlite::types::Type::Text,
-                    Box::new(e),
-                )
-            })?,
-            tokens: row.get(3)?,
-            created_at: row.get(4)?,
-            pinned: row.get(5)?,
-            masked: row.get(6)?,
-            shortened: row.get(7)?,
-            branches_from: row.get(8)?,
-        })
-    }
+/// The columns of a message as a context counts it (masked below `?2`, else shortened
+/// when too large, else whole, by [`shown_tokens`]); its parts as the context shows them
+/// with `shown_parts`, else whole (what a compaction summarizes).
+pub(super) fn message_context_columns(shown_parts: bool) -> String {
+    let masked = shown_masked("?2");
+    let parts = match shown_parts {
+        true => format!(
+            "CASE WHEN {masked} THEN masked_parts ELSE coalesce(shortened_parts, parts) END"
+        ),
+        false => "parts".to_string(),
+    };
+    format!(
+        "seq, role, {parts}, {tokens}, created_at, pinned, {masked}, \
+         shortened_parts IS NOT NULL AND NOT ({masked}), NULL",
+        tokens = shown_tokens("?2")
+    )
+}
 
-    /// The message as the engine sees it.
-    /// A message of a proxied call the store could not take, as a context computed in memory
-    /// holds it (see `service::unrecorded`): numbered `seq` after every stored message, never
-    /// pinned, `created_at` empty (it was never stored).
-    pub fn unrecorded(seq: u64, message: &Message, tokens: usize) -> Result<StoredMessage> {
-        Ok(StoredMessage {
-            seq,
-            role: message.role,
-            parts: serde_json::value::to_raw_value(&message.parts)?,
-            tokens,
-            created_at: String::new(),
-            pinned: false,
-            masked: false,
-            shortened: false,
-            branches_from: None,
-        })
-    }
-
-    pub fn to_message(&self) -> Result<Message> {
-        let parts: Vec<Part> = serde_json::from_str(self.parts.get())?;
-        Ok(Message {
-            role: self.role,
-            parts,
-        })
-    }
+/// A `messages` row read with [`MESSAGE_COLUMNS`] or [`message_context_columns`].
+pub(super) fn message_from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
+    let role: String = row.get(1)?;
+    let parts: String = row.get(2)?;
+    Ok(StoredMessage {
+        seq: row.get(0)?,
+        role: Role::parse(&role).unwrap_or(Role::User),
+        parts: RawValue::from_string(parts).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        tokens: row.get(3)?,
+        created_at: row.get(4)?,
+        pinned: row.get(5)?,
+        masked: row.get(6)?,
+        shortened: row.get(7)?,
+        branches_from: row.get(8)?,
+    })
 }
 
 /// A successful compaction.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct CompactionRow {
     #[serde(flatten)]
     pub result: CompactionResult,
@@ -530,7 +430,6 @@ impl CompactionRow {
 
 /// A failed compaction attempt.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct FailureRow {
     /// Its id, for paging.
     pub id: u64,

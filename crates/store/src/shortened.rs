@@ -5,12 +5,13 @@
 
 use super::Result;
 use super::path::Branch;
-use super::rows::{SessionKind, SessionRow};
+use super::rows::SessionRow;
 use super::sessions::get_live;
 use crate::compaction::media::Media;
 use crate::compaction::step::{self, StepRoom};
 use crate::compaction::{LazyEstimator, Origin};
 use crate::message::{Message, Part, Role};
+use compactd_core::SessionKind;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Where message `seq` of `session` is stored, as its masked or shortened forms say.

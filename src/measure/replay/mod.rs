@@ -15,9 +15,10 @@ use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
 use crate::compaction::{FileLists, LazyEstimator, track_files};
 use crate::config::{Config, Synchronous};
 use crate::message::{Message, Part};
+use crate::protocol::Compaction;
 use crate::protocol::{ContextView, SessionId};
 use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-use crate::store::{CompactionRow, Store};
+use crate::store::Store;
 use crate::transcript::Transcript;
 use anyhow::{Context, Result};
 use cost::{CacheCost, CacheMeter, content_hash};
@@ -320,7 +321,7 @@ async fn count_compactions(
     service: &Service,
     id: &SessionId,
     report: &mut ReplayReport,
-) -> Result<Vec<CompactionRow>> {
+) -> Result<Vec<Compaction>> {
     let estimator = LazyEstimator::default();
     let (compactions, failures, maskings) = all_compactions(service, id).await?;
     report.compactions = compactions.len();
@@ -340,7 +341,7 @@ async fn count_compactions(
 
 /// The share of files the session really modified (up to the latest compaction) that the
 /// latest compaction lists as modified; `None` when nothing was modified or nothing compacted.
-fn modified_file_recall(seen: &[Message], latest: Option<&CompactionRow>) -> Option<f64> {
+fn modified_file_recall(seen: &[Message], latest: Option<&Compaction>) -> Option<f64> {
     let modified = track_files(seen, &FileLists::default()).modified;
     latest.and_then(|latest| {
         let listed: HashSet<&String> = latest.result.modified_files.iter().collect();
@@ -355,7 +356,7 @@ fn modified_file_recall(seen: &[Message], latest: Option<&CompactionRow>) -> Opt
 async fn all_compactions(
     service: &Service,
     id: &SessionId,
-) -> Result<(Vec<crate::store::CompactionRow>, usize, usize)> {
+) -> Result<(Vec<Compaction>, usize, usize)> {
     let (mut compactions, mut failures, mut maskings) = (Vec::new(), 0, 0);
     let mut page = HistoryRequest {
         after: 0,

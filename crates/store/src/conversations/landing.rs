@@ -3,13 +3,14 @@
 //! the caller's side session, or a new one.
 
 use super::super::overflows::LIMIT_FROM_REFUSAL;
-use super::super::rows::{SessionKind, SessionRow};
+use super::super::rows::SessionRow;
 use super::super::sessions::{get_live, insert};
 use super::super::{Result, StoreError};
 use super::ProxyCall;
 use super::walk::{Walked, walk};
 use crate::message::{Message, Role};
 use compactd_core::SessionId;
+use compactd_core::SessionKind;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// How many of the caller's conversations sharing a first message are compared with a call.
