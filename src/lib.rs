@@ -2,37 +2,29 @@
 //! every message over a Unix socket, and when a session nears its model's limit the older part
 //! becomes one structured summary while a recent tail stays verbatim.
 //!
-//! The library holds everything; `main.rs` only parses arguments. Eight modules are public,
+//! The library holds the daemon; `main.rs` only parses arguments. Eight modules are public,
 //! one per thing the crate offers: the engine ([`compaction`], with the messages it reads),
 //! the summarizers ([`summarize`]), the socket API's wire types ([`protocol`]) and a typed
 //! client of it ([`client`]), the daemon ([`daemon`], with the few handles of its layers an
 //! embedder or a test needs), the commands ([`cli`]), the agents' session files
-//! ([`transcript`]) and what measures the daemon ([`measure`]). The engine (`message`,
-//! [`compaction`]), the formats (`provider`, [`transcript`], `fnv`, `json_shape`) and the
-//! summarizers ([`summarize`]) are crates of the workspace (`crates/`), re-exported here under
-//! the paths the rest uses; the compiler holds their layering. The other layers are this
-//! crate's own. Lowest first; each uses only the ones above it in this list:
+//! ([`transcript`]) and what measures the daemon ([`measure`]).
 //!
-//! - `message`: messages and their parts, as stored and as the engine reads them; `fnv`: the
-//!   stable hash stored fingerprints are made with; `blocking`: long work (an fsync, a large
-//!   compaction) kept from holding up the async runtime's other tasks.
-//! - [`compaction`]: the engine, pure (no I/O, clock or SQL): SPEC.md as functions: token
-//!   estimates, triggers, the preserved tail and its pair rule, file tracking, the prompt,
-//!   masking, secret redaction.
-//! - [`summarize`]: the `Summarizer` trait and its kinds: extractive (built in), OpenAI-compatible,
-//!   Anthropic, an external command; retries, timeouts and key scrubbing for the HTTP ones.
-//! - `compaction_run`: one compaction end to end (plan, summarize in chunks, redact, result), shared
-//!   by the daemon, `compactd summarize` and replay.
-//! - `store`: SQLite: one writer thread with group commit, a read pool, migrations; all SQL;
-//!   `blocking`: long work (an fsync, a large compaction) kept off the async workers.
-//! - [`protocol`]: the wire types (requests, responses, events, error codes), and `provider`:
-//!   a context in OpenAI or Anthropic shape, and the proxy's reading of their requests.
-//! - `service`: append, check, compact: per-session locks, the breaker, events.
+//! The lower layers are crates of the workspace (`crates/`), re-exported here under the paths
+//! the rest uses, so the compiler holds their layering (ARCHITECTURE.md): the engine
+//! (`compactd-core`: `message`, [`compaction`]), the formats (`compactd-formats`: `provider`,
+//! [`transcript`], `fnv`, `json_shape`), the summarizers (`compactd-summarize`), the store
+//! (`compactd-store`: `store`, `blocking`) and the socket API (`compactd-api`: [`protocol`],
+//! [`client`], `paths`). This crate's own modules, lowest first; each uses only the ones
+//! above it:
+//!
+//! - `compaction_run`: one compaction end to end (plan, summarize in chunks, redact, result),
+//!   shared by the daemon, `compactd summarize` and replay.
+//! - `service`: append, check, compact: per-session locks, the breaker, events; `views`
+//!   turns the store's rows into the API's answers.
 //! - `server`: HTTP over the Unix socket: accept loop, peer-uid check, routes, errors, SSE,
-//!   the OpenAPI document. [`daemon`] runs it all (`compactd serve`), `config_watch` reloads
-//!   `config`, `database_lock` keeps a second daemon off its database.
-//! - [`client`]: a typed client of the socket API; [`cli`]: the commands.
-//! - [`transcript`]: converters from agents' session files.
+//!   the proxy's HTTP side, the OpenAPI document. [`daemon`] runs it all (`compactd serve`),
+//!   `config_watch` reloads `config`, `database_lock` keeps a second daemon off its database.
+//! - [`cli`]: the commands.
 //! - [`measure`]: what measures and stresses the daemon and is no part of it: `replay`,
 //!   `bench`, `torture`, and the synthetic sessions and daemon processes they (and the tests)
 //!   use.
@@ -43,7 +35,7 @@
 
 pub(crate) use compactd_store::blocking;
 pub mod cli;
-pub mod client;
+pub use compactd_api::client;
 pub use compactd_core::compaction;
 pub(crate) mod compaction_run;
 pub(crate) mod config;
@@ -53,9 +45,9 @@ pub(crate) mod database_lock;
 pub(crate) use compactd_formats::fnv;
 pub(crate) use compactd_formats::json_shape;
 pub mod measure;
+pub use compactd_api as protocol;
+pub(crate) use compactd_api::paths;
 pub(crate) use compactd_core::message;
-pub(crate) mod paths;
-pub mod protocol;
 pub(crate) use compactd_formats::provider;
 pub(crate) mod server;
 pub(crate) mod service;
@@ -74,10 +66,12 @@ mod tests {
         let mut public: Vec<&str> = include_str!("lib.rs")
             .lines()
             .filter_map(|line| {
-                line.strip_prefix("pub mod ")
-                    .or_else(|| line.strip_prefix("pub use compactd_core::"))
-                    .or_else(|| line.strip_prefix("pub use compactd_formats::"))
-                    .or_else(|| line.strip_prefix("pub use compactd_summarize as "))
+                let crate_path = line.strip_prefix("pub use compactd_");
+                line.strip_prefix("pub mod ").or_else(|| {
+                    let path = crate_path?;
+                    let name = path.rsplit_once(" as ").or_else(|| path.rsplit_once("::"));
+                    Some(name.map_or(path, |(_, name)| name))
+                })
             })
             .collect();
         public.sort_unstable();

@@ -239,7 +239,7 @@ pub(super) async fn context(
     let view = service.context(&id, query.wait.unwrap_or(true)).await?;
     match query.format {
         ContextFormat::Compactd => ok(view),
-        format => ok(ProviderContext::new(&view, format)),
+        format => ok(crate::service::views::provider_context(&view, format)),
     }
 }
 

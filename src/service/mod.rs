@@ -257,7 +257,7 @@ impl Service {
     fn view(&self, session: SessionRow) -> SessionView {
         let config = self.compaction_config(&session);
         let compacting = self.locks.is_busy(session.id.as_str());
-        SessionView::new(session, &config, compacting)
+        views::session_view(session, &config, compacting)
     }
 
     pub async fn create_session(
@@ -441,7 +441,7 @@ impl Service {
             self.doubt_report(&outcome.session);
         }
         let compaction = self.compact_if_due(&outcome.session, request.wait).await;
-        Ok(AppendResponse::new(outcome, compaction))
+        Ok(views::append_response(outcome, compaction))
     }
 
     /// Says, once per session and run, that the model server's usage report for it is not
@@ -506,7 +506,7 @@ impl Service {
         limit: usize,
     ) -> Result<HistoryPage, ServiceError> {
         let (session, messages) = self.store.history(id, after, limit, MAX_PAGE_BYTES).await?;
-        Ok(HistoryPage::new(&session, messages))
+        Ok(views::history_page(&session, messages))
     }
 
     /// What the agent sends to its model now. A context under its session's trigger is
@@ -524,7 +524,7 @@ impl Service {
         id: &SessionId,
         wait: bool,
     ) -> Result<ContextView, ServiceError> {
-        let view = ContextView::new(self.context_snapshot(id, wait, None).await?);
+        let view = views::context_view(self.context_snapshot(id, wait, None).await?);
         self.served.record(id.as_str(), view.compaction_num);
         Ok(view)
     }
@@ -637,7 +637,7 @@ impl Service {
             .store
             .maskings(id, page.maskings_after, page.limit)
             .await?;
-        Ok(CompactionHistory::new(
+        Ok(views::compaction_history(
             &session,
             compactions,
             (failures, more_failures),

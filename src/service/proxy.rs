@@ -10,7 +10,7 @@
 //! key's own namespace.
 
 use super::fingerprint::{fingerprint, opening, text_hash};
-use super::{Service, ServiceError};
+use super::{Service, ServiceError, views};
 use crate::protocol::{ContextView, SessionId};
 use crate::provider::wire::{WireReply, WireRequest};
 use crate::store::{
@@ -103,7 +103,7 @@ impl ProxyTurn {
             sent: snapshot.session.context_version(),
             kind: snapshot.session.kind,
             last_seq: snapshot.session.head_seq,
-            context: ContextView::recalling(snapshot, stored),
+            context: views::context_view_recalling(snapshot, stored),
         }
     }
 }
@@ -141,7 +141,7 @@ impl Service {
             id,
             branch: snapshot.branch.clone(),
             sent: snapshot.session.context_version(),
-            context: ContextView::new(snapshot),
+            context: views::context_view(snapshot),
             kind: placed.session.kind,
             last_seq: head,
         })

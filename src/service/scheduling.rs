@@ -223,7 +223,10 @@ impl Service {
                 .await
             {
                 Ok(Attempt::Compacted(row)) => {
-                    status = Some(CompactionStatus::completed(trigger, *row));
+                    status = Some(CompactionStatus::completed(
+                        trigger,
+                        super::views::compaction(*row),
+                    ));
                     if self.shutdown.is_cancelled() {
                         break;
                     }

@@ -1,8 +1,9 @@
-//! How the service builds its answers (the types are in [`crate::protocol`]).
+//! How the service builds its answers from what the store read (the types are the API's,
+//! `compactd-api`): conversions at the boundary, so a change of table is not one of the API.
 
-use crate::compaction::{CompactionConfig, Trigger, summary_message};
+use crate::compaction::{CompactionConfig, summary_message};
 use crate::protocol::{
-    AppendResponse, BreakerView, Compaction, CompactionFailure, CompactionHistory, CompactionState,
+    AppendResponse, BreakerView, Compaction, CompactionFailure, CompactionHistory,
     CompactionStatus, ContextFormat, ContextMessage, ContextView, HistoryMessage, HistoryPage,
     Masking, ProviderContext, SessionView, StoredMessage,
 };
@@ -54,220 +55,171 @@ fn masking(row: MaskingRow) -> Masking {
     }
 }
 
-impl SessionView {
-    pub fn new(session: SessionRow, config: &CompactionConfig, compacting: bool) -> SessionView {
-        let (tokens, token_source) = session.context_tokens();
-        let report_rate = session.report_rate().map(|r| (r * 100.0).round() / 100.0);
-        SessionView {
-            report_rate,
-            token_threshold: config.token_threshold(session.context_limit),
-            max_messages: config.max_messages,
-            breaker: BreakerView {
-                attempts: session.turn_attempts,
-                threshold: config.breaker_threshold,
-                open: session.turn_attempts >= config.breaker_threshold,
-            },
-            compacting,
-            tokens,
-            token_source,
-            id: session.id,
-            model: session.model,
-            context_limit: session.context_limit,
-            config: session.overrides,
-            created_at: session.created_at,
-            updated_at: session.updated_at,
-            message_count: session.message_count,
-            active_messages: session.active_messages,
-            compaction_count: session.compaction_count,
-            kind: session.kind,
-            branches: session.branch_points.max(1),
-            limit_source: session.limit_source,
-            overhead_tokens: session.overhead_tokens,
-            completion_tokens: session.completion_tokens,
-            limit_taught_at: session.limit_taught_at,
-            unpinned_system_tokens: 0,
-        }
+/// A session as the API shows it.
+pub(crate) fn session_view(
+    session: SessionRow,
+    config: &CompactionConfig,
+    compacting: bool,
+) -> SessionView {
+    let (tokens, token_source) = session.context_tokens();
+    let report_rate = session.report_rate().map(|r| (r * 100.0).round() / 100.0);
+    SessionView {
+        report_rate,
+        token_threshold: config.token_threshold(session.context_limit),
+        max_messages: config.max_messages,
+        breaker: BreakerView {
+            attempts: session.turn_attempts,
+            threshold: config.breaker_threshold,
+            open: session.turn_attempts >= config.breaker_threshold,
+        },
+        compacting,
+        tokens,
+        token_source,
+        id: session.id,
+        model: session.model,
+        context_limit: session.context_limit,
+        config: session.overrides,
+        created_at: session.created_at,
+        updated_at: session.updated_at,
+        message_count: session.message_count,
+        active_messages: session.active_messages,
+        compaction_count: session.compaction_count,
+        kind: session.kind,
+        branches: session.branch_points.max(1),
+        limit_source: session.limit_source,
+        overhead_tokens: session.overhead_tokens,
+        completion_tokens: session.completion_tokens,
+        limit_taught_at: session.limit_taught_at,
+        unpinned_system_tokens: 0,
     }
 }
 
-impl CompactionStatus {
-    fn of(trigger: Option<Trigger>, status: CompactionState) -> CompactionStatus {
-        CompactionStatus {
-            trigger,
-            status,
-            reason: None,
-            result: None,
-        }
-    }
-    pub fn started(trigger: Trigger) -> Self {
-        Self::of(Some(trigger), CompactionState::Started)
-    }
-    pub fn in_progress(trigger: Trigger) -> Self {
-        Self::of(Some(trigger), CompactionState::InProgress)
-    }
-    pub fn breaker_open(trigger: Trigger) -> Self {
-        Self::of(Some(trigger), CompactionState::BreakerOpen)
-    }
-    pub fn not_needed() -> Self {
-        Self::of(None, CompactionState::NotNeeded)
-    }
-    pub fn completed(trigger: Trigger, row: CompactionRow) -> Self {
-        CompactionStatus {
-            result: Some(Box::new(compaction(row))),
-            ..Self::of(Some(trigger), CompactionState::Completed)
-        }
-    }
-    pub fn failed(trigger: Trigger, reason: String) -> Self {
-        CompactionStatus {
-            reason: Some(reason),
-            ..Self::of(Some(trigger), CompactionState::Failed)
-        }
+/// The answer to an append.
+pub(crate) fn append_response(
+    outcome: AppendOutcome,
+    compaction: Option<CompactionStatus>,
+) -> AppendResponse {
+    let (tokens, token_source) = outcome.session.context_tokens();
+    AppendResponse {
+        session_id: outcome.session.id,
+        first_seq: outcome.first_seq,
+        last_seq: outcome.last_seq,
+        message_count: outcome.session.message_count,
+        tokens,
+        token_source,
+        created: outcome.created,
+        replayed: outcome.replayed,
+        compaction,
     }
 }
 
-impl AppendResponse {
-    pub fn new(outcome: AppendOutcome, compaction: Option<CompactionStatus>) -> AppendResponse {
-        let (tokens, token_source) = outcome.session.context_tokens();
-        AppendResponse {
-            session_id: outcome.session.id,
-            first_seq: outcome.first_seq,
-            last_seq: outcome.last_seq,
-            message_count: outcome.session.message_count,
-            tokens,
-            token_source,
-            created: outcome.created,
-            replayed: outcome.replayed,
-            compaction,
-        }
-    }
-}
-
-impl HistoryPage {
-    pub fn new(session: &SessionRow, messages: Vec<StoredMessage>) -> HistoryPage {
-        let next_after = messages
-            .last()
-            .map(|m| m.seq)
-            .filter(|&seq| seq < session.message_count);
-        HistoryPage {
-            messages: messages
-                .into_iter()
-                .map(|m| HistoryMessage {
-                    compacted: m.seq < session.active_from_seq && !m.pinned,
-                    seq: m.seq,
-                    role: m.role,
-                    parts: m.parts,
-                    tokens: m.tokens,
-                    created_at: m.created_at,
-                    pinned: m.pinned,
-                    branches_from: m.branches_from,
-                })
-                .collect(),
-            next_after,
-        }
-    }
-}
-
-impl CompactionHistory {
-    /// Pages as read; `failures` and `maskings` say whether more follow theirs.
-    pub fn new(
-        session: &SessionRow,
-        compactions: Vec<CompactionRow>,
-        (failures, more_failures): (Vec<FailureRow>, bool),
-        (maskings, more_maskings): (Vec<MaskingRow>, bool),
-    ) -> CompactionHistory {
-        let next_after = compactions
-            .last()
-            .map(|c| c.result.compaction_num)
-            .filter(|&num| num < session.compaction_count);
-        CompactionHistory {
-            compactions: compactions.into_iter().map(compaction).collect(),
-            next_after,
-            failures_next_after: failures.last().map(|f| f.id).filter(|_| more_failures),
-            failures: failures.into_iter().map(failure).collect(),
-            maskings_next_after: maskings.last().map(|m| m.id).filter(|_| more_maskings),
-            maskings: maskings.into_iter().map(masking).collect(),
-        }
-    }
-}
-
-impl ContextView {
-    pub fn new(snapshot: ContextSnapshot) -> ContextView {
-        ContextView::recalling(snapshot, true)
-    }
-
-    /// The context of `snapshot`; with `recall`, its summary says how to read back what it
-    /// leaves out (not for a session nothing is stored of).
-    pub fn recalling(snapshot: ContextSnapshot, recall: bool) -> ContextView {
-        let mut messages = Vec::with_capacity(snapshot.pinned.len() + 1 + snapshot.tail.len());
-        // Estimates were stored at append, and the summary message's with the compaction.
-        let mut tokens = snapshot.session.pinned_tokens + snapshot.session.summary_tokens;
-        messages.extend(snapshot.pinned.into_iter().map(ContextMessage::Stored));
-        if let Some(latest) = &snapshot.latest {
-            let session = if recall {
-                snapshot.session.id.as_str()
-            } else {
-                ""
-            };
-            let message = summary_message(&latest.summary, session);
-            messages.push(ContextMessage::Summary {
-                role: message.role,
-                parts: message.parts,
-                summary: true,
-                compaction_num: latest.compaction_num,
-            });
-        }
-        // Pinned messages of the tail are in `pinned_tokens` already.
-        tokens += snapshot
-            .tail
-            .iter()
-            .filter(|m| !m.pinned)
-            .map(|m| m.tokens)
-            .sum::<usize>();
-        messages.extend(snapshot.tail.into_iter().map(ContextMessage::Stored));
-        tokens += super::answered::answer_orphans(&mut messages) * super::answered::NOTE_TOKENS;
-        ContextView {
-            session_id: snapshot.session.id,
-            messages,
-            tokens,
-            context_limit: snapshot.session.context_limit,
-            compaction_num: snapshot.session.compaction_count,
-        }
-    }
-
-    /// The context's messages in the neutral shape (the summary as a user message).
-    pub fn to_messages(&self) -> Vec<crate::message::Message> {
-        self.messages
-            .iter()
-            .filter_map(|m| match m {
-                ContextMessage::Stored(stored) => stored.to_message().ok(),
-                ContextMessage::Summary { role, parts, .. } => Some(crate::message::Message {
-                    role: *role,
-                    parts: parts.clone(),
-                }),
+/// A page of history.
+pub(crate) fn history_page(session: &SessionRow, messages: Vec<StoredMessage>) -> HistoryPage {
+    let next_after = messages
+        .last()
+        .map(|m| m.seq)
+        .filter(|&seq| seq < session.message_count);
+    HistoryPage {
+        messages: messages
+            .into_iter()
+            .map(|m| HistoryMessage {
+                compacted: m.seq < session.active_from_seq && !m.pinned,
+                seq: m.seq,
+                role: m.role,
+                parts: m.parts,
+                tokens: m.tokens,
+                created_at: m.created_at,
+                pinned: m.pinned,
+                branches_from: m.branches_from,
             })
-            .collect()
+            .collect(),
+        next_after,
     }
 }
 
-impl ProviderContext {
-    /// `view` in `format` (not [`ContextFormat::Compactd`], which is `view` itself).
-    pub fn new(view: &ContextView, format: ContextFormat) -> ProviderContext {
-        let messages = view.to_messages();
-        let (system, messages) = match format {
-            ContextFormat::Anthropic => {
-                let c = crate::provider::anthropic::conversation(&messages);
-                (c.system, c.messages)
-            }
-            _ => (None, crate::provider::chat::messages(&messages)),
+/// A page of compaction history, from the pages as read; `failures` and `maskings` say
+/// whether more follow theirs.
+pub(crate) fn compaction_history(
+    session: &SessionRow,
+    compactions: Vec<CompactionRow>,
+    (failures, more_failures): (Vec<FailureRow>, bool),
+    (maskings, more_maskings): (Vec<MaskingRow>, bool),
+) -> CompactionHistory {
+    let next_after = compactions
+        .last()
+        .map(|c| c.result.compaction_num)
+        .filter(|&num| num < session.compaction_count);
+    CompactionHistory {
+        compactions: compactions.into_iter().map(compaction).collect(),
+        next_after,
+        failures_next_after: failures.last().map(|f| f.id).filter(|_| more_failures),
+        failures: failures.into_iter().map(failure).collect(),
+        maskings_next_after: maskings.last().map(|m| m.id).filter(|_| more_maskings),
+        maskings: maskings.into_iter().map(masking).collect(),
+    }
+}
+
+/// The context of `snapshot`.
+pub(crate) fn context_view(snapshot: ContextSnapshot) -> ContextView {
+    context_view_recalling(snapshot, true)
+}
+
+/// The context of `snapshot`; with `recall`, its summary says how to read back what it
+/// leaves out (not for a session nothing is stored of).
+pub(crate) fn context_view_recalling(snapshot: ContextSnapshot, recall: bool) -> ContextView {
+    let mut messages = Vec::with_capacity(snapshot.pinned.len() + 1 + snapshot.tail.len());
+    // Estimates were stored at append, and the summary message's with the compaction.
+    let mut tokens = snapshot.session.pinned_tokens + snapshot.session.summary_tokens;
+    messages.extend(snapshot.pinned.into_iter().map(ContextMessage::Stored));
+    if let Some(latest) = &snapshot.latest {
+        let session = if recall {
+            snapshot.session.id.as_str()
+        } else {
+            ""
         };
-        ProviderContext {
-            session_id: view.session_id.clone(),
-            format,
-            system,
-            messages,
-            tokens: view.tokens,
-            context_limit: view.context_limit,
-            compaction_num: view.compaction_num,
+        let message = summary_message(&latest.summary, session);
+        messages.push(ContextMessage::Summary {
+            role: message.role,
+            parts: message.parts,
+            summary: true,
+            compaction_num: latest.compaction_num,
+        });
+    }
+    // Pinned messages of the tail are in `pinned_tokens` already.
+    tokens += snapshot
+        .tail
+        .iter()
+        .filter(|m| !m.pinned)
+        .map(|m| m.tokens)
+        .sum::<usize>();
+    messages.extend(snapshot.tail.into_iter().map(ContextMessage::Stored));
+    tokens += super::answered::answer_orphans(&mut messages) * super::answered::NOTE_TOKENS;
+    ContextView {
+        session_id: snapshot.session.id,
+        messages,
+        tokens,
+        context_limit: snapshot.session.context_limit,
+        compaction_num: snapshot.session.compaction_count,
+    }
+}
+
+/// `view` in `format` (not [`ContextFormat::Compactd`], which is `view` itself).
+pub(crate) fn provider_context(view: &ContextView, format: ContextFormat) -> ProviderContext {
+    let messages = view.to_messages();
+    let (system, messages) = match format {
+        ContextFormat::Anthropic => {
+            let c = crate::provider::anthropic::conversation(&messages);
+            (c.system, c.messages)
         }
+        _ => (None, crate::provider::chat::messages(&messages)),
+    };
+    ProviderContext {
+        session_id: view.session_id.clone(),
+        format,
+        system,
+        messages,
+        tokens: view.tokens,
+        context_limit: view.context_limit,
+        compaction_num: view.compaction_num,
     }
 }

@@ -3,8 +3,8 @@
 
 use super::ErrorCode;
 use super::{Compaction, CompactionFailure, Masking, SessionKind, StoredMessage, TokenSource};
-use crate::compaction::Trigger;
-use crate::message::Role;
+use compactd_core::compaction::Trigger;
+use compactd_core::message::{Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -315,7 +315,7 @@ pub struct HistoryMessage {
     /// 1-based position in the session.
     pub seq: u64,
     pub role: Role,
-    #[schema(value_type = Vec<crate::message::Part>)]
+    #[schema(value_type = Vec<compactd_core::message::Part>)]
     pub parts: Box<RawValue>,
     /// Estimated tokens.
     pub tokens: usize,
@@ -412,7 +412,7 @@ pub enum ContextMessage {
     /// The summary of what was compacted, as a user message.
     Summary {
         role: Role,
-        parts: Vec<crate::message::Part>,
+        parts: Vec<compactd_core::message::Part>,
         /// Marks the summary message, for clients that want to show it differently.
         summary: bool,
         compaction_num: u32,
@@ -429,7 +429,7 @@ impl<'de> Deserialize<'de> for ContextMessage {
         #[derive(Deserialize)]
         struct Summary {
             role: Role,
-            parts: Vec<crate::message::Part>,
+            parts: Vec<compactd_core::message::Part>,
             summary: bool,
             compaction_num: u32,
         }
@@ -491,4 +491,61 @@ pub struct ErrorDetail {
     pub code: ErrorCode,
     /// What went wrong, for a person.
     pub message: String,
+}
+
+impl CompactionStatus {
+    fn of(trigger: Option<Trigger>, status: CompactionState) -> CompactionStatus {
+        CompactionStatus {
+            trigger,
+            status,
+            reason: None,
+            result: None,
+        }
+    }
+    /// A compaction of `trigger` started in the background.
+    pub fn started(trigger: Trigger) -> Self {
+        Self::of(Some(trigger), CompactionState::Started)
+    }
+    /// One was already running.
+    pub fn in_progress(trigger: Trigger) -> Self {
+        Self::of(Some(trigger), CompactionState::InProgress)
+    }
+    /// The circuit breaker kept it from starting.
+    pub fn breaker_open(trigger: Trigger) -> Self {
+        Self::of(Some(trigger), CompactionState::BreakerOpen)
+    }
+    /// Nothing was due.
+    pub fn not_needed() -> Self {
+        Self::of(None, CompactionState::NotNeeded)
+    }
+    /// It finished before the answer.
+    pub fn completed(trigger: Trigger, compaction: Compaction) -> Self {
+        CompactionStatus {
+            result: Some(Box::new(compaction)),
+            ..Self::of(Some(trigger), CompactionState::Completed)
+        }
+    }
+    /// It failed, for `reason`.
+    pub fn failed(trigger: Trigger, reason: String) -> Self {
+        CompactionStatus {
+            reason: Some(reason),
+            ..Self::of(Some(trigger), CompactionState::Failed)
+        }
+    }
+}
+
+impl ContextView {
+    /// The context's messages in the neutral shape (the summary as a user message).
+    pub fn to_messages(&self) -> Vec<Message> {
+        self.messages
+            .iter()
+            .filter_map(|m| match m {
+                ContextMessage::Stored(stored) => stored.to_message().ok(),
+                ContextMessage::Summary { role, parts, .. } => Some(Message {
+                    role: *role,
+                    parts: parts.clone(),
+                }),
+            })
+            .collect()
+    }
 }

@@ -3,7 +3,7 @@
 //! inside). A subscriber too slow to keep up gets a `lagged` event (`{"event": "lagged"}`): it missed
 //! some, and should re-read what it shows from the API.
 
-use crate::compaction::Trigger;
+use compactd_core::compaction::Trigger;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

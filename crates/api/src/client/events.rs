@@ -3,7 +3,7 @@
 //! or typed [`Event`]s.
 
 use super::ClientError;
-use crate::protocol::Event;
+use crate::Event;
 use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
 use http_body_util::BodyDataStream;

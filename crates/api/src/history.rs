@@ -3,8 +3,8 @@
 //! turns them into these types (`service::views`), so a change of table is not a change of
 //! the API.
 
-use crate::compaction::{CompactionResult, Trigger};
 use compactd_core::SessionId;
+use compactd_core::compaction::{CompactionResult, Trigger};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

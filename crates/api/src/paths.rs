@@ -4,7 +4,6 @@
 //! - database: `$XDG_DATA_HOME/compactd/compactd.db` (`~/.local/share/compactd/compactd.db`)
 //! - config: `$XDG_CONFIG_HOME/compactd/config.toml` (`~/.config/compactd/config.toml`)
 
-use compactd_store::private_dir::current_uid;
 use directories::{BaseDirs, ProjectDirs};
 use std::path::PathBuf;
 
@@ -13,7 +12,7 @@ fn project() -> Option<ProjectDirs> {
 }
 
 /// The default socket path.
-pub(crate) fn default_socket() -> PathBuf {
+pub fn default_socket() -> PathBuf {
     let runtime = BaseDirs::new()
         .and_then(|b| b.runtime_dir().map(PathBuf::from))
         .or_else(|| std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))
@@ -29,15 +28,22 @@ pub(crate) fn default_socket() -> PathBuf {
 }
 
 /// The default database path.
-pub(crate) fn default_db() -> PathBuf {
+pub fn default_db() -> PathBuf {
     project()
         .map(|p| p.data_dir().join("compactd.db"))
         .unwrap_or_else(|| PathBuf::from("compactd.db"))
 }
 
 /// The default config file path.
-pub(crate) fn default_config() -> PathBuf {
+pub fn default_config() -> PathBuf {
     project()
         .map(|p| p.config_dir().join("config.toml"))
         .unwrap_or_else(|| PathBuf::from("compactd.toml"))
+}
+
+/// The real uid of this process: the socket's default directory and the owner a client
+/// expects of the socket are named by it.
+pub(crate) fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
 }

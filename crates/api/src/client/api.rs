@@ -1,7 +1,7 @@
 //! One typed method per endpoint of the v1 API, answering the protocol's types.
 
 use super::{Client, ClientError, EventStream};
-use crate::protocol::{
+use crate::{
     AppendResponse, CompactionHistory, CompactionQuery, ContextFormat, ContextView,
     CreateSessionRequest, Deleted, Health, HistoryPage, ProviderContext, SearchResults, SessionId,
     SessionList, SessionView, SummarizeOutcome, SummarizeRequest, UpdateSessionRequest,

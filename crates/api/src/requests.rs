@@ -1,7 +1,7 @@
 //! What clients send: request bodies and query strings.
 
 use super::{ContextFormat, SessionId};
-use crate::message::{Part, Role};
+use compactd_core::message::{Part, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};

@@ -8,7 +8,7 @@ mod events;
 
 pub use events::EventStream;
 
-use crate::protocol::ApiCode;
+use crate::ApiCode;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, StatusCode};
@@ -89,7 +89,7 @@ impl Client {
                 })?;
         // Whoever made the socket could read every message we send: it must be our own user's
         // daemon (another local user can create a socket in a shared directory first).
-        let own = compactd_store::private_dir::current_uid();
+        let own = crate::paths::current_uid();
         match stream.peer_cred().map(|c| c.uid()) {
             Ok(uid) if uid == own => {}
             Ok(uid) => {
@@ -191,7 +191,7 @@ impl Client {
     /// the daemon committed but could not acknowledge is not stored twice.
     pub async fn append_json(
         &self,
-        id: &crate::protocol::SessionId,
+        id: &crate::SessionId,
         body: &Value,
     ) -> Result<Value, ClientError> {
         let key = idempotency_key();
