@@ -3,15 +3,15 @@
 //! under 50 ms at 10,000 messages, and time linear in size; the summary line prints
 //! the per-message cost at each size so the ratio is visible.
 
-use compactd::compaction::{
+use compactd_core::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
-use compactd::measure::synthetic::synthetic_session;
+use compactd_measure::synthetic::synthetic_session;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Instant;
 
-fn plan_once(messages: &[compactd::compaction::Message], tokens: &[usize]) -> usize {
+fn plan_once(messages: &[compactd_core::compaction::Message], tokens: &[usize]) -> usize {
     let config = CompactionConfig::default();
     let input = PlanInput::new(messages, tokens, 128_000, &config);
     let plan = CompactionPlan::new(&input);

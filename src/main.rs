@@ -1,7 +1,19 @@
-//! The `compactd` command line: parses arguments and runs them (`compactd::cli`).
+//! The `compactd` command: parses arguments and runs them (`cli`). The daemon, the API's
+//! client and the measurements are crates of the workspace (ARCHITECTURE.md); the commands
+//! use them under the short names below.
+
+mod cli;
 
 use clap::Parser;
-use compactd::cli::args::Cli;
+use cli::args::Cli;
+use compactd_api as protocol;
+use compactd_api::{client, paths};
+use compactd_core::{compaction, message};
+use compactd_daemon::{compaction_run, config};
+use compactd_formats::transcript;
+use compactd_measure as measure;
+use compactd_store as store;
+use compactd_summarize as summarize;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -39,11 +51,11 @@ async fn run() -> ExitCode {
     // SIGPIPE stays ignored (Rust's default): the CLI's output ends quietly on a closed pipe
     // by itself (`cli::write_stdout`), and a socket the daemon closes is an error, not death.
     let cli = Cli::parse();
-    match compactd::cli::run::run(cli).await {
+    match cli::run::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("compactd: {e:#}");
-            ExitCode::from(compactd::cli::run::exit_code(&e))
+            ExitCode::from(cli::run::exit_code(&e))
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The CLI: its grammar ([`args`]), running it ([`run`]), the commands that talk to a daemon
-//! ([`remote`]), offline ones ([`offline`], [`transcripts`]) and printing ([`render`]). As
-//! library code so tests can call it; `main.rs` only parses and exits.
+//! ([`remote`]), offline ones ([`offline`], [`transcripts`]) and printing ([`render`]).
+//! `main.rs` only parses and exits.
 
 /// `print!` for the CLI's output: a reader that goes away (`compactd ... | head`) ends the
 /// command quietly. SIGPIPE stays ignored, so a daemon that closes its socket mid-request

@@ -49,14 +49,14 @@ pub async fn run(cli: Cli) -> Result<()> {
     let out = Output { json: cli.json };
     match cli.command {
         Command::Serve { db, config } => {
-            crate::daemon::init_logging();
-            let options = crate::daemon::DaemonOptions {
+            compactd_daemon::init_logging();
+            let options = compactd_daemon::DaemonOptions {
                 socket,
                 db,
                 config,
                 listeners: None,
             };
-            crate::daemon::run(options, crate::daemon::shutdown_signal()).await?;
+            compactd_daemon::run(options, compactd_daemon::shutdown_signal()).await?;
         }
         Command::Status => remote::status(&client(), out).await?,
         Command::Session(SessionCommand::List) => remote::session_list(&client(), out).await?,
@@ -198,7 +198,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Command::Openapi => out!("{}", crate::server::openapi::pretty()),
+        Command::Openapi => out!("{}", compactd_daemon::openapi_pretty()),
         // Rendered whole, then written like every other output: into a closed pipe
         // (`| head`, `| true`) it ends quietly instead of panicking.
         Command::Completions { shell } => {

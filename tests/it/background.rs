@@ -15,7 +15,7 @@ fn filler(i: usize) -> Value {
     json!({"role": role, "content": format!("step {i}: {}", "words of the session ".repeat(80))})
 }
 
-async fn session(client: &compactd::client::Client, id: &str) -> Value {
+async fn session(client: &compactd_api::client::Client, id: &str) -> Value {
     client.get(&format!("/session/{id}")).await.unwrap()
 }
 
@@ -32,7 +32,7 @@ fn tail_texts(context: &Value) -> Vec<String> {
 /// Appends bash rounds (a call, then its `output`) numbered `rounds` to session `id`, one
 /// message per request.
 async fn append_rounds(
-    client: &compactd::client::Client,
+    client: &compactd_api::client::Client,
     id: &str,
     rounds: std::ops::Range<usize>,
     output: &str,
@@ -48,7 +48,7 @@ async fn append_rounds(
 }
 
 /// Appends fillers one by one until an append starts a compaction; returns how many.
-async fn fill_until_started(client: &compactd::client::Client, id: &str) -> usize {
+async fn fill_until_started(client: &compactd_api::client::Client, id: &str) -> usize {
     for i in 0..200 {
         let answer = client
             .post(&format!("/session/{id}/message"), &filler(i))

@@ -292,7 +292,8 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
         assert!(stored.iter().all(|m| m["parent_seq"].is_null()
             || m["parent_seq"].as_u64() == Some(m["seq"].as_u64().unwrap() - 1)));
         let sent = &mock.wait_for_requests(2)[1].body;
-        let sent_tokens = compactd::compaction::LazyEstimator::default().text(&sent.to_string());
+        let sent_tokens =
+            compactd_core::compaction::LazyEstimator::default().text(&sent.to_string());
         assert!(
             sent_tokens <= 32_000,
             "the answer is shortened in the context sent upstream to fit the 32,000-token \
@@ -322,7 +323,7 @@ async fn an_answer_of_megabytes_reaches_the_client_whole_is_recorded_as_head_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_middle_of_an_answer_too_large_to_record_counts_as_its_head_and_tail_do() {
     let text = "αβγδ ".repeat(240_000);
-    let whole = compactd::compaction::LazyEstimator::default().text(&text);
+    let whole = compactd_core::compaction::LazyEstimator::default().text(&text);
     let (_mock, daemon, session, _) = one_huge_answer(&text, false).await;
     let stored = all_messages(&daemon.client(), &session).await;
     let recorded = stored[1]["parts"][0]["text"].as_str().unwrap();

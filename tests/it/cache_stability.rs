@@ -5,12 +5,13 @@
 //! Random sessions through the real service and store.
 
 use crate::common::random_session::{Step, messages, step};
-use compactd::compaction::Part;
-use compactd::compaction::constants::PRESERVE_RECENT_OUTPUTS;
-use compactd::daemon::Store;
-use compactd::daemon::{AppendRequest, CreateSession, HistoryRequest, Service};
-use compactd::daemon::{Config, Synchronous};
-use compactd::protocol::{ContextMessage, SessionId};
+use compactd_api::{ContextMessage, SessionId};
+use compactd_core::compaction::Part;
+use compactd_core::compaction::constants::PRESERVE_RECENT_OUTPUTS;
+use compactd_daemon::Config;
+use compactd_daemon::{AppendRequest, CreateSession, HistoryRequest, Service};
+use compactd_store::Store;
+use compactd_store::Synchronous;
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ async fn rewrites(service: &Arc<Service>) -> (u32, usize) {
     }
 }
 
-fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd::protocol::StoredMessage> {
+fn stored(context: &[ContextMessage]) -> impl Iterator<Item = &compactd_api::StoredMessage> {
     context.iter().filter_map(|m| match m {
         ContextMessage::Stored(s) => Some(s),
         ContextMessage::Summary { .. } => None,

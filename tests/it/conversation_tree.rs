@@ -4,13 +4,14 @@
 //! nothing of another branch. Checked through the service with random request sequences,
 //! small enough windows that they compact, and the request itself as ground truth.
 
-use compactd::compaction::{Message, Part, Role};
-use compactd::daemon::Service;
-use compactd::daemon::Store;
-use compactd::daemon::Wire;
-use compactd::daemon::{Caller, Identity, fingerprint};
-use compactd::daemon::{Config, Synchronous};
-use compactd::protocol::ContextMessage;
+use compactd_api::ContextMessage;
+use compactd_core::compaction::{Message, Part, Role};
+use compactd_daemon::Config;
+use compactd_daemon::Service;
+use compactd_daemon::{Caller, Identity, fingerprint};
+use compactd_formats::provider::wire::Wire;
+use compactd_store::Store;
+use compactd_store::Synchronous;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -47,7 +48,7 @@ fn chat_body(messages: &[Value]) -> Value {
 fn check(
     request: &[Message],
     context: &[ContextMessage],
-    branch: &compactd::daemon::Branch,
+    branch: &compactd_store::Branch,
 ) -> Result<(), TestCaseError> {
     let mut last = None;
     for message in context {

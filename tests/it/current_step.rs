@@ -4,12 +4,13 @@
 //! larger than the whole limit included) and whatever the limit. Checked on the context's
 //! own text, re-estimated, not on compactd's counters.
 
-use compactd::compaction::LazyEstimator;
-use compactd::compaction::{Message, Part, Role};
-use compactd::daemon::Store;
-use compactd::daemon::{AppendRequest, CreateSession, Service};
-use compactd::daemon::{Config, Synchronous};
-use compactd::protocol::SessionId;
+use compactd_api::SessionId;
+use compactd_core::compaction::LazyEstimator;
+use compactd_core::compaction::{Message, Part, Role};
+use compactd_daemon::Config;
+use compactd_daemon::{AppendRequest, CreateSession, Service};
+use compactd_store::Store;
+use compactd_store::Synchronous;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -120,7 +121,7 @@ async fn service_with_session(limit: usize) -> InProcess {
 async fn daemon_with_session(
     id: &str,
     limit: usize,
-) -> (crate::common::TestDaemon, compactd::client::Client) {
+) -> (crate::common::TestDaemon, compactd_api::client::Client) {
     let daemon = crate::common::TestDaemon::start("");
     let client = daemon.client();
     client
@@ -318,7 +319,7 @@ async fn a_lower_limit_shortens_the_current_step_again() {
     let before = service.context(&id, true).await.unwrap();
     assert!(visible(&before.to_messages(), "c1", &big));
     assert!(before.tokens > 16_000, "shown at 128k: {}", before.tokens);
-    let update = compactd::protocol::UpdateSessionRequest {
+    let update = compactd_api::UpdateSessionRequest {
         context_limit: Some(16_000),
         ..Default::default()
     };
@@ -401,7 +402,7 @@ async fn masking_spares_every_result_of_the_current_step() {
     let history = service
         .compaction_history(
             &id,
-            compactd::daemon::HistoryRequest {
+            compactd_daemon::HistoryRequest {
                 after: 0,
                 failures_after: 0,
                 maskings_after: 0,
@@ -562,7 +563,7 @@ async fn results_of_an_earlier_turn_share_what_the_step_has_left() {
 /// The context of `session`, after checking that it is within `limit` both by its own text,
 /// re-estimated, and by what compactd counts.
 async fn context_within(
-    client: &compactd::client::Client,
+    client: &compactd_api::client::Client,
     session: &str,
     limit: usize,
     when: &str,

@@ -2,7 +2,7 @@
 //! driven over HTTP.
 
 use crate::common::{TestDaemon, api_error, bash_round, have, next_event, user};
-use compactd::client::{Client, ClientError};
+use compactd_api::client::{Client, ClientError};
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 

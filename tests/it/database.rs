@@ -6,7 +6,7 @@
 use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{TestDaemon, all_messages, bash_round, have, sqlite3, sqlite3_of, user};
 use crate::proxy::{KEY, call, raw, tool_call_answer};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use serde_json::{Value, json};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

@@ -7,7 +7,7 @@ use crate::common::{
     SmallDisk, TestDaemon, api_error, have, post_with_headers, raw_http, sqlite3, user,
 };
 use crate::proxy::{KEY, call};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use serde_json::json;
 use std::process::Command;
 
@@ -329,7 +329,7 @@ async fn compaction_held_while_the_disk_fills(reply: Reply, said: impl Fn(&str) 
 
 /// The next event that ends a compaction of session `c`: its name and data.
 async fn compaction_of_c_ended(
-    events: &mut compactd::client::EventStream,
+    events: &mut compactd_api::client::EventStream,
 ) -> (String, serde_json::Value) {
     loop {
         let (name, data) = crate::common::next_event(events).await;

@@ -2,14 +2,14 @@
 //! orphans a tool result and stays within budget, and the extractive summary keeps every user
 //! message across repeated compactions.
 
-use compactd::compaction::constants::MAX_TEXT_CHARS;
-use compactd::compaction::sections::{SUMMARY_SECTIONS, heading};
-use compactd::compaction::step::current_step_start;
-use compactd::compaction::truncate::truncate_chars;
-use compactd::compaction::{Boundary, find_preserve_boundary};
-use compactd::compaction::{Message, Part, Role};
-use compactd::summarize::SummaryRequest;
-use compactd::summarize::extractive::extractive_summary;
+use compactd_core::compaction::constants::MAX_TEXT_CHARS;
+use compactd_core::compaction::sections::{SUMMARY_SECTIONS, heading};
+use compactd_core::compaction::step::current_step_start;
+use compactd_core::compaction::truncate::truncate_chars;
+use compactd_core::compaction::{Boundary, find_preserve_boundary};
+use compactd_core::compaction::{Message, Part, Role};
+use compactd_summarize::SummaryRequest;
+use compactd_summarize::extractive::extractive_summary;
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};

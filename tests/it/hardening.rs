@@ -5,8 +5,8 @@ use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{
     TestDaemon, all_messages, bash_round, daemon_pid, eventually, post_with_headers, raw_http, user,
 };
-use compactd::client::ClientError;
-use compactd::protocol::{ApiCode, ErrorCode};
+use compactd_api::client::ClientError;
+use compactd_api::{ApiCode, ErrorCode};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

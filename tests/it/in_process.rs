@@ -3,8 +3,8 @@
 //! and at shutdown a proxied call in flight finishes before the store closes.
 
 use crate::common::mock_model::{MockModel, Reply};
-use compactd::client::Client;
-use compactd::daemon::{DaemonOptions, Listeners};
+use compactd_api::client::Client;
+use compactd_daemon::{DaemonOptions, Listeners};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ async fn a_daemon_on_given_listeners_finishes_a_proxied_call_in_flight_before_it
         }),
         ..Default::default()
     };
-    let daemon = tokio::spawn(compactd::daemon::run(options, async {
+    let daemon = tokio::spawn(compactd_daemon::run(options, async {
         let _ = stopped.await;
     }));
 
@@ -82,7 +82,7 @@ async fn a_daemon_on_given_listeners_finishes_a_proxied_call_in_flight_before_it
     );
     daemon.await.unwrap().expect("the daemon stops cleanly");
     assert!(
-        asked.elapsed() < compactd::daemon::SHUTDOWN_GRACE,
+        asked.elapsed() < compactd_daemon::SHUTDOWN_GRACE,
         "it stopped within the grace: {:?}",
         asked.elapsed()
     );

@@ -5,7 +5,7 @@
 //! in Greek, and one reading lockfiles, reached their model over its window; with digits
 //! counted, sessions reading base64 or minified code still did.
 
-use compactd::compaction::{Message, Part};
+use compactd_core::compaction::{Message, Part};
 use serde_json::{Value, json};
 use tiktoken_rs::CoreBPE;
 

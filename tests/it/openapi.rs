@@ -3,7 +3,7 @@
 //! validates against the schema the document gives for it.
 
 use crate::common::{TestDaemon, bash_round, user};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use hyper::Method;
 use serde_json::{Value, json};
 
@@ -12,7 +12,7 @@ fn the_checked_in_document_is_the_generated_one() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json");
     let checked_in = std::fs::read_to_string(path).unwrap();
     assert!(
-        checked_in == compactd::daemon::openapi_pretty(),
+        checked_in == compactd_daemon::openapi_pretty(),
         "docs/openapi.json is stale: regenerate it with `cargo run -- openapi > docs/openapi.json`"
     );
     let doc: Value = serde_json::from_str(&checked_in).unwrap();
@@ -135,7 +135,7 @@ async fn every_endpoint_answers_as_documented() {
     assert_eq!(status, 200);
     assert_eq!(
         doc,
-        compactd::daemon::openapi_document(),
+        compactd_daemon::openapi_document(),
         "served = generated"
     );
     let c = Contract::new(doc);
@@ -313,7 +313,7 @@ async fn every_endpoint_answers_as_documented() {
 fn docs_api_md_describes_every_endpoint_and_error_code() {
     let root = env!("CARGO_MANIFEST_DIR");
     let api = std::fs::read_to_string(format!("{root}/docs/API.md")).unwrap();
-    let doc = compactd::daemon::openapi_document();
+    let doc = compactd_daemon::openapi_document();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for method in item.as_object().unwrap().keys() {
             let heading = format!("## {} {path}", method.to_uppercase());

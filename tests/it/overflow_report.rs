@@ -8,7 +8,7 @@ use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{TestDaemon, all_messages, api_error, user};
 use crate::proxy::{anthropic_call, proxy_to};
 use crate::proxy_overflow::results_follow_their_calls;
-use compactd::client::Client;
+use compactd_api::client::Client;
 use serde_json::{Value, json};
 
 /// The model's window, and how many characters its tokenizer counts a token.

@@ -3,11 +3,12 @@
 //! and no context exceeds the limit.
 
 use crate::common::random_session::{messages, step};
-use compactd::compaction::{Message, Role};
-use compactd::daemon::Store;
-use compactd::daemon::{AppendRequest, CreateSession, Service};
-use compactd::daemon::{Config, Synchronous};
-use compactd::protocol::{ContextMessage, SessionId};
+use compactd_api::{ContextMessage, SessionId};
+use compactd_core::compaction::{Message, Role};
+use compactd_daemon::Config;
+use compactd_daemon::{AppendRequest, CreateSession, Service};
+use compactd_store::Store;
+use compactd_store::Synchronous;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -51,7 +52,7 @@ proptest! {
                     wait: true,
                     idempotency_key: None,
                 }).await.unwrap();
-                compactions += usize::from(answer.compaction.is_some_and(|c| c.status == compactd::protocol::CompactionState::Completed));
+                compactions += usize::from(answer.compaction.is_some_and(|c| c.status == compactd_api::CompactionState::Completed));
                 let context = service.context(&sid(), true).await.unwrap();
                 prop_assert!(context.tokens <= 16_000, "context of {} tokens", context.tokens);
                 let pinned: Vec<Message> = context.messages.iter().filter_map(|m| match m {

@@ -4,8 +4,9 @@
 //! comparing with compactd's own output.
 
 use crate::common::TestDaemon;
-use compactd::compaction::{Message, Part, Role};
-use compactd::daemon::{anthropic_conversation, openai_messages};
+use compactd_core::compaction::{Message, Part, Role};
+use compactd_formats::provider::anthropic::conversation as anthropic_conversation;
+use compactd_formats::provider::chat::messages as openai_messages;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -208,7 +209,7 @@ fn texts(messages: &[Message]) -> Vec<String> {
 fn every_shared_transcript_converts_to_valid_requests_with_nothing_dropped() {
     let files = transcripts();
     for file in &files {
-        let transcript = compactd::transcript::load(file, None).unwrap();
+        let transcript = compactd_formats::transcript::load(file, None).unwrap();
         let messages = &transcript.messages;
         let name = file.file_name().unwrap().to_string_lossy();
         // Every prefix an agent could have sent (every 7th, to keep the test fast), and the whole.
@@ -253,7 +254,7 @@ async fn the_daemon_serves_valid_provider_contexts_across_compactions() {
     let client = daemon.client();
     let mut compacted = 0;
     for (k, file) in files.iter().enumerate() {
-        let transcript = compactd::transcript::load(file, None).unwrap();
+        let transcript = compactd_formats::transcript::load(file, None).unwrap();
         let id = format!("p{k}");
         client
             .post("/session", &json!({"id": id, "context_limit": 16000}))
@@ -262,7 +263,7 @@ async fn the_daemon_serves_valid_provider_contexts_across_compactions() {
         for (n, chunk) in transcript.messages.chunks(25).enumerate() {
             client
                 .append(
-                    &compactd::protocol::SessionId::parse(id.as_str()).unwrap(),
+                    &compactd_api::SessionId::parse(id.as_str()).unwrap(),
                     &json!({"messages": chunk, "wait": true}),
                 )
                 .await

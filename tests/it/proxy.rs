@@ -4,7 +4,7 @@
 
 use crate::common::mock_model::{MockModel, Reply};
 use crate::common::{TestDaemon, have};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use hyper::Method;
 use serde_json::{Value, json};
 

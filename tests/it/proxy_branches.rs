@@ -21,7 +21,7 @@ const BRANCH_HEADERS: [(&str, &str); 3] = [
 
 /// A conversation's first call (its task), then its two branches, each the task and an
 /// instruction of its own ("odd" and "even").
-async fn two_branches(client: &compactd::client::Client) -> (Vec<Value>, Vec<Value>) {
+async fn two_branches(client: &compactd_api::client::Client) -> (Vec<Value>, Vec<Value>) {
     let mut odd =
         vec![json!({"role": "user", "content": "Read every module and fix the failing test."})];
     assert_eq!(branch_step(client, &mut odd, "trunk", 0, 10).await, 200);
@@ -38,7 +38,7 @@ const BRANCH_MAX_TOKENS: usize = 4_000;
 /// One step of a branch: the call, the model's answer appended to the branch, then the
 /// branch's next user message (`chars` characters of code).
 async fn branch_step(
-    client: &compactd::client::Client,
+    client: &compactd_api::client::Client,
     branch: &mut Vec<Value>,
     name: &str,
     step: usize,

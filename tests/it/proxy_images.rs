@@ -11,7 +11,7 @@ use crate::common::vision::{
 };
 use crate::proxy::{KEY, anthropic_call, anthropic_call_as, call, proxy_to};
 use crate::proxy_overflow::{model, results_follow_their_calls};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use hyper::HeaderMap;
 use serde_json::{Value, json};
 

@@ -134,7 +134,7 @@ async fn the_users_request_is_pinned_even_where_a_quarter_of_the_window_cannot_h
 
 /// POSTs a proxied call, which must be answered; returns the session it landed in.
 async fn landed(
-    client: &compactd::client::Client,
+    client: &compactd_api::client::Client,
     path: &str,
     headers: &[(&str, &str)],
     body: &Value,

@@ -7,7 +7,7 @@
 use crate::common::TestDaemon;
 use crate::common::mock_model::{MockModel, Reply};
 use crate::common::model_api::{ModelApi, Task};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use hyper::Method;
 use serde_json::{Value, json};
 

@@ -3,7 +3,7 @@
 //! real transcripts imported at a 16k context.
 
 use crate::common::{BIN, TestDaemon, all_messages, api_error, shared_transcripts, user};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::Path;

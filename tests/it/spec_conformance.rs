@@ -2,18 +2,18 @@
 //! compactd follows the spec literally there or differs on purpose, so neither can drift
 //! silently. The last test checks that every test the document names exists.
 
-use compactd::compaction::constants::*;
-use compactd::compaction::files::{FileLists, track_files};
-use compactd::compaction::mask::Masking;
-use compactd::compaction::prompt::{PromptInput, build_compaction_prompt, task_text};
-use compactd::compaction::sections::{SUMMARY_SECTIONS, heading};
-use compactd::compaction::step;
-use compactd::compaction::truncate::truncate_chars;
-use compactd::compaction::{
+use compactd_core::compaction::constants::*;
+use compactd_core::compaction::files::{FileLists, track_files};
+use compactd_core::compaction::mask::Masking;
+use compactd_core::compaction::prompt::{PromptInput, build_compaction_prompt, task_text};
+use compactd_core::compaction::sections::{SUMMARY_SECTIONS, heading};
+use compactd_core::compaction::step;
+use compactd_core::compaction::truncate::truncate_chars;
+use compactd_core::compaction::{
     CompactionConfig, CompactionPlan, CompactionResult, LazyEstimator, PlanInput, Trigger,
     check_trigger, estimate_each, find_preserve_boundary, is_blank,
 };
-use compactd::compaction::{Message, Part, Role};
+use compactd_core::compaction::{Message, Part, Role};
 use serde_json::{Value, json};
 
 fn call(id: &str, name: &str, args: Value) -> Message {
@@ -315,7 +315,7 @@ fn spec_the_current_step_is_a_floor_under_the_preserve_boundary() {
     // In the context it is shortened to its share of the step budget, head and tail kept.
     let shortened = step::shorten_message(
         &messages[4],
-        compactd::compaction::Origin {
+        compactd_core::compaction::Origin {
             session: "s",
             seq: 5,
         },

@@ -4,7 +4,7 @@
 
 use crate::common::mock_model::{self, MockModel, Reply, nine_sections};
 use crate::common::{TestDaemon, api_error, bash_round, eventually, gated_summarizer, user};
-use compactd::client::Client;
+use compactd_api::client::Client;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -6,10 +6,9 @@ use super::sessions::{NOW, get_live};
 use super::{Result, Store};
 use compactd_core::SessionId;
 use rusqlite::{Connection, params};
-use serde::Serialize;
 
 /// One masking, as stored.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone)]
 pub struct MaskingRow {
     pub id: u64,
     /// Tool outputs of messages below this seq read as placeholders from then on.

@@ -5,7 +5,7 @@ use crate::compaction::{CompactionResult, Trigger};
 use crate::message::Role;
 use compactd_core::{SessionId, SessionKind, StoredMessage, TokenSource};
 use rusqlite::Row;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -357,9 +357,8 @@ pub(super) fn message_from_row(row: &Row) -> rusqlite::Result<StoredMessage> {
 }
 
 /// A successful compaction.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct CompactionRow {
-    #[serde(flatten)]
     pub result: CompactionResult,
     pub session_id: SessionId,
     pub trigger: Trigger,
@@ -429,7 +428,7 @@ impl CompactionRow {
 }
 
 /// A failed compaction attempt.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct FailureRow {
     /// Its id, for paging.
     pub id: u64,

@@ -116,12 +116,12 @@ pub struct MockModel {
 
 /// A nine-section summary with `body` in section 1.
 pub fn nine_sections(body: &str) -> String {
-    compactd::compaction::sections::SUMMARY_SECTIONS
+    compactd_core::compaction::sections::SUMMARY_SECTIONS
         .iter()
         .map(|s| {
             format!(
                 "{}\n{}",
-                compactd::compaction::sections::heading(s),
+                compactd_core::compaction::sections::heading(s),
                 if s.number == 1 { body } else { "-" }
             )
         })

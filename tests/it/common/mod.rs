@@ -7,7 +7,7 @@ pub mod model_api;
 pub mod random_session;
 pub mod vision;
 
-use compactd::client::Client;
+use compactd_api::client::Client;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -194,7 +194,7 @@ impl TestDaemon {
 pub fn wait_ready(notify: &UnixDatagram, daemon: &mut TestDaemon) {
     let child = daemon.child.as_mut().expect("spawned");
     if let Err(e) =
-        compactd::measure::daemon_process::wait_ready(notify, child, Duration::from_secs(60))
+        compactd_measure::daemon_process::wait_ready(notify, child, Duration::from_secs(60))
     {
         panic!("{e}:\n{}", daemon.log());
     }
@@ -265,9 +265,9 @@ pub fn bash_round(id: &str, command: &str, output: &str) -> [Value; 2] {
 }
 
 /// The status and message of an API error (the test fails on any other error).
-pub fn api_error(e: compactd::client::ClientError) -> (u16, String) {
+pub fn api_error(e: compactd_api::client::ClientError) -> (u16, String) {
     match e {
-        compactd::client::ClientError::Api {
+        compactd_api::client::ClientError::Api {
             status, message, ..
         } => (status, message),
         other => panic!("expected an API error, got {other}"),
@@ -389,7 +389,7 @@ where
 }
 
 /// The next event; the timeout only turns a hang into a failure.
-pub async fn next_event(events: &mut compactd::client::EventStream) -> (String, Value) {
+pub async fn next_event(events: &mut compactd_api::client::EventStream) -> (String, Value) {
     tokio::time::timeout(Duration::from_secs(30), events.next())
         .await
         .expect("event within 30 s")
@@ -405,7 +405,7 @@ pub fn edit_config(daemon: &TestDaemon, text: &str) {
 }
 
 /// Skips events until one named `name` comes (each within 30 s, as [`next_event`]).
-pub async fn wait_for_event(events: &mut compactd::client::EventStream, name: &str) -> Value {
+pub async fn wait_for_event(events: &mut compactd_api::client::EventStream, name: &str) -> Value {
     loop {
         let (event, data) = next_event(events).await;
         if event == name {

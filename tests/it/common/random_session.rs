@@ -1,7 +1,7 @@
 //! Random agent sessions for property tests: system messages, user messages and tool rounds
 //! of random sizes, in a random order.
 
-use compactd::compaction::{Message, Part, Role};
+use compactd_core::compaction::{Message, Part, Role};
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -7,8 +7,8 @@
 //! - [`synthetic`] sessions and [`daemon_process`] (a daemon started as a child process),
 //!   which those and the integration tests share.
 
-pub(crate) mod bench;
+pub mod bench;
 pub mod daemon_process;
-pub(crate) mod replay;
+pub mod replay;
 pub mod synthetic;
-pub(crate) mod torture;
+pub mod torture;

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Host {
+pub struct Host {
     pub vcpus: usize,
     /// The one-minute load average when the run began and when it ended.
     pub load_before: Option<f64>,

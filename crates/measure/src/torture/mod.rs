@@ -29,7 +29,7 @@ use std::time::Duration;
 
 /// What a torture run found.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct TortureReport {
+pub struct TortureReport {
     pub seconds: f64,
     pub kills: kills::KillFigures,
     pub fuzz: fuzz::FuzzFigures,
@@ -38,7 +38,7 @@ pub(crate) struct TortureReport {
 
 impl TortureReport {
     /// Every broken promise, in words; empty when the run passed.
-    pub(crate) fn failures(&self) -> Vec<String> {
+    pub fn failures(&self) -> Vec<String> {
         let mut out = self.kills.failures();
         out.extend(self.fuzz.failures());
         out.extend(self.proxy.failures());
@@ -47,7 +47,7 @@ impl TortureReport {
 }
 
 /// Runs both parts, splitting `duration` between them.
-pub(crate) async fn run(duration: Duration, progress: impl Fn(&str)) -> Result<TortureReport> {
+pub async fn run(duration: Duration, progress: impl Fn(&str)) -> Result<TortureReport> {
     let started = std::time::Instant::now();
     progress("kill -9 cycles under concurrent appends");
     let kills = kills::run(duration.mul_f64(0.5)).await?;
@@ -64,7 +64,7 @@ pub(crate) async fn run(duration: Duration, progress: impl Fn(&str)) -> Result<T
 }
 
 /// The report as text.
-pub(crate) fn render(r: &TortureReport) -> String {
+pub fn render(r: &TortureReport) -> String {
     let k = &r.kills;
     let f = &r.fuzz;
     let mut out = format!(

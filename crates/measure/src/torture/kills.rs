@@ -11,9 +11,9 @@
 //! checked against what the clients were told.
 
 use super::readers;
-use crate::client::{Client, Connection};
-use crate::measure::daemon_process::DaemonProcess;
+use crate::daemon_process::DaemonProcess;
 use anyhow::{Context, Result};
+use compactd_api::client::{Client, Connection};
 use hyper::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -25,7 +25,7 @@ const CLIENTS: usize = 8;
 const CONTEXT_LIMIT: u64 = 16_000;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct KillFigures {
+pub struct KillFigures {
     pub cycles: usize,
     pub kills_during_compaction: usize,
     pub acknowledged_appends: usize,
@@ -50,7 +50,7 @@ pub(crate) struct KillFigures {
 }
 
 impl KillFigures {
-    pub(crate) fn failures(&self) -> Vec<String> {
+    pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (count, what) in [
             (self.lost, "acknowledged messages lost"),
@@ -93,7 +93,7 @@ struct ClientLog {
     pending: Option<(String, Value, Vec<String>)>,
 }
 
-pub(super) async fn run(duration: Duration) -> Result<KillFigures> {
+pub async fn run(duration: Duration) -> Result<KillFigures> {
     let dir = tempfile::TempDir::new()?;
     let config = "[compaction]\nmax_messages = 16\n";
     let mut daemon = DaemonProcess::start(dir.path(), config)?;

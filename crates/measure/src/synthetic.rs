@@ -1,7 +1,7 @@
 //! Deterministic synthetic sessions for benchmarks: an agent reading, editing and testing
 //! code, about 1 KB of text per message, so a 10,000-message session is about 10 MB.
 
-use crate::message::{Message, Part, Role};
+use compactd_core::message::{Message, Part, Role};
 use serde_json::json;
 
 /// A session of `n` messages: user requests, assistant turns with tool calls, tool results.

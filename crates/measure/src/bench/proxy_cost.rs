@@ -8,9 +8,9 @@
 
 use super::mock_model::MockModel;
 use super::percentile;
-use crate::client::{Client, Connection};
-use crate::measure::daemon_process::DaemonProcess;
+use crate::daemon_process::DaemonProcess;
 use anyhow::{Result, bail};
+use compactd_api::client::{Client, Connection};
 use hyper::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct ProxyFigures {
+pub struct ProxyFigures {
     pub calls_per_size: usize,
     /// p50 of (through the proxy) - p50 of (straight to the model), in ms.
     pub added_ms_10: f64,
@@ -55,7 +55,7 @@ fn conversation(n: usize) -> Vec<Value> {
     messages
 }
 
-pub(super) async fn run(quick: bool) -> Result<ProxyFigures> {
+pub async fn run(quick: bool) -> Result<ProxyFigures> {
     let calls = if quick { 5 } else { 20 };
     let model = MockModel::start(Duration::ZERO).await?;
     let dir = tempfile::TempDir::new()?;

@@ -6,16 +6,16 @@
 
 use super::mock_model::{MockModel, SUMMARIZER_MODEL};
 use super::percentile;
-use crate::client::Client;
-use crate::measure::daemon_process::DaemonProcess;
+use crate::daemon_process::DaemonProcess;
 use anyhow::{Result, bail};
+use compactd_api::client::Client;
 use hyper::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct AgentLoopFigures {
+pub struct AgentLoopFigures {
     pub steps: usize,
     pub summarizer_ms: u64,
     /// The agent's own time per step (its model call), simulated.
@@ -28,7 +28,7 @@ pub(crate) struct AgentLoopFigures {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct LoopRun {
+pub struct LoopRun {
     pub context_p50_ms: f64,
     pub context_p99_ms: f64,
     pub context_max_ms: f64,
@@ -58,7 +58,7 @@ struct Shape {
     context_limit: usize,
 }
 
-pub(super) async fn run(quick: bool) -> Result<AgentLoopFigures> {
+pub async fn run(quick: bool) -> Result<AgentLoopFigures> {
     let shape = if quick {
         Shape {
             steps: 60,

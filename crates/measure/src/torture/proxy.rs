@@ -2,18 +2,18 @@
 //! answer that never ends, another key squatting a session name over the loopback listener,
 //! parallel calls with one history, and a config edit that would not fit a live session.
 
-use crate::client::Client;
-use crate::measure::daemon_process::DaemonProcess;
+use crate::daemon_process::DaemonProcess;
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
+use compactd_api::client::Client;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct ProxyFigures {
+pub struct ProxyFigures {
     pub huge_answer_mb: f64,
     /// Every byte of the huge answer reached the client.
     pub huge_answer_whole: bool,
@@ -40,7 +40,7 @@ pub(crate) struct ProxyFigures {
 const RECORDED_BOUND: usize = 1 << 20;
 
 impl ProxyFigures {
-    pub(crate) fn failures(&self) -> Vec<String> {
+    pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         if !self.huge_answer_whole {
             out.push("a huge upstream answer did not reach the client whole".into());
@@ -116,7 +116,7 @@ async fn upstream(body: Bytes) -> Response {
     }
 }
 
-pub(super) async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
+pub async fn run(rss_bound_mb: f64) -> Result<ProxyFigures> {
     let mock = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let mock_address = mock.local_addr()?;
     let server = tokio::spawn(async move {

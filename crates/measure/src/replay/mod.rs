@@ -11,16 +11,17 @@
 pub(crate) mod cost;
 pub(crate) mod probes;
 
-use crate::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
-use crate::compaction::{FileLists, LazyEstimator, track_files};
-use crate::config::{Config, Synchronous};
-use crate::message::{Message, Part};
-use crate::protocol::Compaction;
-use crate::protocol::{ContextView, SessionId};
-use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-use crate::store::Store;
-use crate::transcript::Transcript;
 use anyhow::{Context, Result};
+use compactd_api::Compaction;
+use compactd_api::{ContextView, SessionId};
+use compactd_core::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
+use compactd_core::compaction::{FileLists, LazyEstimator, track_files};
+use compactd_core::message::{Message, Part};
+use compactd_daemon::Config;
+use compactd_daemon::{AppendRequest, CreateSession, HistoryRequest, Service};
+use compactd_formats::transcript::Transcript;
+use compactd_store::Store;
+use compactd_store::Synchronous;
 use cost::{CacheCost, CacheMeter, content_hash};
 use probes::{LatestCompaction, ProbeInput, Probes};
 use serde::Serialize;
@@ -131,7 +132,7 @@ impl Model {
 
 /// Replays `transcript` with a session of `context_limit` tokens under `config`, its agent
 /// calling `model`.
-pub(crate) async fn replay(
+pub async fn replay(
     transcript: &Transcript,
     context_limit: usize,
     config: Config,
@@ -157,7 +158,7 @@ pub(crate) async fn replay(
     };
     if model.preamble_tokens > 0 {
         let system = Message::text(
-            crate::message::Role::System,
+            compactd_core::message::Role::System,
             preamble(model.preamble_tokens),
         );
         let request = AppendRequest {
@@ -215,7 +216,7 @@ async fn drive(
     }
     for (index, message) in transcript.messages.iter().enumerate() {
         // What the model counted of the call this message answers, and of which context.
-        let usage = match message.role == crate::message::Role::Assistant {
+        let usage = match message.role == compactd_core::message::Role::Assistant {
             true => meter.call(service, id, &model, report).await?,
             false => None,
         };
@@ -231,7 +232,7 @@ async fn drive(
         if answer
             .compaction
             .as_ref()
-            .is_some_and(|c| c.status == crate::protocol::CompactionState::Completed)
+            .is_some_and(|c| c.status == compactd_api::CompactionState::Completed)
         {
             seen_by_latest = index + 1;
         }
@@ -328,7 +329,7 @@ async fn count_compactions(
     report.summary_tokens = compactions
         .iter()
         .map(|c| {
-            estimator.message(&crate::compaction::summary_message(
+            estimator.message(&compactd_core::compaction::summary_message(
                 &c.result.summary,
                 id.as_str(),
             ))
@@ -461,7 +462,7 @@ fn context_messages(context: &ContextView, estimator: &LazyEstimator) -> Vec<(u6
         .map(|m| {
             let bytes = serde_json::to_vec(m).unwrap_or_default();
             let tokens = match m {
-                crate::protocol::ContextMessage::Stored(s) => s.tokens,
+                compactd_api::ContextMessage::Stored(s) => s.tokens,
                 summary => estimator.chars(
                     parts_of(summary)
                         .iter()
@@ -553,8 +554,8 @@ fn orphaned_results(context: &ContextView) -> usize {
     orphans
 }
 
-fn parts_of(message: &crate::protocol::ContextMessage) -> Vec<Part> {
-    use crate::protocol::ContextMessage;
+fn parts_of(message: &compactd_api::ContextMessage) -> Vec<Part> {
+    use compactd_api::ContextMessage;
     match message {
         ContextMessage::Summary { parts, .. } => parts.clone(),
         ContextMessage::Stored(stored) => stored.to_message().map(|m| m.parts).unwrap_or_default(),
@@ -607,7 +608,7 @@ mod tests {
         for i in 0..12 {
             b.add(
                 &Message {
-                    role: crate::message::Role::Tool,
+                    role: compactd_core::message::Role::Tool,
                     parts: vec![Part::ToolResult {
                         call_id: format!("{i}"),
                         name: None,

@@ -6,11 +6,11 @@
 //! compared with says more about the neighbours than about compactd.
 
 use super::{Sizes, bench_message, latencies, unbounded_session};
-use crate::client::{Client, Connection};
-use crate::compaction::LazyEstimator;
-use crate::config::Synchronous;
-use crate::message::Message;
 use anyhow::Result;
+use compactd_api::client::{Client, Connection};
+use compactd_core::compaction::LazyEstimator;
+use compactd_core::message::Message;
+use compactd_store::Synchronous;
 use hyper::Method;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -32,7 +32,7 @@ pub(super) struct Rounds {
     pub raw_indexed: f64,
 }
 
-pub(super) async fn run(
+pub async fn run(
     client: &Client,
     sizes: &Sizes,
     dir: &Path,
@@ -141,8 +141,8 @@ impl RawSqlite {
             synchronous.pragma()
         ))?;
         // Writing as compactd's writer does: the schema's triggers refuse any other connection.
-        crate::store::declare_writer(&conn)?;
-        conn.execute_batch(crate::store::SCHEMA)?;
+        compactd_store::declare_writer(&conn)?;
+        conn.execute_batch(compactd_store::SCHEMA)?;
         conn.execute(
             "INSERT INTO sessions (id, context_limit, created_at, updated_at) VALUES ('raw', 1000000, 'now', 'now')",
             [],
@@ -172,7 +172,7 @@ impl RawSqlite {
             if self.indexed {
                 self.conn.execute(
                     "INSERT INTO messages_fts (rowid, session, text) VALUES (last_insert_rowid(), 'sraw', ?1)",
-                    [crate::store::searchable_text(&message.parts)],
+                    [compactd_store::searchable_text(&message.parts)],
                 )?;
             }
             self.conn.execute_batch("COMMIT")?;

@@ -3,14 +3,14 @@
 //! messages the user wrote, the diff a SWE run submitted), never against compactd's own
 //! bookkeeping, and read from the final context and the latest compaction.
 
-use crate::compaction::LazyEstimator;
-use crate::compaction::constants::MAX_TEXT_CHARS;
-use crate::compaction::instruction::{instruction_text, is_substantive};
-use crate::compaction::patch::patch_targets;
-use crate::compaction::prompt::render_args;
-use crate::compaction::redact::find_secrets;
-use crate::compaction::sections::split_sections;
-use crate::message::{Message, Part, Role};
+use compactd_core::compaction::LazyEstimator;
+use compactd_core::compaction::constants::MAX_TEXT_CHARS;
+use compactd_core::compaction::instruction::{instruction_text, is_substantive};
+use compactd_core::compaction::patch::patch_targets;
+use compactd_core::compaction::prompt::render_args;
+use compactd_core::compaction::redact::find_secrets;
+use compactd_core::compaction::sections::split_sections;
+use compactd_core::message::{Message, Part, Role};
 use serde::Serialize;
 
 /// What the probes found. `None` where a probe does not apply (no system message, no

@@ -16,8 +16,7 @@ use crate::compaction::{
 use crate::summarize::{SYSTEM_PROMPT, SummarizeError, Summarizer, SummaryRequest, TaskNote};
 
 /// Why a compaction did not happen when the whole history fits in the preserved tail.
-pub(crate) const NOTHING_TO_COMPACT: &str =
-    "nothing to compact: every message fits in the preserved tail";
+pub const NOTHING_TO_COMPACT: &str = "nothing to compact: every message fits in the preserved tail";
 
 /// Why a compaction failed. Either way the session is left as it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,7 +29,7 @@ pub enum CompactError {
 
 /// A finished compaction, ready to be stored.
 #[derive(Debug, Clone)]
-pub(crate) struct Compacted {
+pub struct Compacted {
     pub result: CompactionResult,
     pub boundary: Boundary,
     /// Tokens of the summary message.
@@ -42,7 +41,7 @@ pub(crate) struct Compacted {
 }
 
 /// Compacts `input` with `summarizer`. `Ok(None)` when there is nothing before the boundary.
-pub(crate) async fn compact(
+pub async fn compact(
     input: &PlanInput<'_>,
     summarizer: &dyn Summarizer,
     compaction_num: u32,

@@ -4,30 +4,18 @@
 //! database), as systemd does; one runs it in-process on listeners it made
 //! (tests/it/in_process.rs); the replay and the property tests drive a [`Service`] directly.
 
+use crate::config::Config;
 use crate::config_watch::{self, notify_systemd};
 use crate::paths;
 use crate::server::{self, listener};
+use crate::service::Service;
+use crate::store::Store;
 use anyhow::{Context, Result};
 use sd_notify::NotifyState;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
-
-// What a program embedding the daemon reaches of the layers under it: the integration tests
-// run a `Service` on a `Store` in-process, shape contexts for the providers, fingerprint
-// proxied conversations and compare the OpenAPI document. Everything else in config, store,
-// service, server and provider is the crate's own.
-pub use crate::config::{Config, Synchronous};
-pub use crate::provider::anthropic::conversation as anthropic_conversation;
-pub use crate::provider::chat::messages as openai_messages;
-pub use crate::provider::wire::Wire;
-pub use crate::server::SHUTDOWN_GRACE;
-pub use crate::server::openapi::{document as openapi_document, pretty as openapi_pretty};
-pub use crate::service::fingerprint::fingerprint;
-pub use crate::service::proxy::{Caller, Identity};
-pub use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
-pub use crate::store::{Branch, Store};
 
 /// Where the daemon keeps things; `None` means the config's setting, else the XDG default.
 #[derive(Debug, Default)]

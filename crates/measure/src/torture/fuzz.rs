@@ -3,9 +3,9 @@
 //! clients and large bodies, and `/health` while large pages are read.
 
 use super::http::{Exchange, exchange, request};
-use crate::client::Client;
-use crate::measure::daemon_process::DaemonProcess;
+use crate::daemon_process::DaemonProcess;
 use anyhow::Result;
+use compactd_api::client::Client;
 use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ const MAX_BODY: usize = 8 * 1024 * 1024;
 pub(super) const RSS_BOUND_MB: f64 = 400.0;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct FuzzFigures {
+pub struct FuzzFigures {
     pub requests: usize,
     pub refused_with_json: usize,
     pub refused_without_json: usize,
@@ -52,7 +52,7 @@ pub(crate) struct FuzzFigures {
 }
 
 impl FuzzFigures {
-    pub(crate) fn failures(&self) -> Vec<String> {
+    pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.refused_without_json > 0 {
             out.push(format!(
@@ -88,7 +88,7 @@ impl FuzzFigures {
     }
 }
 
-pub(super) async fn run(duration: Duration) -> Result<FuzzFigures> {
+pub async fn run(duration: Duration) -> Result<FuzzFigures> {
     let dir = tempfile::TempDir::new()?;
     // The proxy's upstream is a closed local port: nothing leaves the machine.
     let config = format!(

@@ -16,16 +16,16 @@ mod rounds;
 mod search;
 mod session_size;
 
-pub(crate) use render::render;
+pub use render::render;
 
-use crate::client::{Client, Connection};
-use crate::compaction::{
+use crate::daemon_process::DaemonProcess;
+use crate::synthetic::synthetic_session;
+use anyhow::{Result, bail};
+use compactd_api::client::{Client, Connection};
+use compactd_core::compaction::{
     CompactionConfig, CompactionPlan, LazyEstimator, PlanInput, estimate_each,
 };
-use crate::config::Synchronous;
-use crate::measure::daemon_process::DaemonProcess;
-use crate::measure::synthetic::synthetic_session;
-use anyhow::{Result, bail};
+use compactd_store::Synchronous;
 use hyper::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -33,7 +33,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct BenchReport {
+pub struct BenchReport {
     pub append: AppendFigures,
     pub echo: Echo,
     /// append p50 / echo p50: the cost of the work over the cost of merely talking.
@@ -52,7 +52,7 @@ pub(crate) struct BenchReport {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct AppendFigures {
+pub struct AppendFigures {
     pub clients_1: Throughput,
     pub clients_16: Throughput,
     /// One client's append p50 on sessions of 100, 10,000 and 100,000 messages.
@@ -64,19 +64,19 @@ pub(crate) struct AppendFigures {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Throughput {
+pub struct Throughput {
     pub msgs_per_s: f64,
     pub p50_us: f64,
     pub p99_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Echo {
+pub struct Echo {
     pub p50_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct ContextFigures {
+pub struct ContextFigures {
     pub p50_us_100: f64,
     pub p50_us_100k: f64,
     /// p50 at 100,000 messages of history / p50 at 100.
@@ -84,14 +84,14 @@ pub(crate) struct ContextFigures {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct EngineFigures {
+pub struct EngineFigures {
     pub plan_ms_80: f64,
     pub plan_ms_1000: f64,
     pub plan_ms_10000: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Rss {
+pub struct Rss {
     pub idle: f64,
     pub sessions_1000: f64,
 }
@@ -135,7 +135,7 @@ fn bench_message(i: usize) -> Value {
 
 /// Runs the whole benchmark with the daemon (and the raw SQLite baseline) at `synchronous`;
 /// `progress` hears what is being measured.
-pub(crate) async fn run(
+pub async fn run(
     quick: bool,
     synchronous: Synchronous,
     progress: impl Fn(&str),
@@ -143,8 +143,8 @@ pub(crate) async fn run(
     let sizes = Sizes::new(quick);
     let host = host::Host::now();
     let dir = tempfile::TempDir::new()?;
-    let config = toml::to_string(&crate::config::Config {
-        store: crate::config::StoreConfig {
+    let config = toml::to_string(&compactd_daemon::Config {
+        store: compactd_daemon::config::StoreConfig {
             path: None,
             synchronous,
         },

@@ -401,7 +401,7 @@ mod tests {
     /// its list of keys read once at start is [`READ_AT_START`], in order.
     #[test]
     fn the_readme_says_what_the_config_is_and_what_a_reload_applies() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../../README.md");
         let backticked = |line: &'static str| {
             line.split('`')
                 .skip(1)
@@ -569,7 +569,7 @@ mod example_tests {
     use super::*;
     use compactd_summarize::config::{CommandLine, Fallback};
 
-    const EXAMPLE: &str = include_str!("../config.example.toml");
+    const EXAMPLE: &str = include_str!("../../../config.example.toml");
 
     #[test]
     fn the_example_config_is_valid_and_shows_the_defaults() {

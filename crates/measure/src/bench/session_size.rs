@@ -4,14 +4,14 @@
 
 use super::rounds::ROUNDS;
 use super::{bench_message, latencies, percentile};
-use crate::client::Client;
 use anyhow::Result;
+use compactd_api::client::Client;
 use hyper::Method;
 use serde::Serialize;
 use serde_json::json;
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct BySize {
+pub struct BySize {
     pub p50_us_100: f64,
     pub p50_us_10k: f64,
     pub p50_us_100k: f64,
@@ -19,7 +19,7 @@ pub(crate) struct BySize {
     pub ratio: f64,
 }
 
-pub(super) async fn run(client: &Client, appends: usize) -> Result<BySize> {
+pub async fn run(client: &Client, appends: usize) -> Result<BySize> {
     const SIZES: [usize; 3] = [100, 10_000, 100_000];
     let mut sessions = Vec::new();
     for size in SIZES {

@@ -4,13 +4,13 @@
 //! insert), which is why the writer indexes between appends instead.
 
 use super::{latencies, percentile};
-use crate::client::Connection;
 use anyhow::Result;
+use compactd_api::client::Connection;
 use hyper::Method;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct SearchFigures {
+pub struct SearchFigures {
     pub p50_ms_100k: f64,
     pub p99_ms_100k: f64,
     /// Raw SQLite rows/s with the index insert beside those without, same run.

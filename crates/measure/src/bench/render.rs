@@ -3,7 +3,7 @@
 use super::{BenchReport, agent_loop};
 
 /// The figures as a table, with the targets for this kind of machine.
-pub(crate) fn render(r: &BenchReport) -> String {
+pub fn render(r: &BenchReport) -> String {
     let mut out = format!("{:<24} {}\n", "host", r.host.describe());
     for (what, figure, against, verdict) in [append_rows(r), read_rows(r), loop_rows(r)].concat() {
         out.push_str(&format!(

@@ -223,3 +223,88 @@ pub(crate) fn provider_context(view: &ContextView, format: ContextFormat) -> Pro
         compaction_num: view.compaction_num,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compaction::{CompactionResult, Trigger};
+    use compactd_core::SessionId;
+    use serde_json::json;
+
+    /// Every column of a stored compaction reaches the API under its documented name: the
+    /// conversion is written field by field, where a swapped or dropped field would compile.
+    #[test]
+    fn a_compaction_row_reaches_the_api_field_for_field() {
+        let row = CompactionRow {
+            result: CompactionResult {
+                compaction_num: 4,
+                summary: "the summary".into(),
+                read_files: vec!["read.rs".into()],
+                modified_files: vec!["modified.rs".into()],
+                created_files: vec!["created.rs".into()],
+                deleted_files: vec!["deleted.rs".into()],
+                pre_tokens: 9_000,
+                post_tokens: 1_200,
+            },
+            session_id: SessionId::unchecked("s1".into()),
+            trigger: Trigger::Tokens,
+            focus: Some("the tests".into()),
+            first_seq: 3,
+            boundary_seq: 41,
+            summarizer: "extractive".into(),
+            chunks: 2,
+            fallback_reason: Some("model timed out".into()),
+            started_at: "2026-12-08T01:00:00Z".into(),
+            finished_at: "2026-12-08T01:00:02Z".into(),
+            duration_ms: 2_000,
+        };
+        let shown = serde_json::to_value(compaction(row)).unwrap();
+        assert_eq!(
+            shown,
+            json!({
+                "compaction_num": 4, "summary": "the summary",
+                "read_files": ["read.rs"], "modified_files": ["modified.rs"],
+                "created_files": ["created.rs"], "deleted_files": ["deleted.rs"],
+                "pre_tokens": 9_000, "post_tokens": 1_200,
+                "session_id": "s1", "trigger": "tokens", "focus": "the tests",
+                "first_seq": 3, "boundary_seq": 41, "summarizer": "extractive", "chunks": 2,
+                "fallback_reason": "model timed out",
+                "started_at": "2026-12-08T01:00:00Z", "finished_at": "2026-12-08T01:00:02Z",
+                "duration_ms": 2_000
+            })
+        );
+    }
+
+    /// The same for a failed attempt and a masking, which the history pages carry.
+    #[test]
+    fn failures_and_maskings_reach_the_api_field_for_field() {
+        let failure = failure(FailureRow {
+            id: 7,
+            trigger: Trigger::Manual,
+            focus: None,
+            summarizer: "openai".into(),
+            reason: "HTTP 500".into(),
+            started_at: "a".into(),
+            finished_at: "b".into(),
+            duration_ms: 30,
+        });
+        assert_eq!(
+            serde_json::to_value(failure).unwrap(),
+            json!({"id": 7, "trigger": "manual", "focus": null, "summarizer": "openai",
+                   "reason": "HTTP 500", "started_at": "a", "finished_at": "b", "duration_ms": 30})
+        );
+        let masking = masking(MaskingRow {
+            id: 2,
+            through_seq: 60,
+            outputs: 5,
+            pre_tokens: 12_000,
+            post_tokens: 4_000,
+            created_at: "c".into(),
+        });
+        assert_eq!(
+            serde_json::to_value(masking).unwrap(),
+            json!({"id": 2, "through_seq": 60, "outputs": 5, "pre_tokens": 12_000,
+                   "post_tokens": 4_000, "created_at": "c"})
+        );
+    }
+}

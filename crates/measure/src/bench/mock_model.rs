@@ -2,9 +2,9 @@
 //! answers after a fixed delay. As a summarizer it writes a nine-section summary; as the
 //! proxy's upstream it answers a short assistant message. Loopback only, in this process.
 
-use crate::compaction::sections::{SUMMARY_SECTIONS, heading};
 use anyhow::Result;
 use axum::{Json, Router, extract::State, routing::post};
+use compactd_core::compaction::sections::{SUMMARY_SECTIONS, heading};
 use serde_json::{Value, json};
 use std::time::Duration;
 
