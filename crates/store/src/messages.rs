@@ -327,7 +327,7 @@ pub(super) fn append_to(
             max: rules.max_pinned_tokens,
         });
     }
-    let after = count_appended(
+    let mut after = count_appended(
         conn,
         session,
         messages.len(),
@@ -336,6 +336,10 @@ pub(super) fn append_to(
         now,
         rules.token_trigger,
     )?;
+    let whole_under = rules.step_whole_under;
+    if session.estimated_tokens() <= whole_under && after.estimated_tokens() > whole_under {
+        after = super::shortened::shorten_step(conn, &after, rules.step_budget)?;
+    }
     Ok(AppendOutcome {
         session: after,
         first_seq,

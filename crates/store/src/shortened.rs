@@ -82,8 +82,32 @@ pub(super) fn reshorten_active(
     session: &SessionRow,
     step_budget: usize,
 ) -> Result<SessionRow> {
+    reshorten(conn, session, step_budget, false)
+}
+
+/// Gives the current step's messages (from the newest assistant message on) the forms its
+/// budget allows, once an append has put the context past the trigger: the step's earlier
+/// messages were stored whole while the context with them stayed under it (see
+/// `store::messages`), and a step whole beside a later result or message could pass the
+/// limit itself, with nothing older left to compact. Returns the session after it.
+pub(super) fn shorten_step(
+    conn: &Connection,
+    session: &SessionRow,
+    step_budget: usize,
+) -> Result<SessionRow> {
+    reshorten(conn, session, step_budget, true)
+}
+
+/// The active messages (with `step_only`, those of the current step) shown again in the forms
+/// `step_budget` allows, and the session recounted.
+fn reshorten(
+    conn: &Connection,
+    session: &SessionRow,
+    step_budget: usize,
+    step_only: bool,
+) -> Result<SessionRow> {
     let branch = Branch::current(conn, session)?;
-    let rows: Vec<(u64, String, String, usize, Option<String>)> = conn
+    let mut rows: Vec<(u64, String, String, usize, Option<String>)> = conn
         .prepare_cached(&format!(
             "SELECT seq, role, parts, tokens, media FROM messages
              WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND role <> 'system' AND {}
@@ -94,6 +118,11 @@ pub(super) fn reshorten_active(
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
+    if step_only {
+        // No turn yet: the step is the newest message alone.
+        let turn = rows.iter().rposition(|(_, role, ..)| role == "assistant");
+        rows.drain(..turn.unwrap_or(rows.len().saturating_sub(1)));
+    }
     let mut update = conn.prepare_cached(
         "UPDATE messages SET shortened_parts = ?3, shortened_tokens = ?4 WHERE session_id = ?1 AND seq = ?2",
     )?;
