@@ -8,10 +8,10 @@
 //! read, it is scanned (not parsed) for how many JSON objects and arrays it holds and how deep
 //! they nest ([`Shape`]): a parsed message costs far more than its bytes (220,000 tiny
 //! messages are 7.5 MB of JSON and over 200 MB parsed), so the charge grows to what parsing
-//! and handling it will hold ([`Costs`], one per door), and the charge is kept until the
-//! handler has answered. A body that would cost more than its door allows, or nests deeper
+//! and handling it will hold ([`Costs`], one for the API's routes, one for the proxy's), and the charge is kept until the
+//! handler has answered. A body that would cost more than its routes allow, or nests deeper
 //! than [`MAX_DEPTH`], is refused before it is parsed. A client that trickles a body, or many
-//! clients sending large ones at once on both doors, cannot grow the daemon's memory beyond
+//! clients sending large ones at once to both, cannot grow the daemon's memory beyond
 //! the budget.
 
 use super::error::ApiError;
@@ -43,18 +43,18 @@ pub(super) async fn api_bodies(
     next: Next,
 ) -> Response {
     let limit = service.settings().config.server.max_body_bytes;
-    let door = Door {
+    let limits = BodyLimits {
         bytes: limit,
         setting: "[server] max_body_bytes",
         costs: Costs::API,
     };
-    bounded(&service, door, req, next).await
+    bounded(&service, limits, req, next).await
 }
 
 /// The proxy's routes: a whole conversation comes with every call, up to `[proxy]
 /// max_body_bytes`, and up to what the request budget can hold of it once read (its messages
 /// are held as text, [`crate::provider::wire::Native`], so this is several times the
-/// messages the API's door takes in one request: an agent behind the proxy never compacts
+/// messages the API takes in one request: an agent behind the proxy never compacts
 /// its own history, and resends all of it with every call).
 pub(super) async fn proxy_bodies(
     State(service): State<Arc<Service>>,
@@ -62,25 +62,25 @@ pub(super) async fn proxy_bodies(
     next: Next,
 ) -> Response {
     let limit = service.settings().config.proxy.max_body_bytes;
-    let door = Door {
+    let limits = BodyLimits {
         bytes: limit,
         setting: "[proxy] max_body_bytes",
         costs: Costs::PROXY,
     };
-    bounded(&service, door, req, next).await
+    bounded(&service, limits, req, next).await
 }
 
-/// A door's body limit, the setting it comes from, and what its bodies cost once read.
+/// A route group's body limit, the setting it comes from, and what its bodies cost once read.
 #[derive(Debug, Clone, Copy)]
-struct Door {
+struct BodyLimits {
     bytes: usize,
     setting: &'static str,
     costs: Costs,
 }
 
-impl Door {
+impl BodyLimits {
     /// Why a body of `bytes` and `shape`, costing `cost`, is refused before it is parsed, if
-    /// it is: it nests too deep, or holds more than the door takes (a count of containers,
+    /// it is: it nests too deep, or holds more than its routes take (a count of containers,
     /// or what the budget holds).
     fn refusal(self, shape: Shape, bytes: usize, cost: usize, budget: &Budget) -> Option<ApiError> {
         if shape.depth > MAX_DEPTH {
@@ -124,11 +124,11 @@ impl Door {
     }
 }
 
-async fn bounded(service: &Arc<Service>, door: Door, req: Request, next: Next) -> Response {
+async fn bounded(service: &Arc<Service>, limits: BodyLimits, req: Request, next: Next) -> Response {
     if req.body().size_hint().exact() == Some(0) {
         return next.run(req).await;
     }
-    match read_charged(service, door, req).await {
+    match read_charged(service, limits, req).await {
         Ok((req, charge)) => {
             let response = next.run(req).await;
             // The parsed body and everything made of it are gone once the handler answered
@@ -144,7 +144,7 @@ async fn bounded(service: &Arc<Service>, door: Door, req: Request, next: Next) -
 /// its parsed form will hold; gives the request back with the body in memory.
 async fn read_charged(
     service: &Arc<Service>,
-    limit: Door,
+    limit: BodyLimits,
     req: Request,
 ) -> Result<(Request, Charge), ApiError> {
     let declared = req.body().size_hint().exact().map(|n| n as usize);
@@ -190,7 +190,7 @@ fn busy() -> ApiError {
 async fn read_body(
     body: Body,
     declared: Option<usize>,
-    limit: Door,
+    limit: BodyLimits,
     timeout: Duration,
     (budget, charge): (&Budget, &mut Charge),
 ) -> Result<Vec<u8>, ApiError> {

@@ -6,9 +6,9 @@
 
 mod answered;
 pub(crate) mod fingerprint;
-mod hurry;
 mod locks;
 pub(crate) mod memory;
+mod model_cutoff;
 mod overflow;
 mod per_session;
 pub(crate) mod proxy;
@@ -97,7 +97,7 @@ pub struct Service {
     events: broadcast::Sender<Event>,
     locks: SessionLocks,
     /// Compactions a waiting context asked to finish now.
-    hurries: hurry::Hurries,
+    model_cutoffs: model_cutoff::ModelCutoffs,
     estimator: LazyEstimator,
     /// (session, turn) pairs whose open breaker was already announced.
     breaker_announced: Mutex<HashSet<(String, u64)>>,
@@ -140,7 +140,7 @@ impl Service {
             settings: RwLock::new(Arc::new(Settings::new(config, summarizer))),
             events,
             locks: SessionLocks::default(),
-            hurries: hurry::Hurries::default(),
+            model_cutoffs: model_cutoff::ModelCutoffs::default(),
             estimator: LazyEstimator::default(),
             breaker_announced: Mutex::new(HashSet::new()),
             shutdown: CancellationToken::new(),
@@ -514,7 +514,7 @@ impl Service {
     /// background, at [`CompactionConfig::background_threshold`], and the agent goes on). With
     /// `wait`, a context over the trigger waits for the compaction that brings it under
     /// (starting one if none runs: after a restart or a config change), at most the session's
-    /// `max_wait_s`; past it the compaction is hurried and finishes with the extractive
+    /// `max_wait_s`; past it the compaction's model call is cut off and it finishes with the extractive
     /// summarizer. A context still over the trigger after that (the model failed fast and the
     /// breaker stopped trying) is compacted with the extractive summarizer at once, as a
     /// waiting one would have been. So an agent is never handed an over-limit context while
@@ -545,12 +545,14 @@ impl Service {
         let mut deadline = None;
         let served = self.wait_under_trigger(id, head, &mut deadline).await;
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            self.hurries.calm(id.as_str());
+            self.model_cutoffs.withdraw(id.as_str());
         }
         let served = served?;
         let session = &served.session;
         let config = self.compaction_config(session);
-        if matches!(due(session, &config), Due::Urgent(_)) && self.rescue(session).await {
+        if matches!(due(session, &config), Due::Urgent(_))
+            && self.compact_extractively_now(session).await
+        {
             return self.read_context(id, head).await;
         }
         Ok(served)
@@ -571,7 +573,7 @@ impl Service {
 
     /// The session's context once it is under its trigger, or after [`CONTEXT_WAIT_ROUNDS`]
     /// compactions (appends may keep coming) or an open breaker. `deadline` is set on the first
-    /// wait; a compaction still running past it is hurried.
+    /// wait; a compaction still running past it has its model call cut off.
     async fn wait_under_trigger(
         self: &Arc<Self>,
         id: &SessionId,
@@ -611,7 +613,7 @@ impl Service {
                     max_wait_s = config.max_wait_s,
                     "a context waited its bound for a compaction: finishing it with the extractive summarizer"
                 );
-                self.hurries.hurry(id.as_str());
+                self.model_cutoffs.cut_off(id.as_str());
                 self.locks.wait_idle(id.as_str()).await;
             }
         }

@@ -1,6 +1,6 @@
 //! Scheduling compactions (when they run; how one runs is `compaction_run`, what it computes
 //! is the engine, `compaction`): automatic ones after an append or in the background,
-//! manual ones on request, hurried ones past `max_wait_s`, and the circuit breaker between
+//! manual ones on request, ones whose model call a waiter cut off past `max_wait_s`, and the circuit breaker between
 //! them.
 //!
 //! The breaker (SPEC.md 5.2) counts automatic attempts per user turn (from one user text
@@ -366,7 +366,7 @@ impl Service {
     /// With nothing to compact, a manual compaction says so and nothing is announced; an
     /// automatic one is recorded as a failed attempt.
     /// With `instead`, the extractive summarizer writes the summary, recorded as a fallback
-    /// for that reason (a rescue: see [`Self::rescue`]).
+    /// for that reason (a compact_extractively_now: see [`Self::compact_extractively_now`]).
     async fn compact_once(
         &self,
         id: &SessionId,
@@ -429,7 +429,7 @@ impl Service {
                 .map(|done| (done, Some(why))),
             None => self.run_summarizer(&input, &plan, run).await,
         };
-        self.hurries.finished(id.as_str());
+        self.model_cutoffs.finished(id.as_str());
         let duration_ms = started.elapsed().as_millis() as u64;
         let mask_tail =
             (trigger != Trigger::Manual && config.microcompact).then_some(PRESERVE_RECENT_OUTPUTS);
@@ -492,24 +492,24 @@ impl Service {
     /// compacted now with the extractive summarizer, recorded as a fallback with why, as a
     /// context that waited `max_wait_s` for a slow model would have been; past the trigger
     /// the room left for the model's answer runs out, past the limit the model refuses the
-    /// call. A compaction still running is hurried instead (it finishes the same way). With
+    /// call. A compaction still running has its model call cut off instead (it finishes the same way). With
     /// the extractive summarizer configured there is nothing else to try: an open breaker
     /// says it did not help. Returns whether the session may have changed (its context is
     /// worth reading again).
-    pub(super) async fn rescue(&self, session: &SessionRow) -> bool {
+    pub(super) async fn compact_extractively_now(&self, session: &SessionRow) -> bool {
         let settings = self.settings();
         if settings.summarizer.is_instant() {
             return false;
         }
         let id = &session.id;
         let Some(_guard) = self.locks.try_lock(id.as_str()) else {
-            self.hurries.hurry(id.as_str());
+            self.model_cutoffs.cut_off(id.as_str());
             self.locks.wait_idle(id.as_str()).await;
-            self.hurries.calm(id.as_str());
+            self.model_cutoffs.withdraw(id.as_str());
             return true;
         };
         // A compaction may have landed since `session` was read (or another branch's call
-        // moved the session: it is `session`'s branch that needs the rescue).
+        // moved the session: it is `session`'s branch that needs the compact_extractively_now).
         let Ok(session) = self.store.session_on(id, Some(session.head_seq)).await else {
             return true;
         };
@@ -517,7 +517,7 @@ impl Service {
         if !matches!(super::due(&session, &config), Due::Urgent(_)) {
             return true;
         }
-        // One rescue per open breaker: counted as an attempt, it did not help if the breaker
+        // One compact_extractively_now per open breaker: counted as an attempt, it did not help if the breaker
         // is still open past its threshold (the model server's next count is still over the
         // trigger), and another would only rewrite the summary again.
         if session.turn_attempts > config.breaker_threshold {
@@ -673,7 +673,7 @@ impl Service {
     }
 
     /// Runs the planned compaction, cancelled by shutdown; on failure, the extractive fallback
-    /// if configured, and when a waiting context hurries it (see [`super::hurry`]), the
+    /// if configured, and when a waiting context cuts it off (see [`super::model_cutoff`]), the
     /// extractive summarizer in any case. Returns the compaction and, if the extractive
     /// summarizer stood in, why.
     async fn run_summarizer(
@@ -682,7 +682,7 @@ impl Service {
         plan: &CompactionPlan,
         run: Run<'_>,
     ) -> Result<(Compacted, Option<String>), CompactError> {
-        let hurry = self.hurries.token(run.id.as_str());
+        let cut_off = self.model_cutoffs.token(run.id.as_str());
         let attempt = tokio::select! {
             result = async {
                 // The built-in summarizer only computes: it takes no slot.
@@ -693,7 +693,7 @@ impl Service {
                 compaction_run::run(input, plan, run.summarizer, run.num).await
             } => result,
             _ = self.shutdown.cancelled() => Err(SummarizeError::Cancelled.into()),
-            _ = hurry.cancelled() => {
+            _ = cut_off.cancelled() => {
                 let done = compaction_run::run(input, plan, &Extractive, run.num).await?;
                 let why = format!(
                     "{}: a context over the trigger waited max_wait_s ({} s)",

@@ -6,8 +6,8 @@
 //! wrong), a local model runs them one at a time anyway, and a command summarizer would start a
 //! process for each. A compaction waits here for a slot. One slot more is kept for compactions
 //! someone waits for (a context over its trigger, a manual compaction), so they never queue
-//! behind background ones; a context that still waits past `max_wait_s` hurries its
-//! compaction as it hurries a slow model. The built-in extractive summarizer only computes,
+//! behind background ones; a context that still waits past `max_wait_s` cuts its
+//! compaction's model call off, as it does a slow model's. The built-in extractive summarizer only computes,
 //! on the blocking pool, and takes no slot.
 
 use crate::protocol::SummarizerCalls;
@@ -22,7 +22,7 @@ pub struct SummarizerSlots {
     waiting: AtomicUsize,
 }
 
-/// Counts a compaction as waiting for as long as it waits, however that ends (a hurried or
+/// Counts a compaction as waiting for as long as it waits, however that ends (a cut-off or
 /// cancelled compaction stops waiting too).
 struct Waiting<'a>(&'a AtomicUsize);
 
