@@ -90,7 +90,8 @@ pub struct AppendRequest {
     pub idempotency_key: Option<String>,
 }
 
-/// The Processor.
+/// The sessions service: appends, contexts, compactions and the proxy's placement of calls,
+/// over one store.
 pub struct Service {
     store: Store,
     settings: RwLock<Arc<Settings>>,
