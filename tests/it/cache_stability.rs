@@ -8,8 +8,9 @@ use crate::common::random_session::{Step, messages, step};
 use compactd_api::{ContextMessage, SessionId};
 use compactd_core::compaction::Part;
 use compactd_core::compaction::constants::PRESERVE_RECENT_OUTPUTS;
+use compactd_core::message::MessageBatch;
 use compactd_daemon::Config;
-use compactd_daemon::{AppendRequest, CreateSession, HistoryRequest, Service};
+use compactd_daemon::{CreateSession, HistoryRequest, Service};
 use compactd_store::Store;
 use compactd_store::Synchronous;
 use proptest::prelude::*;
@@ -70,13 +71,12 @@ proptest! {
             let mut stable_steps = 0;
             let mut masked_seen = 0;
             for message in &all {
-                service.append(&sid(), AppendRequest {
+                service.append(&sid(), MessageBatch {
                     messages: vec![message.clone()],
                     input_tokens: None,
                     compaction_num: None,
                     wait: true,
-                    idempotency_key: None,
-                }).await.unwrap();
+                }, None).await.unwrap();
                 let context = service.context(&sid(), true).await.unwrap();
                 let now = rewrites(&service).await;
                 let items: Vec<String> = context.messages.iter().map(|m| serde_json::to_string(m).unwrap()).collect();

@@ -7,8 +7,9 @@
 use compactd_api::SessionId;
 use compactd_core::compaction::LazyEstimator;
 use compactd_core::compaction::{Message, Part, Role};
+use compactd_core::message::MessageBatch;
 use compactd_daemon::Config;
-use compactd_daemon::{AppendRequest, CreateSession, Service};
+use compactd_daemon::{CreateSession, Service};
 use compactd_store::Store;
 use compactd_store::Synchronous;
 use proptest::prelude::*;
@@ -142,14 +143,13 @@ async fn run_session(limit: usize, steps: Vec<Step>) -> Result<(), TestCaseError
         let service = service.clone();
         let id = id.clone();
         async move {
-            let request = AppendRequest {
+            let request = MessageBatch {
                 messages,
                 input_tokens: None,
                 compaction_num: None,
                 wait: true,
-                idempotency_key: None,
             };
-            service.append(&id, request).await.unwrap();
+            service.append(&id, request, None).await.unwrap();
         }
     };
     append(vec![Message::text(Role::User, "Fix the build.")]).await;
@@ -308,14 +308,13 @@ async fn a_lower_limit_shortens_the_current_step_again() {
             }],
         },
     ];
-    let request = AppendRequest {
+    let request = MessageBatch {
         messages,
         input_tokens: None,
         compaction_num: None,
         wait: true,
-        idempotency_key: None,
     };
-    service.append(&id, request).await.unwrap();
+    service.append(&id, request, None).await.unwrap();
     let before = service.context(&id, true).await.unwrap();
     assert!(visible(&before.to_messages(), "c1", &big));
     assert!(before.tokens > 16_000, "shown at 128k: {}", before.tokens);
@@ -385,14 +384,13 @@ async fn masking_spares_every_result_of_the_current_step() {
     let parallel: Vec<String> = (0..8).map(|i| format!("now{i}")).collect();
     messages.extend(round(parallel.clone(), 8_000));
     for message in messages {
-        let request = AppendRequest {
+        let request = MessageBatch {
             messages: vec![message],
             input_tokens: None,
             compaction_num: None,
             wait: true,
-            idempotency_key: None,
         };
-        service.append(&id, request).await.unwrap();
+        service.append(&id, request, None).await.unwrap();
     }
     let view = service.context(&id, true).await.unwrap();
     let context = view.to_messages();

@@ -5,8 +5,9 @@
 use crate::common::random_session::{messages, step};
 use compactd_api::{ContextMessage, SessionId};
 use compactd_core::compaction::{Message, Role};
+use compactd_core::message::MessageBatch;
 use compactd_daemon::Config;
-use compactd_daemon::{AppendRequest, CreateSession, Service};
+use compactd_daemon::{CreateSession, Service};
 use compactd_store::Store;
 use compactd_store::Synchronous;
 use proptest::prelude::*;
@@ -45,13 +46,12 @@ proptest! {
             let all = messages(&steps);
             let mut compactions = 0;
             for (n, message) in all.iter().enumerate() {
-                let answer = service.append(&sid(), AppendRequest {
+                let answer = service.append(&sid(), MessageBatch {
                     messages: vec![message.clone()],
                     input_tokens: None,
                     compaction_num: None,
                     wait: true,
-                    idempotency_key: None,
-                }).await.unwrap();
+                }, None).await.unwrap();
                 compactions += usize::from(answer.compaction.is_some_and(|c| c.status == compactd_api::CompactionState::Completed));
                 let context = service.context(&sid(), true).await.unwrap();
                 prop_assert!(context.tokens <= 16_000, "context of {} tokens", context.tokens);

@@ -263,8 +263,9 @@ pub fn answers_exactly<'a>(
     !calls.is_empty() && answers == calls
 }
 
-/// What a body of messages holds: one message, an array of them, or
-/// `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}`.
+/// An append as the daemon takes it, read once from a body that holds one message, an array
+/// of them, or `{"messages": [...], "usage": {"input_tokens": N}, "wait": bool}` (the API's
+/// `AppendBody` documents those shapes).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MessageBatch {
     pub messages: Vec<Message>,

@@ -47,4 +47,4 @@ pub use server::SHUTDOWN_GRACE;
 pub use server::openapi::{document as openapi_document, pretty as openapi_pretty};
 pub use service::fingerprint::fingerprint;
 pub use service::proxy::{Caller, Identity};
-pub use service::{AppendRequest, CreateSession, HistoryRequest, Service};
+pub use service::{CreateSession, HistoryRequest, Service};

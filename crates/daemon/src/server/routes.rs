@@ -11,7 +11,7 @@ use crate::protocol::{
     SessionList, SessionListQuery, SessionView, SummarizeOutcome, SummarizeRequest,
     UpdateSessionRequest,
 };
-use crate::service::{AppendRequest, CreateSession, HistoryRequest, Service};
+use crate::service::{CreateSession, HistoryRequest, Service};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -165,10 +165,6 @@ pub(super) async fn append(
             ),
             other => ApiError::bad_request(other.to_string()),
         })?;
-    // The service refuses a count past MAX_REPORTED_TOKENS.
-    let input_tokens = batch
-        .input_tokens
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let idempotency_key = match headers.get("idempotency-key") {
         Some(value) => Some(
             value
@@ -178,14 +174,8 @@ pub(super) async fn append(
         ),
         None => None,
     };
-    let request = AppendRequest {
-        messages: batch.messages,
-        input_tokens,
-        compaction_num: batch.compaction_num,
-        wait: batch.wait,
-        idempotency_key,
-    };
-    ok(service.append(&id, request).await?)
+    // The service refuses a count past MAX_REPORTED_TOKENS.
+    ok(service.append(&id, batch, idempotency_key).await?)
 }
 
 /// Most messages one history page returns.

@@ -32,7 +32,7 @@ use crate::compaction::microcompact::MaskingStart;
 use crate::compaction::{CompactionConfig, Due, LazyEstimator, PinnedOverflow, check_due};
 use crate::compaction_run::CompactError;
 use crate::config::{Config, OverrideError, compaction_with_overrides};
-use crate::message::{Message, MessageError};
+use crate::message::{MessageBatch, MessageError};
 use crate::store::{
     Append, AppendRules, ContextSnapshot, Idempotency, NewMessage, NewSession, SessionRow,
     SessionUpdate, Store,
@@ -74,20 +74,6 @@ pub struct CreateSession {
     pub model: Option<String>,
     pub context_limit: Option<usize>,
     pub config: Option<Value>,
-}
-
-/// Messages to append.
-#[derive(Debug, Clone, Default)]
-pub struct AppendRequest {
-    pub messages: Vec<Message>,
-    /// The agent's `usage.input_tokens` for its last model call.
-    pub input_tokens: Option<usize>,
-    /// `usage.compaction_num`: the `compaction_num` of the context that call was sent with.
-    pub compaction_num: Option<u32>,
-    /// Respond only after a compaction this append triggers has finished.
-    pub wait: bool,
-    /// The client's Idempotency-Key: a retry with the same key appends nothing again.
-    pub idempotency_key: Option<String>,
 }
 
 /// The sessions service: appends, contexts, compactions and the proxy's placement of calls,
@@ -386,19 +372,23 @@ impl Service {
         Ok(self.store.delete_session(id).await?)
     }
 
-    /// Appends messages (creating the session with defaults if it is new), then starts a
-    /// compaction if the trigger fires.
+    /// Appends a body's messages, as parsed once where they came in (creating the session with
+    /// defaults if it is new), then starts a compaction if the trigger fires. A retry with the
+    /// same `idempotency_key` appends nothing again.
     pub async fn append(
         self: &Arc<Self>,
         id: &SessionId,
-        request: AppendRequest,
+        request: MessageBatch,
+        idempotency_key: Option<String>,
     ) -> Result<AppendResponse, ServiceError> {
         let max = crate::protocol::MAX_REPORTED_TOKENS;
-        if request.input_tokens.is_some_and(|n| n as u64 > max) {
+        if request.input_tokens.is_some_and(|n| n > max) {
             return Err(ServiceError::BadRequest(format!(
                 "usage.input_tokens must be at most {max}"
             )));
         }
+        // Within MAX_REPORTED_TOKENS, so it fits.
+        let input_tokens = request.input_tokens.map(|n| n as usize);
         if request.messages.is_empty() {
             return Err(ServiceError::BadRequest("no messages to append".into()));
         }
@@ -411,10 +401,10 @@ impl Service {
             new_messages.push(NewMessage::owned(message, tokens));
         }
         let create = self.new_session(id.clone(), None, None, None)?;
-        let idempotency = match request.idempotency_key {
+        let idempotency = match idempotency_key {
             Some(key) => {
                 validate_idempotency_key(&key)?;
-                Some(Idempotency::new(key, &new_messages, request.input_tokens))
+                Some(Idempotency::new(key, &new_messages, input_tokens))
             }
             None => None,
         };
@@ -425,7 +415,7 @@ impl Service {
                     session: id.clone(),
                     create: Some(create),
                     messages: new_messages,
-                    reported_tokens: request.input_tokens,
+                    reported_tokens: input_tokens,
                     // Without the client's word, the context it was last served.
                     reported_of: request
                         .compaction_num

@@ -16,9 +16,10 @@ use compactd_api::Compaction;
 use compactd_api::{ContextView, SessionId};
 use compactd_core::compaction::constants::{MASKED_OUTPUT, MAX_TEXT_CHARS};
 use compactd_core::compaction::{FileLists, LazyEstimator, track_files};
+use compactd_core::message::MessageBatch;
 use compactd_core::message::{Message, Part};
 use compactd_daemon::Config;
-use compactd_daemon::{AppendRequest, CreateSession, HistoryRequest, Service};
+use compactd_daemon::{CreateSession, HistoryRequest, Service};
 use compactd_formats::transcript::Transcript;
 use compactd_store::Store;
 use compactd_store::Synchronous;
@@ -161,14 +162,13 @@ pub async fn replay(
             compactd_core::message::Role::System,
             preamble(model.preamble_tokens),
         );
-        let request = AppendRequest {
+        let request = MessageBatch {
             messages: vec![system],
             input_tokens: None,
             compaction_num: None,
             wait: true,
-            idempotency_key: None,
         };
-        service.append(id, request).await?;
+        service.append(id, request, None).await?;
         report.preamble_missing_steps = Some(0);
     }
     let seen_by_latest = drive(&service, id, transcript, model, &mut report).await?;
@@ -221,14 +221,13 @@ async fn drive(
             false => None,
         };
         meter.add(message);
-        let request = AppendRequest {
+        let request = MessageBatch {
             messages: vec![message.clone()],
-            input_tokens: usage.map(|(counted, _)| counted),
+            input_tokens: usage.map(|(counted, _)| counted as u64),
             compaction_num: usage.map(|(_, num)| num),
             wait: true,
-            idempotency_key: None,
         };
-        let answer = service.append(id, request).await?;
+        let answer = service.append(id, request, None).await?;
         if answer
             .compaction
             .as_ref()
