@@ -107,22 +107,21 @@ fn reshorten(
     step_only: bool,
 ) -> Result<SessionRow> {
     let branch = Branch::current(conn, session)?;
-    let mut rows: Vec<(u64, String, String, usize, Option<String>)> = conn
+    let from = match step_only {
+        true => step_start(conn, session, &branch)?,
+        false => session.active_from_seq,
+    };
+    let rows: Vec<(u64, String, String, usize, Option<String>)> = conn
         .prepare_cached(&format!(
             "SELECT seq, role, parts, tokens, media FROM messages
              WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND role <> 'system' AND {}
              ORDER BY seq",
             branch.filter()
         ))?
-        .query_map(params![session.id.as_str(), session.active_from_seq], |r| {
+        .query_map(params![session.id.as_str(), from], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    if step_only {
-        // No turn yet: the step is the newest message alone.
-        let turn = rows.iter().rposition(|(_, role, ..)| role == "assistant");
-        rows.drain(..turn.unwrap_or(rows.len().saturating_sub(1)));
-    }
     let mut update = conn.prepare_cached(
         "UPDATE messages SET shortened_parts = ?3, shortened_tokens = ?4 WHERE session_id = ?1 AND seq = ?2",
     )?;
@@ -155,6 +154,23 @@ fn reshorten(
         update.execute(params![session.id.as_str(), seq, json, shown])?;
     }
     super::counters::recount_active(conn, &get_live(conn, session.id.as_str())?)
+}
+
+/// Where the current step starts among the active messages `reshorten` may show otherwise:
+/// the newest assistant message on `branch`, else (no turn yet) the newest such message alone.
+/// Read by seq so that only the step's messages are loaded, not the whole active context.
+fn step_start(conn: &Connection, session: &SessionRow, branch: &Branch) -> Result<u64> {
+    let start: Option<u64> = conn
+        .prepare_cached(&format!(
+            "SELECT coalesce(max(CASE WHEN role = 'assistant' THEN seq END), max(seq))
+             FROM messages
+             WHERE session_id = ?1 AND seq >= ?2 AND pinned = 0 AND role <> 'system' AND {}",
+            branch.filter()
+        ))?
+        .query_row(params![session.id.as_str(), session.active_from_seq], |r| {
+            r.get(0)
+        })?;
+    Ok(start.unwrap_or(session.active_from_seq))
 }
 
 /// Parts shown in place of `original` as stored JSON, with their tokens: their estimate and
